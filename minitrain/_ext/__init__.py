@@ -1,0 +1,1 @@
+"""Compiled Cython kernels of the CPU provider (built from ext/*.pyx)."""

@@ -1,0 +1,34 @@
+"""Exceptions raised by minitrain.
+
+Every class subclasses ValueError or TypeError, so callers that already catch those keep
+working; every message names the op (and node, where there is one), the attribute or input at
+fault and the bad value.
+"""
+
+
+class MinitrainError(Exception):
+    """Base class of all minitrain errors."""
+
+
+class OpAttributeError(MinitrainError, ValueError):
+    """An attribute is unknown to the op, missing, of the wrong type or out of range."""
+
+
+class ShapeError(MinitrainError, ValueError):
+    """Input shapes are inconsistent with each other or with the attributes."""
+
+
+class DTypeError(MinitrainError, TypeError):
+    """An input has an unsupported element type, or inputs disagree on their element type."""
+
+
+class KernelNotFoundError(MinitrainError, TypeError):
+    """No registered kernel serves this op, domain, opset version, provider and dtype."""
+
+
+class GraphError(MinitrainError, ValueError):
+    """The graph is malformed: an undefined value, a cycle, a duplicate name, a bad opset."""
+
+
+class CheckpointError(MinitrainError, ValueError):
+    """A checkpoint file is truncated, foreign or of an unsupported version."""

@@ -1,0 +1,76 @@
+"""Broadcasting arithmetic (Add, Sub, Mul, Neg, Sum) and SumToShape, the reduction over
+broadcast axes that their gradients need."""
+import numpy as np
+
+from .gradients import gradient
+from .schema import MS_DOMAIN, Input, schema
+from .shape_utils import broadcast_shapes
+
+
+def broadcast_inference(ctx):
+    return [ctx.out(broadcast_shapes(ctx, [t.shape for t in ctx.input_types]))]
+
+
+for _op, _versions in (("Add", (7, 13, 14)), ("Sub", (7, 13, 14)), ("Mul", (7, 13, 14))):
+    for _v in _versions:
+        schema(_op, since=_v, inputs=["A", "B"], outputs=["C"])(broadcast_inference)
+for _v in (8, 13):
+    schema("Sum", since=_v, inputs=[Input("data_0", variadic=True)], outputs=["sum"])(broadcast_inference)
+for _v in (6, 13):
+    schema("Neg", since=_v, inputs=["X"])(lambda ctx: [ctx.out(ctx.shape(0))])
+
+
+@schema("SumToShape", domain=MS_DOMAIN, inputs=["X", Input("shape", types=(np.int64,))])
+def infer_sum_to_shape(ctx):
+    """Sum X over the axes along which `shape` was broadcast to X's shape."""
+    value = ctx.input(1).value
+    ctx.require_rank(1, 1)
+    return [ctx.out(value)]
+
+
+def reduce_to_input(g, grad, i):
+    """Write `grad` (shaped like the output) as the gradient of input i, summing over the
+    axes along which input i was broadcast."""
+    if not g.needs(i):
+        return
+    x_type, y_type = g.type_of(g.I(i)), g.type_of(g.node.outputs[0])
+    if x_type is not None and y_type is not None and x_type.shape is not None and x_type.shape == y_type.shape:
+        g.node("Identity", [grad], [g.GI(i)])
+        return
+    if x_type is not None and x_type.is_concrete:
+        shape = g.constant(np.array(x_type.shape, dtype=np.int64), "shape")
+    else:
+        shape = g.node("Shape", [g.I(i)], [g.tmp("shape")])
+    g.node("SumToShape", [grad, shape], [g.GI(i)], domain=MS_DOMAIN)
+
+
+@gradient("Add", since=7, differentiable=(0, 1), emits=("Identity", "Shape", "SumToShape"))
+def add_gradient(g):
+    reduce_to_input(g, g.GO(0), 0)
+    reduce_to_input(g, g.GO(0), 1)
+
+
+@gradient("Sum", since=8, differentiable=None, emits=("Identity", "Shape", "SumToShape"))
+def sum_gradient(g):
+    for i in range(len(g.node.inputs)):
+        reduce_to_input(g, g.GO(0), i)
+
+
+@gradient("Sub", since=7, differentiable=(0, 1), emits=("Identity", "Shape", "SumToShape", "Neg"))
+def sub_gradient(g):
+    reduce_to_input(g, g.GO(0), 0)
+    if g.needs(1):
+        reduce_to_input(g, g.node("Neg", [g.GO(0)], [g.tmp("neg")]), 1)
+
+
+@gradient("Neg", since=6, emits=("Neg",))
+def neg_gradient(g):
+    g.node("Neg", [g.GO(0)], [g.GI(0)])
+
+
+@gradient("Mul", since=7, differentiable=(0, 1), emits=("Identity", "Shape", "SumToShape", "Mul"))
+def mul_gradient(g):
+    if g.needs(0):
+        reduce_to_input(g, g.node("Mul", [g.GO(0), g.I(1)], [g.tmp("dA")]), 0)
+    if g.needs(1):
+        reduce_to_input(g, g.node("Mul", [g.GO(0), g.I(0)], [g.tmp("dB")]), 1)

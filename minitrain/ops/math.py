@@ -1,0 +1,100 @@
+"""Gemm and MatMul, with their gradients expressed as Gemm/MatMul nodes."""
+import numpy as np
+
+from .elementwise import reduce_to_input
+from .gradients import gradient
+from .schema import Attr, Input, schema
+from .shape_utils import broadcast_shapes
+
+GEMM_ATTRS = {"transA": Attr("int", 0), "transB": Attr("int", 0),
+              "alpha": Attr("float", 1.0), "beta": Attr("float", 1.0)}
+
+
+def _dims_match(a, b):
+    return not (isinstance(a, int) and isinstance(b, int) and a != b)
+
+
+def infer_gemm(ctx):
+    """Y = alpha * op(A) @ op(B) + beta * C, op transposing when transA/transB is set."""
+    ctx.require_rank(0, 2)
+    ctx.require_rank(1, 2)
+    a, b = ctx.shape(0), ctx.shape(1)
+    if a is None or b is None:
+        return [ctx.out(None)]
+    m, k = (a[1], a[0]) if ctx.attrs["transA"] else a
+    k2, n = (b[1], b[0]) if ctx.attrs["transB"] else b
+    if not _dims_match(k, k2):
+        ctx.fail(f"inner dimensions differ: A {tuple(a)} (transA={ctx.attrs['transA']}) and "
+                 f"B {tuple(b)} (transB={ctx.attrs['transB']})")
+    if ctx.input(2) is not None:
+        broadcast_shapes(ctx, [ctx.shape(2), (m, n)])
+        c = ctx.shape(2)
+        if c is not None and len(c) > 2:
+            ctx.fail(f"input 'C' {tuple(c)} must be unidirectionally broadcastable to {(m, n)}")
+    return [ctx.out((m, n))]
+
+
+for _v in (9, 11, 13):
+    schema("Gemm", since=_v, inputs=["A", "B", Input("C", optional=True)], attrs=GEMM_ATTRS)(infer_gemm)
+
+
+@schema("MatMul", since=13, inputs=["A", "B"])
+def infer_matmul(ctx):
+    """numpy.matmul semantics: batch dims broadcast, 1-D operands are promoted and squeezed."""
+    a, b = ctx.shape(0), ctx.shape(1)
+    if a is None or b is None:
+        return [ctx.out(None)]
+    if len(a) == 0 or len(b) == 0:
+        ctx.fail(f"MatMul needs operands of rank >= 1, got {tuple(a)} and {tuple(b)}")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if not _dims_match(a2[-1], b2[-2]):
+        ctx.fail(f"inner dimensions differ: A {tuple(a)} and B {tuple(b)}")
+    batch = broadcast_shapes(ctx, [a2[:-2], b2[:-2]])
+    out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    return [ctx.out(out)]
+
+
+@gradient("Gemm", since=9, differentiable=(0, 1, 2), emits=("Gemm", "Identity", "Shape", "SumToShape", "Mul"))
+def gemm_gradient(g):
+    ta, tb = g.attrs.get("transA", 0), g.attrs.get("transB", 0)
+    alpha, beta = g.attrs.get("alpha", 1.0), g.attrs.get("beta", 1.0)
+    dy, a, b = g.GO(0), g.I(0), g.I(1)
+    # dA = alpha * dY op(B)^T, transposed back when A was transposed
+    if ta:
+        g.node("Gemm", [b, dy], [g.GI(0)], {"transA": tb, "transB": 1, "alpha": alpha})
+    else:
+        g.node("Gemm", [dy, b], [g.GI(0)], {"transB": 1 - tb, "alpha": alpha})
+    # dB = alpha * op(A)^T dY, transposed back when B was transposed
+    if tb:
+        g.node("Gemm", [dy, a], [g.GI(1)], {"transA": 1, "transB": ta, "alpha": alpha})
+    else:
+        g.node("Gemm", [a, dy], [g.GI(1)], {"transA": 1 - ta, "alpha": alpha})
+    if g.needs(2):
+        grad = dy
+        if beta != 1.0:
+            dtype = g.type_of(dy).dtype if g.type_of(dy) else np.float32
+            grad = g.node("Mul", [dy, g.constant(np.array(beta, dtype=dtype), "beta")], [g.tmp("beta_dY")])
+        reduce_to_input(g, grad, 2)
+
+
+@gradient("MatMul", since=13, differentiable=(0, 1), emits=("Gemm", "MatMul", "Transpose", "Identity", "Shape", "SumToShape"))
+def matmul_gradient(g):
+    a_type, b_type = g.type_of(g.I(0)), g.type_of(g.I(1))
+    ranks = (a_type.rank if a_type else None, b_type.rank if b_type else None)
+    dy, a, b = g.GO(0), g.I(0), g.I(1)
+    if ranks == (2, 2):
+        g.node("Gemm", [dy, b], [g.GI(0)], {"transB": 1})
+        g.node("Gemm", [a, dy], [g.GI(1)], {"transA": 1})
+        return
+    if None in ranks or min(ranks) < 2:
+        raise NotImplementedError(f"MatMul gradient needs operands of known rank >= 2, got ranks {ranks}")
+
+    def swap_last(name, rank):
+        perm = list(range(rank))
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+        return g.node("Transpose", [name], [g.tmp("T")], {"perm": perm})
+    if g.needs(0):
+        reduce_to_input(g, g.node("MatMul", [dy, swap_last(b, ranks[1])], [g.tmp("dA")]), 0)
+    if g.needs(1):
+        reduce_to_input(g, g.node("MatMul", [swap_last(a, ranks[0]), dy], [g.tmp("dB")]), 1)

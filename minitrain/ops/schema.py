@@ -1,0 +1,284 @@
+"""Op schemas: the inputs, outputs and attributes of every op, and its shape/dtype inference.
+
+A schema is registered per (domain, op_type, since_version), like ONNX's; the schema in force
+for a graph is the newest one whose since_version is at or below the graph's opset import for
+that domain.  The inference function both validates (raising errors that name the op, node,
+attribute or input and the bad value) and computes the output TensorTypes.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..errors import DTypeError, KernelNotFoundError, OpAttributeError, ShapeError
+
+ONNX_DOMAIN = ""
+MS_DOMAIN = "com.microsoft"
+
+FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """dtype and shape of a value.  A dim is an int, or a str naming a symbolic dim
+    (the batch, say); shape None means the rank is unknown.  `value` holds the contents of
+    small constant int tensors (shapes) when inference knows them."""
+    dtype: np.dtype
+    shape: Optional[tuple] = None
+    value: Optional[tuple] = None
+
+    @property
+    def rank(self):
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_concrete(self):
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    def nbytes(self):
+        """Bytes the tensor occupies; only for concrete shapes."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute: kind is one of int, ints, float, floats, string; default REQUIRED means
+    the attribute must be given, None means it is optional and absent unless given."""
+    kind: str
+    default: object = None
+
+
+@dataclass(frozen=True)
+class Input:
+    """A formal input.  `types` is "T" (the op's float type, shared by all "T" inputs), or a
+    tuple of accepted dtypes (indices, labels, shapes)."""
+    name: str
+    types: object = "T"
+    optional: bool = False
+    variadic: bool = False
+
+
+@dataclass
+class OpSchema:
+    op_type: str
+    domain: str
+    since_version: int
+    inputs: tuple
+    outputs: tuple
+    attrs: dict
+    infer: Callable
+    float_types: tuple = FLOAT_TYPES
+    optional_outputs: frozenset = field(default_factory=frozenset)
+    doc: str = ""
+
+    def output_index(self, name):
+        try:
+            return self.outputs.index(name)
+        except ValueError:
+            raise OpAttributeError(
+                f"{self.op_type}: unknown output {name!r}; the op's outputs are {list(self.outputs)}") from None
+
+
+_SCHEMAS: dict = {}
+
+
+def schema(op_type, *, domain=ONNX_DOMAIN, since=1, inputs=(), outputs=("Y",), attrs=None,
+           float_types=FLOAT_TYPES, optional_outputs=()):
+    """Decorator registering `infer(ctx) -> list[TensorType]` as the schema of an op version.
+
+    `inputs` holds Input objects or plain names (a required "T" input)."""
+    formal = tuple(i if isinstance(i, Input) else Input(i) for i in inputs)
+
+    def register(infer):
+        s = OpSchema(op_type, domain, since, formal, tuple(outputs), dict(attrs or {}), infer,
+                     tuple(np.dtype(t) for t in float_types), frozenset(optional_outputs),
+                     (infer.__doc__ or "").strip())
+        versions = _SCHEMAS.setdefault((domain, op_type), [])
+        versions.append(s)
+        versions.sort(key=lambda v: v.since_version)
+        return infer
+    return register
+
+
+def get_schema(op_type, domain, opset):
+    """The schema of `op_type` in force at `opset` of `domain` (None: the newest)."""
+    versions = _SCHEMAS.get((domain, op_type))
+    if not versions:
+        raise KernelNotFoundError(f"unknown op {op_type!r} in domain {domain or 'ai.onnx'!r}: no schema is registered")
+    if opset is None:
+        return versions[-1]
+    chosen = None
+    for s in versions:
+        if s.since_version <= opset:
+            chosen = s
+    if chosen is None:
+        raise KernelNotFoundError(
+            f"{op_type}: no schema at opset {opset} of domain {domain or 'ai.onnx'!r}; "
+            f"versions start at {[v.since_version for v in versions]}")
+    return chosen
+
+
+def registered_ops():
+    """All (domain, op_type) pairs with a schema."""
+    return sorted(_SCHEMAS)
+
+
+def describe_op(op_type, node_name=None):
+    return f"{op_type} (node {node_name!r})" if node_name else op_type
+
+
+# --------------------------------------------------------------------------- attributes
+def _as_int(v):
+    if isinstance(v, (bool, np.bool_)):
+        return int(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    raise TypeError
+
+
+def _as_float(v):
+    if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)):
+        return float(v)
+    raise TypeError
+
+
+def _as_string(v):
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, str):
+        return v
+    raise TypeError
+
+
+def _as_list(conv):
+    def convert(v):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+            raise TypeError
+        return tuple(conv(x) for x in v)
+    return convert
+
+
+_CONVERTERS = {"int": _as_int, "float": _as_float, "string": _as_string,
+               "ints": _as_list(_as_int), "floats": _as_list(_as_float)}
+
+
+def resolve_attrs(sch: OpSchema, attrs, node_name=None):
+    """Check `attrs` against the schema, convert them, and fill in the defaults."""
+    who = describe_op(sch.op_type, node_name)
+    attrs = dict(attrs or {})
+    unknown = sorted(set(attrs) - set(sch.attrs))
+    if unknown:
+        raise OpAttributeError(
+            f"{who}: unknown attribute {unknown[0]!r}={attrs[unknown[0]]!r}; "
+            f"{sch.op_type} defines {sorted(sch.attrs) or 'no attributes'}")
+    resolved = {}
+    for name, spec in sch.attrs.items():
+        if name in attrs and attrs[name] is not None:
+            try:
+                resolved[name] = _CONVERTERS[spec.kind](attrs[name])
+            except (TypeError, ValueError):
+                raise OpAttributeError(
+                    f"{who}: attribute {name!r} must be of type {spec.kind}, got {attrs[name]!r}") from None
+        elif spec.default is REQUIRED:
+            raise OpAttributeError(f"{who}: required attribute {name!r} is missing")
+        else:
+            resolved[name] = spec.default
+    return resolved
+
+
+# --------------------------------------------------------------------------- inference
+class InferContext:
+    """What an inference function sees: input types, resolved attributes, and error helpers."""
+
+    def __init__(self, sch: OpSchema, input_types, attrs, node_name=None, wanted_outputs=None):
+        self.schema = sch
+        self.op_type = sch.op_type
+        self.node_name = node_name
+        self.input_types = list(input_types)
+        self.attrs = attrs
+        self.wanted_outputs = tuple(sch.outputs if wanted_outputs is None else wanted_outputs)
+        self.dtype = None
+
+    @property
+    def who(self):
+        return describe_op(self.op_type, self.node_name)
+
+    def fail(self, message, error=ShapeError):
+        raise error(f"{self.who}: {message}")
+
+    def attr_fail(self, name, message):
+        raise OpAttributeError(f"{self.who}: attribute {name!r}={self.attrs.get(name)!r} {message}")
+
+    def input(self, i) -> Optional[TensorType]:
+        return self.input_types[i] if i < len(self.input_types) else None
+
+    def shape(self, i):
+        t = self.input(i)
+        return None if t is None else t.shape
+
+    def wants(self, output_name):
+        return output_name in self.wanted_outputs
+
+    def out(self, shape, dtype=None, value=None):
+        """A TensorType of the op's float dtype (or `dtype`)."""
+        return TensorType(np.dtype(dtype) if dtype is not None else self.dtype,
+                          None if shape is None else tuple(shape), value)
+
+    def require_rank(self, i, ranks, what=None):
+        """Fail unless input i has one of `ranks` (an int, or a collection of ints)."""
+        shape = self.shape(i)
+        if shape is None:
+            return
+        allowed = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+        if len(shape) not in allowed:
+            name = what or self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
+            self.fail(f"input {name!r} has shape {tuple(shape)} (rank {len(shape)}), "
+                      f"expected rank {' or '.join(map(str, allowed))}")
+
+
+def check_inputs(ctx: InferContext):
+    """Arity and dtype checks shared by every op, done before its own inference."""
+    sch = ctx.schema
+    types = ctx.input_types
+    formal = sch.inputs
+    variadic = bool(formal) and formal[-1].variadic
+    required = sum(1 for f in formal if not f.optional)
+    if len(types) > len(formal) and not variadic:
+        ctx.fail(f"takes at most {len(formal)} inputs {[f.name for f in formal]}, got {len(types)}")
+    float_dtype = None
+    for i, t in enumerate(types):
+        f = formal[min(i, len(formal) - 1)]
+        if t is None:
+            if i < required and not f.optional:
+                ctx.fail(f"required input {f.name!r} (#{i}) is missing")
+            continue
+        if f.types == "T":
+            if t.dtype not in sch.float_types:
+                ctx.fail(f"input {f.name!r} has unsupported dtype {t.dtype}; "
+                         f"supported: {[str(d) for d in sch.float_types]}", DTypeError)
+            if float_dtype is None:
+                float_dtype = t.dtype
+            elif t.dtype != float_dtype:
+                ctx.fail(f"input {f.name!r} has dtype {t.dtype} but an earlier input has {float_dtype}; "
+                         "inputs must share one float dtype", DTypeError)
+        elif t.dtype not in tuple(np.dtype(d) for d in f.types):
+            ctx.fail(f"input {f.name!r} has dtype {t.dtype}; expected one of "
+                     f"{[str(np.dtype(d)) for d in f.types]}", DTypeError)
+    if len(types) < required:
+        ctx.fail(f"needs {required} inputs {[f.name for f in formal[:required]]}, got {len(types)}")
+    ctx.dtype = float_dtype
+
+
+def infer_node(sch: OpSchema, input_types, attrs, node_name=None, wanted_outputs=None):
+    """Validate and infer output types; `attrs` must already be resolved.  Returns the
+    InferContext (carrying the float dtype) and the list of output TensorTypes."""
+    ctx = InferContext(sch, input_types, attrs, node_name, wanted_outputs)
+    check_inputs(ctx)
+    outs = list(sch.infer(ctx))
+    return ctx, outs

@@ -1,0 +1,129 @@
+"""Ops that only move or reinterpret data: Identity, Flatten, Reshape, Shape, Transpose."""
+import numpy as np
+
+from .gradients import gradient
+from .schema import Attr, Input, schema
+from .shape_utils import normalize_axis, product
+
+
+def infer_identity(ctx):
+    return [ctx.out(ctx.shape(0))]
+
+
+for _v in (1, 13, 14, 16, 19):
+    schema("Identity", since=_v, inputs=["input"], outputs=["output"])(infer_identity)
+
+
+@gradient("Identity", since=1, emits=("Identity",))
+def identity_gradient(g):
+    g.node("Identity", [g.GO(0)], [g.GI(0)])
+
+
+def infer_flatten(ctx):
+    """Y is 2-D: dims before `axis` multiply into rows, the rest into columns."""
+    shape = ctx.shape(0)
+    if shape is None:
+        return [ctx.out(None)]
+    axis = normalize_axis(ctx, ctx.attrs["axis"], len(shape), allow_end=True)
+    return [ctx.out((product(shape[:axis]), product(shape[axis:])))]
+
+
+for _v in (1, 9, 11, 13):
+    schema("Flatten", since=_v, inputs=["input"], outputs=["output"], attrs={"axis": Attr("int", 1)})(infer_flatten)
+
+
+def reshape_back_gradient(g):
+    """Gradient of a pure re-layout: reshape dY to the input's shape."""
+    if not g.needs(0):
+        return
+    x_type = g.type_of(g.I(0))
+    if x_type is not None and x_type.is_concrete:
+        shape = g.constant(np.array(x_type.shape, dtype=np.int64), "shape")
+    else:
+        shape = g.node("Shape", [g.I(0)], [g.tmp("shape")])
+    g.node("Reshape", [g.GO(0), shape], [g.GI(0)])
+
+
+gradient("Flatten", since=1, emits=("Reshape", "Shape"))(reshape_back_gradient)
+gradient("Reshape", since=5, emits=("Reshape", "Shape"))(reshape_back_gradient)
+
+
+def reshape_target(ctx, shape, target, allowzero):
+    """ONNX's Reshape rules: 0 copies the input dim (unless allowzero), one -1 is inferred."""
+    if list(target).count(-1) > 1:
+        ctx.fail(f"input 'shape' {tuple(target)} has more than one -1")
+    out = []
+    for i, d in enumerate(target):
+        if d == 0 and not allowzero:
+            if shape is None or i >= len(shape):
+                ctx.fail(f"input 'shape' {tuple(target)} copies dim {i} (0) that the input "
+                         f"{None if shape is None else tuple(shape)} lacks")
+            out.append(shape[i])
+        elif d < -1:
+            ctx.fail(f"input 'shape' {tuple(target)} has a negative dim {d}")
+        else:
+            out.append(int(d))
+    if shape is None:
+        return None if -1 in out else tuple(out)
+    total = product(shape)
+    if -1 in out:
+        known = product([d for d in out if d != -1])
+        if not isinstance(total, int) or not isinstance(known, int):
+            return None
+        if known == 0 or total % known:
+            ctx.fail(f"cannot reshape {tuple(shape)} ({total} elements) to {tuple(target)}")
+        out[out.index(-1)] = total // known
+    elif isinstance(total, int) and all(isinstance(d, int) for d in out) and total != product(out):
+        ctx.fail(f"cannot reshape {tuple(shape)} ({total} elements) to {tuple(target)}")
+    return tuple(out)
+
+
+def infer_reshape(ctx):
+    ctx.require_rank(1, 1)
+    target = ctx.input(1).value
+    if target is None:
+        return [ctx.out(None)]
+    return [ctx.out(reshape_target(ctx, ctx.shape(0), target, ctx.attrs.get("allowzero", 0)))]
+
+
+for _v in (5, 13):
+    schema("Reshape", since=_v, inputs=["data", Input("shape", types=(np.int64,))],
+           outputs=["reshaped"])(infer_reshape)
+for _v in (14, 19):
+    schema("Reshape", since=_v, inputs=["data", Input("shape", types=(np.int64,))],
+           outputs=["reshaped"], attrs={"allowzero": Attr("int", 0)})(infer_reshape)
+
+
+@schema("Shape", since=1, inputs=["data"], outputs=["shape"])
+def infer_shape(ctx):
+    """The input's shape as a 1-D int64 tensor (its value is known when the shape is)."""
+    shape = ctx.shape(0)
+    if shape is None:
+        return [ctx.out(None, np.int64)]
+    value = tuple(shape) if all(isinstance(d, int) for d in shape) else None
+    return [ctx.out((len(shape),), np.int64, value)]
+
+
+@schema("Transpose", since=13, inputs=["data"], outputs=["transposed"], attrs={"perm": Attr("ints")})
+def infer_transpose(ctx):
+    shape = ctx.shape(0)
+    if shape is None:
+        return [ctx.out(None)]
+    perm = ctx.attrs["perm"]
+    if perm is None:
+        perm = tuple(reversed(range(len(shape))))
+    if sorted(perm) != list(range(len(shape))):
+        ctx.attr_fail("perm", f"is not a permutation of the {len(shape)} axes of input {tuple(shape)}")
+    return [ctx.out(tuple(shape[p] for p in perm))]
+
+
+@gradient("Transpose", since=13, emits=("Transpose",))
+def transpose_gradient(g):
+    perm = g.attrs.get("perm")
+    if perm is None:
+        g.node("Transpose", [g.GO(0)], [g.GI(0)])
+        return
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    g.node("Transpose", [g.GO(0)], [g.GI(0)], {"perm": inverse})

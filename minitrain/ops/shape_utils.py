@@ -1,0 +1,40 @@
+"""Shape arithmetic shared by inference functions; dims are ints or symbolic names (str)."""
+
+
+def broadcast_shapes(ctx, shapes):
+    """NumPy broadcasting of several shapes; fails naming the op when they do not broadcast."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    result = []
+    for axis in range(rank):
+        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        concrete = {d for d in dims if isinstance(d, int) and d != 1}
+        symbolic = [d for d in dims if not isinstance(d, int)]
+        if len(concrete) > 1:
+            ctx.fail(f"input shapes {[tuple(s) for s in shapes]} do not broadcast (axis {axis - rank})")
+        if concrete:
+            result.append(concrete.pop())
+        elif symbolic:
+            result.append(symbolic[0])
+        else:
+            result.append(1)
+    return tuple(result)
+
+
+def normalize_axis(ctx, axis, rank, attr="axis", allow_end=False):
+    """An axis in [-rank, rank) (or up to rank when allow_end) as a non-negative int."""
+    upper = rank + 1 if allow_end else rank
+    if not -upper <= axis < upper:
+        ctx.attr_fail(attr, f"is out of range for an input of rank {rank}")
+    return axis + upper if axis < 0 else axis
+
+
+def product(dims):
+    """Product of dims; a symbolic name when any dim is symbolic (kept only if alone)."""
+    result = 1
+    for d in dims:
+        if not isinstance(d, int):
+            return d if len(dims) == 1 else None
+        result *= d
+    return result

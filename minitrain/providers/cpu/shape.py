@@ -1,0 +1,43 @@
+"""CPU kernels of the re-layout ops; they return views where NumPy can (no copy)."""
+import numpy as np
+
+from ...ops.shape import reshape_target
+from ...registry import register_kernel
+
+
+@register_kernel("Identity", since=1)
+def identity(ctx):
+    return {"output": ctx.inputs[0]}
+
+
+@register_kernel("Flatten", since=1)
+def flatten(ctx):
+    x = ctx.inputs[0]
+    axis = ctx.attrs["axis"] % (x.ndim + 1) if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return {"output": x.reshape(rows, -1) if rows else x.reshape(0, int(np.prod(x.shape[axis:])))}
+
+
+class _ReshapeContext:
+    """Adapts a KernelContext to the error helpers reshape_target expects."""
+
+    def __init__(self, ctx):
+        self.fail = ctx.fail
+
+
+@register_kernel("Reshape", since=5)
+def reshape(ctx):
+    x, target = ctx.inputs[0], ctx.inputs[1]
+    shape = reshape_target(_ReshapeContext(ctx), x.shape, [int(d) for d in target],
+                           ctx.attrs.get("allowzero", 0))
+    return {"reshaped": x.reshape(shape)}
+
+
+@register_kernel("Shape", since=1, dtypes=(np.float16, np.float32, np.float64))
+def shape(ctx):
+    return {"shape": np.array(ctx.inputs[0].shape, dtype=np.int64)}
+
+
+@register_kernel("Transpose", since=13)
+def transpose(ctx):
+    return {"transposed": np.ascontiguousarray(np.transpose(ctx.inputs[0], ctx.attrs["perm"]))}

@@ -1,0 +1,48 @@
+"""CPU kernels of Softmax/LogSoftmax and their gradients, in both ONNX forms."""
+import numpy as np
+
+from ..._ext import softmax as _sm
+from ...ops.schema import MS_DOMAIN
+from ...registry import register_kernel
+from ...threads import get_num_threads
+
+
+def axis_layout(shape, axis, coerce_2d):
+    """(outer, n, inner) of the normalised axis: the whole trailing block at `axis` when the
+    op coerces to 2-D (opset < 13), else the single axis."""
+    rank = len(shape)
+    axis = axis + rank if axis < 0 else axis
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    if coerce_2d:
+        return outer, int(np.prod(shape[axis:], dtype=np.int64)), 1
+    return outer, int(shape[axis]), int(np.prod(shape[axis + 1:], dtype=np.int64))
+
+
+def _forward(log_softmax, coerce_2d):
+    def kernel(ctx):
+        x = ctx.inputs[0]
+        y = np.empty_like(x)
+        if x.size:
+            outer, n, inner = axis_layout(x.shape, ctx.attrs["axis"], coerce_2d)
+            _sm.softmax(x.reshape(-1), y.reshape(-1), outer, n, inner, log_softmax, get_num_threads())
+        return {"output": y}
+    return kernel
+
+
+def _backward(log_softmax, coerce_2d):
+    def kernel(ctx):
+        dy, y = ctx.inputs[0], ctx.inputs[1]
+        dx = np.empty_like(dy)
+        if dy.size:
+            outer, n, inner = axis_layout(dy.shape, ctx.attrs["axis"], coerce_2d)
+            _sm.softmax_grad(dy.reshape(-1), y.reshape(-1), dx.reshape(-1), outer, n, inner,
+                             log_softmax, get_num_threads())
+        return {"dX": dx}
+    return kernel
+
+
+for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
+    register_kernel(_op, since=1, end=12)(_forward(_log, coerce_2d=True))
+    register_kernel(_op, since=13)(_forward(_log, coerce_2d=False))
+    register_kernel(f"{_op}Grad", domain=MS_DOMAIN)(_backward(_log, coerce_2d=True))
+    register_kernel(f"{_op}Grad_13", domain=MS_DOMAIN)(_backward(_log, coerce_2d=False))
