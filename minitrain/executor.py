@@ -124,9 +124,12 @@ class Executor:
 
     def run(self, feeds, fetch=None):
         """Run the plan on `feeds` (input name -> array); return a dict of the fetched values
-        (default: the graph outputs) as NumPy arrays."""
+        (default: all that the plan was made for) as NumPy arrays."""
         plan = self.plan
-        fetch = list(plan.graph.outputs if fetch is None else fetch)
+        fetch = list(plan.fetch if fetch is None else fetch)
+        extra = [f for f in fetch if f not in plan.fetch]
+        if extra:
+            raise ValueError(f"cannot fetch {extra}: the plan was scheduled for {plan.fetch}")
         missing = [n for n in plan.graph.input_names if n not in feeds and n in plan.needed_inputs]
         if missing:
             raise ValueError(f"graph {plan.graph.name!r}: no value fed for input(s) {missing}")

@@ -33,7 +33,7 @@ def reduce_to_input(g, grad, i):
     axes along which input i was broadcast."""
     if not g.needs(i):
         return
-    x_type, y_type = g.type_of(g.I(i)), g.type_of(g.node.outputs[0])
+    x_type, y_type = g.type_of(g.I(i)), g.type_of(g.forward.outputs[0])
     if x_type is not None and y_type is not None and x_type.shape is not None and x_type.shape == y_type.shape:
         g.node("Identity", [grad], [g.GI(i)])
         return
@@ -52,7 +52,7 @@ def add_gradient(g):
 
 @gradient("Sum", since=8, differentiable=None, emits=("Identity", "Shape", "SumToShape"))
 def sum_gradient(g):
-    for i in range(len(g.node.inputs)):
+    for i in range(len(g.forward.inputs)):
         reduce_to_input(g, g.GO(0), i)
 
 

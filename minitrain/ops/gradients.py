@@ -54,12 +54,12 @@ def get_gradient_builder(op_type, domain, opset):
 
 
 class GradContext:
-    """The vocabulary a builder uses; made by autodiff for one forward node."""
+    """The vocabulary a builder uses; made by autodiff for one forward node (`forward`)."""
 
     def __init__(self, graph, node, builder, output_grads, input_grads, types, make_name,
                  request_output):
         self.graph = graph
-        self.node = node
+        self.forward = node
         self.builder = builder
         self.attrs = dict(node.attrs)
         self.opset = graph.opset(node.domain)
@@ -72,11 +72,11 @@ class GradContext:
 
     # forward tensors and their gradients
     def I(self, i):
-        return self.node.inputs[i] if i < len(self.node.inputs) else ""
+        return self.forward.inputs[i] if i < len(self.forward.inputs) else ""
 
     def O(self, i):
         """Forward output i; an output the forward node did not produce is added to it."""
-        return self._request_output(self.node, i)
+        return self._request_output(self.forward, i)
 
     def GO(self, i):
         return self._output_grads.get(i, "")
@@ -92,7 +92,7 @@ class GradContext:
         return self._types.get(name)
 
     def tmp(self, base):
-        return self._make_name(f"{self.node.name}_{base}")
+        return self._make_name(f"{self.forward.name}_{base}")
 
     def constant(self, array, base="const"):
         """Add a constant (an initializer of the gradient graph) and return its name."""
@@ -105,7 +105,7 @@ class GradContext:
         if not any(outputs):
             return
         if self.builder.emits and op_type not in self.builder.emits:
-            raise GraphError(f"gradient builder of {self.node.op_type} emitted {op_type}, "
+            raise GraphError(f"gradient builder of {self.forward.op_type} emitted {op_type}, "
                              f"which it does not declare in emits={self.builder.emits}")
         self.emitted.append((op_type, list(inputs), list(outputs), dict(attrs or {}), domain))
         return outputs[0] if len(outputs) == 1 else outputs

@@ -1,0 +1,155 @@
+"""Gradient checking by central finite differences in float64 (Theano's verify_grad idea).
+
+The outputs are projected on random directions R_k, so one scalar L = sum_k <R_k, Y_k> is
+differentiated: the analytic gradient comes from the gradient graph (the registered gradient
+builder and gradient kernels, seeded with R_k), the numeric one from (L(x+eps) - L(x-eps)) / 2eps
+for every element of every checked input.  Use it on a single node (`gradcheck`) or on a whole
+graph (`gradcheck_graph`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .autodiff import build_gradient_graph
+from .executor import Executor, newest_opset, run_node
+from .graph import Graph
+from .ops import get_gradient_builder, get_schema
+from .scheduler import schedule
+
+
+def _compare(name, analytic, numeric, rtol, atol):
+    if analytic is None:
+        analytic = np.zeros_like(numeric)
+    analytic = np.asarray(analytic)
+    if analytic.shape != numeric.shape:
+        raise AssertionError(f"gradcheck {name}: analytic gradient has shape {analytic.shape}, expected {numeric.shape}")
+    if not np.allclose(analytic, numeric, rtol=rtol, atol=atol):
+        err = np.abs(analytic - numeric)
+        where = np.unravel_index(np.argmax(err - rtol * np.abs(numeric)), err.shape)
+        raise AssertionError(
+            f"gradcheck {name}: analytic and numeric gradients differ; max abs error {err.max():.3g} "
+            f"at {tuple(int(i) for i in where)}: analytic {analytic[where]:.6g}, numeric {numeric[where]:.6g}")
+
+
+def _numeric_gradient(loss_of, arrays, index, eps):
+    """Central differences of the scalar loss_of(arrays) with respect to arrays[index]."""
+    x = arrays[index]
+    grad = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), grad.reshape(-1)
+    for k in range(flat.size):
+        original = flat[k]
+        flat[k] = original + eps
+        plus = loss_of(arrays)
+        flat[k] = original - eps
+        minus = loss_of(arrays)
+        flat[k] = original
+        gflat[k] = (plus - minus) / (2 * eps)
+    return grad
+
+
+def _as_float64(x):
+    x = np.array(x, copy=True)
+    return x.astype(np.float64) if np.issubdtype(x.dtype, np.floating) else x
+
+
+def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, eps=1e-6, rtol=1e-4,
+              atol=1e-6, seed=0, output_shapes=None, outputs=None):
+    """Check the gradient of one forward node against finite differences, in float64.
+
+    wrt: indices of the inputs to check (default: every float input the op's gradient builder
+    differentiates); outputs: names of the outputs to project (default: every float output).
+    Raises AssertionError on a mismatch; returns {input index: (analytic, numeric)}.
+    """
+    opset = newest_opset(op_type, domain) if opset is None else opset
+    sch = get_schema(op_type, domain, opset)
+    arrays = [None if x is None else _as_float64(x) for x in inputs]
+    builder = get_gradient_builder(op_type, domain, opset)
+    if builder is None:
+        raise ValueError(f"gradcheck: {op_type} has no registered gradient at opset {opset}")
+    if wrt is None:
+        wrt = [i for i, a in enumerate(arrays) if a is not None and a.dtype == np.float64
+               and (builder.differentiable is None or i in builder.differentiable)]
+
+    def forward(arrs):
+        return run_node(op_type, arrs, attrs=attrs, domain=domain, opset=opset,
+                        outputs=outputs, output_shapes=output_shapes)
+    out_names = list(outputs or sch.outputs)
+    ys = forward(arrays)
+    projected = [k for k, y in enumerate(ys) if y.dtype == np.float64]
+    rng = np.random.default_rng(seed)
+    directions = {k: rng.standard_normal(ys[k].shape) for k in projected}
+
+    graph = Graph(opset_imports={domain: opset}, name=f"gradcheck_{op_type}")
+    input_names = []
+    for i, a in enumerate(arrays):
+        if a is None:
+            input_names.append("")
+        else:
+            input_names.append(graph.add_input(f"x{i}", a.dtype, a.shape))
+    node_outputs = [""] * len(sch.outputs)
+    for name in out_names:
+        node_outputs[sch.output_index(name)] = name
+    graph.add_node(op_type, input_names, node_outputs, attrs, domain, name="checked")
+    seeds = {}
+    for k in projected:
+        seeds[out_names[k]] = graph.add_input(f"seed_{k}", np.float64, ys[k].shape)
+    grad_graph, grads = build_gradient_graph(graph, [out_names[k] for k in projected],
+                                             [input_names[i] for i in wrt], seeds=seeds)
+    feeds = {f"x{i}": a for i, a in enumerate(arrays) if a is not None}
+    feeds.update({f"seed_{k}": directions[k] for k in projected})
+    fetch = [g for g in grads.values() if g]
+    analytic = Executor(schedule(grad_graph, fetch)).run(feeds) if fetch else {}
+
+    def loss_of(arrs):
+        return sum(float(np.sum(directions[k] * y)) for k, y in enumerate(forward(arrs)) if k in directions)
+    results = {}
+    for i in wrt:
+        numeric = _numeric_gradient(loss_of, arrays, i, eps)
+        grad_name = grads[input_names[i]]
+        got = analytic.get(grad_name) if grad_name else None
+        _compare(f"{op_type} input #{i}", got, numeric, rtol, atol)
+        results[i] = (got, numeric)
+    return results
+
+
+def gradcheck_graph(graph, feeds, wrt, *, loss=None, eps=1e-6, rtol=1e-4, atol=1e-6, seed=0):
+    """Check the gradients of a whole graph with respect to `wrt` (graph inputs or
+    initializers), in float64.  The loss is the graph's single output (or `loss`), projected
+    on a random direction when it is not a scalar.  Returns {name: (analytic, numeric)}."""
+    loss = loss or graph.outputs[0]
+    base = graph.copy()
+    for name, array in base.initializers.items():
+        base.initializers[name] = _as_float64(array)
+    for value in base.inputs:
+        value.dtype = np.dtype(np.float64) if np.issubdtype(value.dtype, np.floating) else value.dtype
+    feeds = {k: _as_float64(v) for k, v in feeds.items()}
+    names = list(feeds) + [n for n in base.initializers if n not in feeds]
+    forward_plan = Executor(schedule(base, [loss]))
+    y = forward_plan.run(feeds)[loss]
+    direction = np.random.default_rng(seed).standard_normal(y.shape)
+    seeds = {}
+    if y.size != 1 or y.ndim:
+        seeds[loss] = base.add_input("gradcheck_seed", np.float64, y.shape)
+    grad_graph, grads = build_gradient_graph(base, loss, wrt, seeds=seeds)
+    run_feeds = dict(feeds)
+    if seeds:
+        run_feeds["gradcheck_seed"] = direction
+    else:
+        direction = np.ones_like(y)
+    fetch = [g for g in grads.values() if g]
+    analytic = Executor(schedule(grad_graph, fetch)).run(run_feeds) if fetch else {}
+
+    arrays = [run_feeds[n] if n in run_feeds else base.initializers[n] for n in names]
+
+    def loss_of(arrs):
+        executor = Executor(schedule(base, [loss]))
+        executor.constants.update({n: a for n, a in zip(names, arrs) if n in base.initializers})
+        values = {n: a for n, a in zip(names, arrs) if n in feeds}
+        return float(np.sum(direction * executor.run(values)[loss]))
+    results = {}
+    for name in wrt:
+        numeric = _numeric_gradient(loss_of, arrays, names.index(name), eps)
+        got = analytic.get(grads[name]) if grads[name] else None
+        _compare(name, got, numeric, rtol, atol)
+        results[name] = (got, numeric)
+    return results
