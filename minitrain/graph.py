@@ -75,12 +75,13 @@ class Graph:
     def add_node(self, op_type, inputs, outputs=None, attrs=None, domain=ONNX_DOMAIN, name=None,
                  num_outputs=1):
         """Append a node; fresh output names are made when `outputs` is None.  Returns the
-        output names (a single name when the node has one output)."""
+        output name when exactly one output is named ("" marks an unused output), else the list."""
         if outputs is None:
             outputs = [self.unique_name(f"{op_type.lower()}_out") for _ in range(num_outputs)]
         node = Node(op_type, inputs, outputs, attrs or {}, domain, name or self.unique_name(op_type))
         self.nodes.append(node)
-        return node.outputs[0] if len(node.outputs) == 1 else list(node.outputs)
+        named = [o for o in node.outputs if o]
+        return named[0] if len(named) == 1 else list(node.outputs)
 
     def add_initializer(self, name, array):
         self.initializers[name] = np.asarray(array)

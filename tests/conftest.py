@@ -1,0 +1,23 @@
+"""Shared fixtures: a seeded random generator, and the CUDA marker's skip where no GPU is."""
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import pycuda.driver as cuda
+        cuda.init()
+        has_gpu = cuda.Device.count() > 0
+    except Exception:
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and pycuda")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
