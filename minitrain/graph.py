@@ -62,14 +62,25 @@ class Graph:
         self.opset_imports = {**DEFAULT_OPSETS, **(opset_imports or {})}
         self.value_info = {}   # name -> TensorType declared for intermediate values
         self._counter = itertools.count()
+        self._names_taken = set()   # names seen by unique_name, grown as nodes are appended
+        self._nodes_seen = 0
 
     # ------------------------------------------------------------------ building
     def unique_name(self, base):
-        """A value or node name not used anywhere in the graph yet."""
-        used = self.all_value_names() | {n.name for n in self.nodes}
+        """A value or node name not used anywhere in the graph yet (nodes are scanned once, as
+        they are appended, so building a large graph stays linear)."""
+        taken = self._names_taken
+        for node in self.nodes[self._nodes_seen:]:
+            taken.add(node.name)
+            taken.update(node.inputs)
+            taken.update(node.outputs)
+        self._nodes_seen = len(self.nodes)
+        taken.update(self.initializers)
+        taken.update(v.name for v in self.inputs)
         while True:
             candidate = f"{base}_{next(self._counter)}"
-            if candidate not in used:
+            if candidate not in taken:
+                taken.add(candidate)
                 return candidate
 
     def add_node(self, op_type, inputs, outputs=None, attrs=None, domain=ONNX_DOMAIN, name=None,
