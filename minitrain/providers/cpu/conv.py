@@ -1,0 +1,285 @@
+"""CPU kernels of Conv, ConvTranspose, ConvGrad and ConvTransposeGrad.
+
+Three primitives on a ConvGeometry (image side, column side; see ops/conv_geometry.py) do all
+the work:
+  * conv_forward:     columns = W (*) image          (Conv; ConvTransposeGrad's dX)
+  * conv_data_grad:   image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
+  * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
+and the bias gradient is a per-channel sum.  A group with a single image channel (depthwise,
+single-channel inputs) runs direct loops (_ext.conv_depthwise); the rest runs im2col + GEMM
+(_ext.conv).  At stride 1 the data gradient is itself a convolution (of the columns with the
+flipped, transposed weight), which avoids col2im and gives BLAS a deeper product.
+"""
+import ctypes
+import glob
+import os
+
+import numpy as np
+
+from ..._ext import conv as _conv
+from ..._ext import conv_depthwise as _dw
+from ...ops.conv_geometry import geometry_for
+from ...ops.schema import MS_DOMAIN
+from ...registry import register_kernel
+from ...threads import get_num_threads
+
+# Bytes of im2col scratch per thread and tile: a tile of the column matrix stays in L2.
+TILE_BYTES = 256 * 1024
+MIN_TILE = 64
+
+
+# --------------------------------------------------------------------------- BLAS threads
+class _BlasThreads:
+    """Sets the thread count of the OpenBLAS that scipy.linalg.cython_blas calls into.
+
+    Work items parallelised with OpenMP call a single-threaded BLAS each; a single large
+    product lets BLAS use the threads.  Without a known OpenBLAS this does nothing."""
+
+    def __init__(self):
+        self._set = self._get = None
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
+        libs_dir = os.path.join(os.path.dirname(os.path.dirname(scipy.linalg.__file__)), os.pardir, "scipy.libs")
+        candidates = glob.glob(os.path.join(libs_dir, "*openblas*.so*"))
+        for path in candidates:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix in ("scipy_openblas", "openblas"):
+                setter = getattr(lib, f"{prefix}_set_num_threads", None)
+                getter = getattr(lib, f"{prefix}_get_num_threads", None)
+                if setter is not None and getter is not None:
+                    setter.argtypes, setter.restype = [ctypes.c_int], None
+                    getter.argtypes, getter.restype = [], ctypes.c_int
+                    self._set, self._get = setter, getter
+                    return
+
+    def use(self, n):
+        """Set BLAS to n threads; returns the previous count (None when unknown)."""
+        if self._set is None:
+            return None
+        old = self._get()
+        if old != n:
+            self._set(n)
+        return old
+
+    def restore(self, old):
+        if old is not None and self._set is not None and self._get() != old:
+            self._set(old)
+
+
+_BLAS = _BlasThreads()
+
+
+# --------------------------------------------------------------------------- geometry
+def geo_array(geom):
+    """The geometry as conv.pyx reads it: every rank padded to 3D."""
+    pad = 3 - geom.rank
+
+    def three(values, fill):
+        return (fill,) * pad + tuple(values)
+    g = geom.group
+    return np.array((g, geom.img_channels // g, geom.col_channels // g)
+                    + three(geom.img_spatial, 1) + three(geom.col_spatial, 1) + three(geom.kernel, 1)
+                    + three(geom.strides, 1) + three(geom.dilations, 1) + three(geom.pads_begin, 0),
+                    dtype=np.int64)
+
+
+def _plane(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _tile(geom, itemsize):
+    """Columns per im2col tile: the scratch tile holds about TILE_BYTES."""
+    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    p = _plane(geom.col_spatial)
+    t = max(MIN_TILE, TILE_BYTES // max(1, k * itemsize))
+    if t >= p:
+        return p
+    ntiles = -(-p // t)
+    return -(-p // ntiles)   # even tiles
+
+
+def _schedule(work_items, nt):
+    """True: OpenMP over work items with single-threaded BLAS; False: items in turn, BLAS
+    threaded.  OpenMP over items wins as soon as every thread gets whole items to run."""
+    return nt > 1 and work_items >= nt
+
+
+class _Threads:
+    """Context manager: BLAS at one thread for OpenMP-parallel items, at nt otherwise."""
+
+    def __init__(self, parallel, nt):
+        self.n = 1 if parallel else nt
+
+    def __enter__(self):
+        self.old = _BLAS.use(self.n)
+
+    def __exit__(self, *exc):
+        _BLAS.restore(self.old)
+
+
+def _single_image_channel(geom):
+    return geom.img_channels == geom.group
+
+
+def _scratch(nt, size, dtype):
+    return np.empty((nt, max(1, size)), dtype=dtype)
+
+
+_NO_BIAS = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64): np.empty(0, np.float64)}
+
+
+# --------------------------------------------------------------------------- primitives
+def conv_forward(img, w, bias, geom):
+    """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
+    n = img.shape[0]
+    out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
+    if out.size == 0:
+        return out
+    nt = get_num_threads()
+    geo = geo_array(geom)
+    b = _NO_BIAS[img.dtype] if bias is None else bias
+    if _single_image_channel(geom):
+        scratch = _scratch(nt, _dw.padded_size(geo), img.dtype)
+        _dw.forward(img.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, scratch, nt)
+        return out
+    t = _tile(geom, img.itemsize)
+    items = n * geom.group * -(-_plane(geom.col_spatial) // t)
+    parallel = _schedule(items, nt)
+    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, img.dtype)
+    with _Threads(parallel, nt):
+        _conv.forward(img.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, t, scratch, parallel, nt)
+    return out
+
+
+def flipped_weight(w, geom):
+    """W (G*M, C, *k) as the weight of the stride-1 data-gradient convolution: (G*C, M, *k),
+    spatially flipped."""
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    k = tuple(geom.kernel)
+    wg = w.reshape((g, m, c) + k).swapaxes(1, 2)
+    wg = wg[(Ellipsis,) + (slice(None, None, -1),) * len(k)]
+    return np.ascontiguousarray(wg).reshape((g * c, m) + k)
+
+
+def conv_data_grad(cols, w, bias, geom):
+    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
+    n = cols.shape[0]
+    if all(s == 1 for s in geom.strides) and not _single_image_channel(geom):
+        return conv_forward(cols, flipped_weight(w, geom), bias, geom.transposed())
+    out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
+    if out.size == 0:
+        return out
+    nt = get_num_threads()
+    geo = geo_array(geom)
+    if _single_image_channel(geom):
+        scratch = _scratch(nt, _dw.padded_size(geo), cols.dtype)
+        _dw.backward_data(cols.reshape(-1), w.reshape(-1), out.reshape(-1), geo, n, scratch, nt)
+        if bias is not None:
+            out += bias.reshape((1, -1) + (1,) * geom.rank)
+        return out
+    t = _tile(geom, cols.itemsize)
+    parallel = _schedule(n * geom.group, nt)
+    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, cols.dtype)
+    b = _NO_BIAS[cols.dtype] if bias is None else bias
+    with _Threads(parallel, nt):
+        _conv.backward_data(cols.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, t, scratch,
+                            parallel, nt)
+    return out
+
+
+def conv_weight_grad(cols, img, w_shape, geom):
+    """dW (w_shape) = sum over the batch of cols . im2col(img)^T."""
+    n = img.shape[0]
+    dtype = img.dtype
+    nt = get_num_threads()
+    if n == 0 or cols.size == 0:
+        return np.zeros(w_shape, dtype=dtype)
+    geo = geo_array(geom)
+    dw = np.empty(w_shape, dtype=dtype)
+    if _single_image_channel(geom):
+        scratch = _scratch(nt, _dw.padded_size(geo), dtype)
+        acc = np.empty((nt, _plane(geom.kernel)), dtype=np.float64)
+        _dw.backward_weight(cols.reshape(-1), img.reshape(-1), dw.reshape(-1), geo, n, scratch, acc, nt)
+        return dw
+    t = _tile(geom, dtype.itemsize)
+    items = n * geom.group * -(-_plane(geom.col_spatial) // t)
+    parallel = _schedule(items, nt)
+    threads = nt if parallel else 1
+    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    scratch = _scratch(threads, 0 if geom.is_pointwise else k * t, dtype)
+    acc = np.zeros((threads, dw.size), dtype=dtype)
+    with _Threads(parallel, nt):
+        _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
+    if threads == 1:
+        return acc.reshape(w_shape)
+    _conv.sum_rows(acc, dw.reshape(-1), nt)
+    return dw
+
+
+def bias_grad(dy):
+    """dB[c] = sum of dy over the batch and spatial axes."""
+    out = np.empty(dy.shape[1], dtype=dy.dtype)
+    if dy.size == 0:
+        out[:] = 0
+        return out
+    _conv.channel_sums(dy.reshape(dy.shape[0], dy.shape[1], -1), out, get_num_threads())
+    return out
+
+
+# --------------------------------------------------------------------------- kernels
+def _who(ctx):
+    return f"{ctx.op_type} (node {ctx.node_name!r})" if ctx.node_name else ctx.op_type
+
+
+def conv_kernel(ctx):
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    return {"Y": conv_forward(x, w, b, geom)}
+
+
+def conv_transpose_kernel(ctx):
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    return {"Y": conv_data_grad(x, w, b, geom)}
+
+
+def conv_grad_kernel(ctx):
+    dy, x, w = ctx.inputs
+    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    out = {}
+    if ctx.wants("dX"):
+        out["dX"] = conv_data_grad(dy, w, None, geom)
+    if ctx.wants("dW"):
+        out["dW"] = conv_weight_grad(dy, x, w.shape, geom)
+    if ctx.wants("dB"):
+        out["dB"] = bias_grad(dy)
+    return out
+
+
+def conv_transpose_grad_kernel(ctx):
+    dy, x, w = ctx.inputs
+    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    out = {}
+    if ctx.wants("dX"):
+        out["dX"] = conv_forward(dy, w, None, geom)
+    if ctx.wants("dW"):
+        out["dW"] = conv_weight_grad(x, dy, w.shape, geom)
+    if ctx.wants("dB"):
+        out["dB"] = bias_grad(dy)
+    return out
+
+
+_FLOATS = (np.float32, np.float64)
+register_kernel("Conv", since=1, end=10, dtypes=_FLOATS)(conv_kernel)
+register_kernel("Conv", since=11, dtypes=_FLOATS)(conv_kernel)
+register_kernel("ConvTranspose", since=1, end=10, dtypes=_FLOATS)(conv_transpose_kernel)
+register_kernel("ConvTranspose", since=11, dtypes=_FLOATS)(conv_transpose_kernel)
+register_kernel("ConvGrad", domain=MS_DOMAIN, dtypes=_FLOATS)(conv_grad_kernel)
+register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, dtypes=_FLOATS)(conv_transpose_grad_kernel)
