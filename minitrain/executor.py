@@ -107,12 +107,11 @@ class Executor:
     def _bind(self, step, env):
         """Bind a step once per input dtypes and shapes (a new batch size re-validates)."""
         node = step.node
-        types = tuple(TensorType(np.dtype(env[n].dtype), tuple(env[n].shape)) if n else None
-                      for n in node.inputs)
-        key = (step.index, types)
+        signature = tuple((env[n].dtype, env[n].shape) if n else None for n in node.inputs)
+        key = (step.index, signature)
         bound = self._bound.get(key)
         if bound is None:
-            types = list(types)
+            types = [TensorType(np.dtype(s[0]), tuple(s[1])) if s else None for s in signature]
             while types and types[-1] is None:
                 types.pop()
             wanted = [step.schema_outputs[i] for i, out in enumerate(node.outputs) if out]
@@ -141,13 +140,14 @@ class Executor:
                 _bind_dims(value, array.shape, dims)
                 env[value.name] = self.provider.from_numpy(array)
         keep = set(fetch)
+        dims_key = tuple(sorted(dims.items()))
         for step in plan.steps:
             node = step.node
             bound = self._bind(step, env)
             inputs = [env[n] if n else None for n in node.inputs]
             while inputs and inputs[-1] is None and len(inputs) > len(bound.schema.inputs):
                 inputs.pop()
-            shapes = step.output_shapes(dims)
+            shapes = step.output_shapes(dims, dims_key)
             if self.profile_enabled:
                 start = time.perf_counter()
                 results = bound.run(self.provider, inputs, shapes)

@@ -24,15 +24,15 @@ class Step:
     frees: tuple = ()
     _shape_cache: dict = field(default_factory=dict, repr=False)
 
-    def output_shapes(self, dims):
+    def output_shapes(self, dims, key=None):
         """Shapes of this node's outputs that the graph knows, with symbolic dims bound by
-        `dims` (what the kernel would otherwise have to guess, e.g. a pooling gradient's dX)."""
-        key = tuple(sorted(dims.items()))
+        `dims` (what the kernel would otherwise have to guess, e.g. a pooling gradient's dX);
+        `key` is the hashable form of dims, when the caller has it."""
+        key = tuple(sorted(dims.items())) if key is None else key
         shapes = self._shape_cache.get(key)
         if shapes is None:
             shapes = {}
-            outputs = [o for o in self.node.outputs]
-            for i, (name, t) in enumerate(zip(outputs, self.out_types)):
+            for i, (name, t) in enumerate(zip(self.node.outputs, self.out_types)):
                 if name and t is not None and t.shape is not None:
                     concrete = tuple(dims.get(d, d) if isinstance(d, str) else d for d in t.shape)
                     if all(isinstance(d, int) for d in concrete):
