@@ -1,0 +1,76 @@
+"""Optimizer update ops (com.microsoft): multi-tensor SGD and Adam/AdamW.
+
+**These ops update their inputs in place**: the parameters and the optimizer state (momentum
+buffers, Adam moments) are overwritten, unlike every other op's inputs, which are read-only.
+Like ONNX Runtime's SGDOptimizerV2 and AdamWOptimizer they take all parameters of a model at
+once; the sequences are flattened into one variadic input `tensors`:
+
+    SGDOptimizer(learning_rate, params..., grads..., [momentum buffers...])
+    AdamOptimizer(learning_rate, step, params..., grads..., m..., v...)
+
+The update follows PyTorch's torch.optim (SGD, Adam, AdamW).  With max_norm > 0 the gradients
+are first scaled by min(1, max_norm / (global L2 norm + 1e-6)), as clip_grad_norm_ does.  The
+one output is that global norm (before clipping), so a training loop can log it.  `step` is
+the 1-based count of updates including this one (Adam's bias correction).
+"""
+import numpy as np
+
+from .schema import MS_DOMAIN, Attr, Input, schema
+
+_COMMON = {"weight_decay": Attr("float", 0.0), "max_norm": Attr("float", 0.0)}
+SGD_ATTRS = {"momentum": Attr("float", 0.0), "nesterov": Attr("int", 0), **_COMMON}
+ADAM_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999), "epsilon": Attr("float", 1e-8),
+              "decoupled_weight_decay": Attr("int", 0), **_COMMON}
+
+
+def tensor_groups(num_tensors, groups):
+    """How many parameters a variadic list of `num_tensors` holds, in `groups` equal parts;
+    None when it does not split evenly."""
+    if num_tensors == 0 or num_tensors % groups:
+        return None
+    return num_tensors // groups
+
+
+def _check_update(ctx, first_tensor, groups):
+    """Shared checks: scalar learning rate, tensors in equal groups of equal shapes."""
+    for name in ("weight_decay", "max_norm"):
+        if ctx.attrs[name] < 0:
+            ctx.attr_fail(name, "must be >= 0")
+    lr = ctx.shape(0)
+    if lr is not None and (len(lr) > 1 or (len(lr) == 1 and lr[0] != 1)):
+        ctx.fail(f"input 'learning_rate' must be a scalar, got shape {tuple(lr)}")
+    shapes = [t.shape if t is not None else None for t in ctx.input_types[first_tensor:]]
+    count = tensor_groups(len(shapes), groups)
+    if count is None:
+        ctx.fail(f"input 'tensors' holds {len(shapes)} tensors; expected {groups} groups of equal "
+                 f"length (params, grads{', state' * (groups - 2)})")
+    for k in range(count):
+        group = [shapes[k + j * count] for j in range(groups)]
+        known = [s for s in group if s is not None]
+        if any(tuple(s) != tuple(known[0]) for s in known):
+            ctx.fail(f"parameter #{k}: param, gradient and state shapes differ: {group}")
+    return [ctx.out(())]
+
+
+@schema("SGDOptimizer", domain=MS_DOMAIN, inputs=["learning_rate", Input("tensors", variadic=True)],
+        outputs=["grad_norm"], attrs=SGD_ATTRS)
+def infer_sgd(ctx):
+    """In place: params -= lr * update (see the module docstring); output: the gradient norm."""
+    if ctx.attrs["momentum"] < 0:
+        ctx.attr_fail("momentum", "must be >= 0")
+    if ctx.attrs["nesterov"] and ctx.attrs["momentum"] == 0:
+        ctx.attr_fail("nesterov", "needs a momentum > 0")
+    return _check_update(ctx, 1, 3 if ctx.attrs["momentum"] else 2)
+
+
+@schema("AdamOptimizer", domain=MS_DOMAIN,
+        inputs=["learning_rate", Input("step", types=(np.int64,)), Input("tensors", variadic=True)],
+        outputs=["grad_norm"], attrs=ADAM_ATTRS)
+def infer_adam(ctx):
+    """In place: Adam/AdamW update of params and moments; output: the gradient norm."""
+    for name in ("beta1", "beta2"):
+        if not 0 <= ctx.attrs[name] < 1:
+            ctx.attr_fail(name, "must be in [0, 1)")
+    if ctx.attrs["epsilon"] <= 0:
+        ctx.attr_fail("epsilon", "must be > 0")
+    return _check_update(ctx, 2, 4)

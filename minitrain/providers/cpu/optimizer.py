@@ -1,0 +1,60 @@
+"""CPU kernels of SGDOptimizer and AdamOptimizer: in-place multi-tensor updates (Cython)."""
+import math
+
+import numpy as np
+
+from ..._ext import optimizer as _opt
+from ...ops.optimizer import tensor_groups
+from ...ops.schema import MS_DOMAIN
+from ...registry import register_kernel
+from ...threads import get_num_threads
+
+
+def global_norm(grads, threads):
+    """L2 norm of all gradients together, accumulated in double in a fixed order."""
+    return math.sqrt(sum(_opt.squared_norm(g.reshape(-1), threads) for g in grads))
+
+
+def clip_scale(norm, max_norm):
+    """The factor clip_grad_norm_ applies: min(1, max_norm / (norm + 1e-6)); 1 when off."""
+    return min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
+
+
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN)
+def sgd(ctx):
+    a = ctx.attrs
+    tensors = ctx.inputs[1:]
+    momentum = a["momentum"]
+    count = tensor_groups(len(tensors), 3 if momentum else 2)
+    params, grads = tensors[:count], tensors[count:2 * count]
+    buffers = tensors[2 * count:] if momentum else [np.empty(0, ctx.dtype)] * count
+    threads = get_num_threads()
+    norm = global_norm(grads, threads)
+    scale = clip_scale(norm, a["max_norm"])
+    lr = float(ctx.inputs[0].reshape(-1)[0])
+    for k, (w, g, buf) in enumerate(zip(params, grads, buffers)):
+        _opt.sgd_update(w.reshape(-1), g.reshape(-1), buf.reshape(-1),
+                        lr, momentum, a["weight_decay"], scale, bool(a["nesterov"]), threads)
+    return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
+
+
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN)
+def adam(ctx):
+    a = ctx.attrs
+    tensors = ctx.inputs[2:]
+    count = tensor_groups(len(tensors), 4)
+    params, grads = tensors[:count], tensors[count:2 * count]
+    m, v = tensors[2 * count:3 * count], tensors[3 * count:]
+    step = int(ctx.inputs[1].reshape(-1)[0])
+    if step < 1:
+        ctx.fail(f"input 'step' is {step}; it counts updates from 1")
+    threads = get_num_threads()
+    norm = global_norm(grads, threads)
+    scale = clip_scale(norm, a["max_norm"])
+    lr = float(ctx.inputs[0].reshape(-1)[0])
+    bias1, bias2 = 1 - a["beta1"] ** step, 1 - a["beta2"] ** step
+    for k in range(count):
+        _opt.adam_update(params[k].reshape(-1), grads[k].reshape(-1), m[k].reshape(-1), v[k].reshape(-1),
+                         lr, a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"],
+                         bool(a["decoupled_weight_decay"]), scale, bias1, bias2, threads)
+    return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
