@@ -1,0 +1,75 @@
+"""BatchNormalization (ONNX 14/15) and its gradient, BatchNormalizationGrad (com.microsoft).
+
+X is (N, C, D1, ..., Dk) with k = 0..3; scale, B, input_mean and input_var are (C,).
+Statistics are taken per channel over N and the spatial dims.
+
+- training_mode=1: Y normalises with the batch mean and (biased) variance; running_mean and
+  running_var are `momentum * input + (1 - momentum) * batch` (ONNX's convention: PyTorch's
+  momentum 0.1 is ONNX's 0.9; the variance is the biased one, as in ONNX's reference).
+- training_mode=0: Y normalises with input_mean and input_var; running_mean/running_var are
+  not produced (asking for them is an error), as ONNX specifies.
+
+Like ONNX Runtime's training BatchNormalization, the op also yields saved_mean and
+saved_inv_std (the mean and 1/sqrt(var + epsilon) Y was normalised with), which is what the
+gradient reads instead of recomputing them.
+"""
+from .gradients import gradient
+from .schema import MS_DOMAIN, Attr, schema
+
+BN_ATTRS = {"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9), "training_mode": Attr("int", 0)}
+
+
+def _check_channels(ctx, x, channel_inputs):
+    """X is (N, C, spatial...) with at most 3 spatial dims; each channel input is (C,)."""
+    ctx.require_rank(0, (2, 3, 4, 5))
+    if ctx.attrs["epsilon"] <= 0:
+        ctx.attr_fail("epsilon", "must be > 0")
+    channels = x[1] if x is not None else None
+    for i in channel_inputs:
+        s = ctx.shape(i)
+        if s is None:
+            continue
+        name = ctx.schema.inputs[i].name
+        if len(s) != 1:
+            ctx.fail(f"input {name!r} must be 1-D (C,), got shape {tuple(s)}")
+        if isinstance(channels, int) and isinstance(s[0], int) and s[0] != channels:
+            ctx.fail(f"input {name!r} has {s[0]} entries; X {tuple(x)} has {channels} channels")
+    return channels
+
+
+def infer_batchnorm(ctx):
+    """Y like X; running stats and saved statistics of shape (C,)."""
+    x = ctx.shape(0)
+    channels = _check_channels(ctx, x, (1, 2, 3, 4))
+    if not 0 <= ctx.attrs["momentum"] <= 1:
+        ctx.attr_fail("momentum", "must be in [0, 1]")
+    if not ctx.attrs["training_mode"] and (ctx.wants("running_mean") or ctx.wants("running_var")):
+        ctx.fail("running_mean/running_var are only produced in training mode (training_mode=1)")
+    c = None if x is None else (channels,)
+    return [ctx.out(x), ctx.out(c), ctx.out(c), ctx.out(c), ctx.out(c)]
+
+
+for _v in (14, 15):
+    schema("BatchNormalization", since=_v, inputs=["X", "scale", "B", "input_mean", "input_var"],
+           outputs=["Y", "running_mean", "running_var", "saved_mean", "saved_inv_std"], attrs=BN_ATTRS,
+           optional_outputs=("running_mean", "running_var", "saved_mean", "saved_inv_std"))(infer_batchnorm)
+
+
+@schema("BatchNormalizationGrad", domain=MS_DOMAIN, inputs=["dY", "X", "scale", "mean", "inv_std"],
+        outputs=["dX", "dscale", "dbias"], attrs=BN_ATTRS)
+def infer_batchnorm_grad(ctx):
+    """dX like X; dscale and dbias (C,).  With training_mode=1, mean and inv_std are the batch
+    statistics and dX includes the paths through them; with 0 they are constants."""
+    x = ctx.shape(1)
+    channels = _check_channels(ctx, x, (2, 3, 4))
+    dy = ctx.shape(0)
+    if dy is not None and x is not None and len(dy) != len(x):
+        ctx.fail(f"input 'dY' {tuple(dy)} and 'X' {tuple(x)} must have the same shape")
+    c = None if x is None else (channels,)
+    return [ctx.out(x), ctx.out(c), ctx.out(c)]
+
+
+@gradient("BatchNormalization", since=14, differentiable=(0, 1, 2), emits=("BatchNormalizationGrad",))
+def batchnorm_gradient(g):
+    g.node("BatchNormalizationGrad", [g.GO(0), g.I(0), g.I(1), g.O(3), g.O(4)], [g.GI(0), g.GI(1), g.GI(2)],
+           g.attrs, domain=MS_DOMAIN)

@@ -1,0 +1,103 @@
+"""BatchNormalization and BatchNormalizationGrad: 1D/2D/3D, float32/float64, training and
+inference mode, against NumPy, finite differences and PyTorch."""
+import numpy as np
+import pytest
+
+from minitrain import run_node
+from minitrain.errors import DTypeError, OpAttributeError, ShapeError
+from minitrain.gradcheck import gradcheck
+
+SHAPES = [(5, 3), (3, 2, 7), (2, 3, 4, 5), (2, 2, 3, 2, 3)]
+
+
+def _inputs(shape, dtype, rng):
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 2 + 0.5).astype(dtype)
+    scale, bias = rng.standard_normal(c).astype(dtype), rng.standard_normal(c).astype(dtype)
+    mean, var = rng.standard_normal(c).astype(dtype), (rng.random(c) + 0.5).astype(dtype)
+    return x, scale, bias, mean, var
+
+
+def _reference(x, scale, bias, mean, var, eps, momentum, training):
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (1, -1) + (1,) * (x.ndim - 2)
+    x64 = x.astype(np.float64)
+    if training:
+        m, v = x64.mean(axes), x64.var(axes)
+    else:
+        m, v = mean.astype(np.float64), var.astype(np.float64)
+    y = (x64 - m.reshape(bshape)) / np.sqrt(v.reshape(bshape) + eps) * scale.reshape(bshape) + bias.reshape(bshape)
+    return y, momentum * mean + (1 - momentum) * m, momentum * var + (1 - momentum) * v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{len(s) - 2}d")
+def test_forward_matches_numpy(shape, dtype, rng):
+    args = _inputs(shape, dtype, rng)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    y, rm, rv, sm, sis = run_node("BatchNormalization", list(args),
+                                  attrs={"training_mode": 1, "momentum": 0.8, "epsilon": 1e-3})
+    ey, erm, erv = _reference(*args, 1e-3, 0.8, True)
+    assert y.dtype == rm.dtype == sm.dtype == dtype
+    np.testing.assert_allclose(y, ey, rtol=tol, atol=tol)
+    np.testing.assert_allclose(rm, erm, rtol=tol, atol=tol)
+    np.testing.assert_allclose(rv, erv, rtol=tol, atol=tol)
+    np.testing.assert_allclose(1 / sis ** 2 - 1e-3, args[0].astype(np.float64).var((0,) + tuple(range(2, len(shape)))),
+                               rtol=1e-4 if dtype == np.float32 else 1e-10)
+    (y_inf,) = run_node("BatchNormalization", list(args), attrs={"epsilon": 1e-3}, outputs=["Y"])
+    np.testing.assert_allclose(y_inf, _reference(*args, 1e-3, 0.8, False)[0], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("training", [1, 0])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{len(s) - 2}d")
+def test_gradcheck(shape, training, rng):
+    args = _inputs(shape, np.float64, rng)
+    gradcheck("BatchNormalization", list(args), {"training_mode": training, "epsilon": 1e-3},
+              outputs=["Y"], wrt=[0, 1, 2])
+
+
+def test_grad_kernel_computes_only_what_is_asked(rng):
+    x, scale, bias, mean, var = _inputs((4, 3, 5), np.float64, rng)
+    _, _, _, sm, sis = run_node("BatchNormalization", [x, scale, bias, mean, var], attrs={"training_mode": 1})
+    dy = rng.standard_normal(x.shape)
+    full = run_node("BatchNormalizationGrad", [dy, x, scale, sm, sis], attrs={"training_mode": 1},
+                    domain="com.microsoft")
+    (dscale,) = run_node("BatchNormalizationGrad", [dy, x, scale, sm, sis], attrs={"training_mode": 1},
+                         domain="com.microsoft", outputs=["dscale"])
+    np.testing.assert_array_equal(dscale, full[1])
+    (dx,) = run_node("BatchNormalizationGrad", [dy, x, scale, sm, sis], attrs={"training_mode": 1},
+                     domain="com.microsoft", outputs=["dX"])
+    np.testing.assert_array_equal(dx, full[0])
+
+
+@pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: f"{len(s) - 2}d")
+def test_against_torch(shape, rng):
+    torch = pytest.importorskip("torch")
+    x, scale, bias, mean, var = _inputs(shape, np.float64, rng)
+    dy = rng.standard_normal(shape)
+    y, rm, _, sm, sis = run_node("BatchNormalization", [x, scale, bias, mean, var],
+                                 attrs={"training_mode": 1, "momentum": 0.9})
+    dx, dscale, dbias = run_node("BatchNormalizationGrad", [dy, x, scale, sm, sis],
+                                 attrs={"training_mode": 1}, domain="com.microsoft")
+    tx, ts, tb = (torch.tensor(a, requires_grad=True) for a in (x, scale, bias))
+    trm = torch.tensor(mean.copy())
+    ty = torch.nn.functional.batch_norm(tx, trm, torch.tensor(var.copy()), ts, tb, training=True, momentum=0.1)
+    ty.backward(torch.tensor(dy))
+    for ours, theirs in ((y, ty), (rm, trm), (dx, tx.grad), (dscale, ts.grad), (dbias, tb.grad)):
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_bad_input_names_the_problem(rng):
+    x, scale, bias, mean, var = _inputs((2, 3, 4), np.float32, rng)
+    with pytest.raises(ShapeError, match="'scale'.*4 entries|'scale' has 4"):
+        run_node("BatchNormalization", [x, np.ones(4, np.float32), bias, mean, var])
+    with pytest.raises(ShapeError, match="rank"):
+        run_node("BatchNormalization", [x.reshape(-1), scale, bias, mean, var])
+    with pytest.raises(OpAttributeError, match="momentum"):
+        run_node("BatchNormalization", [x, scale, bias, mean, var], attrs={"momentum": 2.0})
+    with pytest.raises(OpAttributeError, match="epsilon"):
+        run_node("BatchNormalization", [x, scale, bias, mean, var], attrs={"epsilon": 0.0})
+    with pytest.raises(ShapeError, match="training mode"):
+        run_node("BatchNormalization", [x, scale, bias, mean, var], outputs=["Y", "running_mean"])
+    with pytest.raises(DTypeError):
+        run_node("BatchNormalization", [x, scale.astype(np.float64), bias, mean, var])
