@@ -1,82 +1,229 @@
 # cython: language_level=3
 """Softmax / LogSoftmax and their gradients along one axis of a contiguous tensor viewed as
 (outer, n, inner): element (o, j, i) sits at (o * n + j) * inner + i.  The coerced-to-2-D ONNX
-form is the case inner == 1.  Rows are independent and processed in parallel."""
+form (opsets 1-12) is the case inner == 1.
+
+inner == 1: each row is contiguous; rows go to the threads and every pass over a row is a
+vectorisable loop (the row stays in L1/L2 between passes).
+inner > 1: a task is one `o` and a block of up to BLOCK consecutive `i`; the per-lane running
+max and sums live in small stack arrays, and every loop runs over the contiguous `i` lanes.
+Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
+vectorisable exp, float64 uses libm."""
 from cython.parallel cimport prange
-from libc.math cimport exp, expf, log, logf
+from libc.math cimport exp, log, logf
+
+cdef extern from *:
+    """
+    #include <string.h>
+    #include <stdint.h>
+    /* exp(x) for float, about 1 ulp on [-87.3, 88.3], x clamped to that range (exp(-100) gives
+       1e-38, not 0); Cephes' polynomial, branch-free so loops over it vectorise. */
+    static inline float mt_sm_expf(float x) {
+        x = x < -87.3f ? -87.3f : x;
+        x = x > 88.3f ? 88.3f : x;
+        float n = __builtin_rintf(x * 1.44269504088896341f);
+        float r = x - n * 0.693359375f;
+        r = r + n * 2.12194440e-4f;
+        float p = 1.9875691500E-4f;
+        p = p * r + 1.3981999507E-3f;
+        p = p * r + 8.3334519073E-3f;
+        p = p * r + 4.1665795894E-2f;
+        p = p * r + 1.6666665459E-1f;
+        p = p * r + 5.0000001201E-1f;
+        p = p * r * r + r + 1.0f;
+        int32_t bits = ((int32_t)n + 127) << 23;
+        float scale;
+        memcpy(&scale, &bits, sizeof scale);
+        return p * scale;
+    }
+    """
+    float mt_sm_expf(float x) noexcept nogil
 
 ctypedef fused real:
     float
     double
 
+cdef enum:
+    BLOCK = 64          # lanes of `inner` per task when inner > 1
+    MIN_PARALLEL = 32768
+
 
 cdef inline real _exp(real v) noexcept nogil:
     if real is float:
-        return expf(v)
-    return exp(v)
+        return mt_sm_expf(v)
+    else:
+        return exp(v)
 
 
 cdef inline real _log(real v) noexcept nogil:
     if real is float:
         return logf(v)
-    return log(v)
+    else:
+        return log(v)
 
 
 cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
-    return num_threads if work >= 32768 else 1
+    return num_threads if work >= MIN_PARALLEL else 1
+
+
+# --------------------------------------------------------------------------- contiguous rows
+cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef real m = x[0], s = 0, v
+    for j in range(1, n):
+        m = x[j] if x[j] > m else m
+    if log_softmax:
+        for j in range(n):
+            s = s + _exp(x[j] - m)
+        v = m + _log(s)
+        for j in range(n):
+            y[j] = x[j] - v
+    else:
+        for j in range(n):
+            v = _exp(x[j] - m)
+            y[j] = v
+            s = s + v
+        v = 1 / s
+        for j in range(n):
+            y[j] = y[j] * v
+
+
+cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
+                            bint log_softmax) noexcept nogil:
+    cdef Py_ssize_t j
+    cdef real s = 0
+    if log_softmax:
+        for j in range(n):
+            s = s + dy[j]
+        for j in range(n):
+            dx[j] = dy[j] - _exp(y[j]) * s
+    else:
+        for j in range(n):
+            s = s + y[j] * dy[j]
+        for j in range(n):
+            dx[j] = y[j] * (dy[j] - s)
+
+
+# --------------------------------------------------------------------------- strided axis
+cdef void _softmax_block(const real* x, real* y, Py_ssize_t n, Py_ssize_t inner, Py_ssize_t w,
+                         bint log_softmax) noexcept nogil:
+    """Lanes x[j * inner + l] for j < n, l < w (w <= BLOCK)."""
+    cdef real m[BLOCK]
+    cdef real s[BLOCK]
+    cdef Py_ssize_t j, l
+    cdef const real* xr
+    cdef real* yr
+    for l in range(w):
+        m[l] = x[l]
+        s[l] = 0
+    for j in range(1, n):
+        xr = x + j * inner
+        for l in range(w):
+            m[l] = xr[l] if xr[l] > m[l] else m[l]
+    for j in range(n):
+        xr = x + j * inner
+        yr = y + j * inner
+        if log_softmax:
+            for l in range(w):
+                s[l] = s[l] + _exp(xr[l] - m[l])
+        else:
+            for l in range(w):
+                yr[l] = _exp(xr[l] - m[l])
+                s[l] = s[l] + yr[l]
+    for l in range(w):
+        s[l] = m[l] + _log(s[l]) if log_softmax else 1 / s[l]
+    for j in range(n):
+        xr = x + j * inner
+        yr = y + j * inner
+        if log_softmax:
+            for l in range(w):
+                yr[l] = xr[l] - s[l]
+        else:
+            for l in range(w):
+                yr[l] = yr[l] * s[l]
+
+
+cdef void _softmax_grad_block(const real* dy, const real* y, real* dx, Py_ssize_t n,
+                              Py_ssize_t inner, Py_ssize_t w, bint log_softmax) noexcept nogil:
+    cdef real s[BLOCK]
+    cdef Py_ssize_t j, l, k
+    for l in range(w):
+        s[l] = 0
+    for j in range(n):
+        k = j * inner
+        if log_softmax:
+            for l in range(w):
+                s[l] = s[l] + dy[k + l]
+        else:
+            for l in range(w):
+                s[l] = s[l] + y[k + l] * dy[k + l]
+    for j in range(n):
+        k = j * inner
+        if log_softmax:
+            for l in range(w):
+                dx[k + l] = dy[k + l] - _exp(y[k + l]) * s[l]
+        else:
+            for l in range(w):
+                dx[k + l] = y[k + l] * (dy[k + l] - s[l])
+
+
+# --------------------------------------------------------------------------- drivers
+cdef void _softmax(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
+                   bint log_softmax, int nt) noexcept nogil:
+    cdef Py_ssize_t row, task, o, b, nb, base
+    if inner == 1:
+        for row in prange(outer, schedule="static", num_threads=nt):
+            _softmax_row(x + row * n, y + row * n, n, log_softmax)
+    else:
+        nb = (inner + BLOCK - 1) // BLOCK
+        for task in prange(outer * nb, schedule="static", num_threads=nt):
+            o = task // nb
+            b = (task - o * nb) * BLOCK
+            base = o * n * inner + b
+            _softmax_block(x + base, y + base, n, inner, min(<Py_ssize_t>BLOCK, inner - b), log_softmax)
+
+
+cdef void _softmax_grad(const real* dy, const real* y, real* dx, Py_ssize_t outer, Py_ssize_t n,
+                        Py_ssize_t inner, bint log_softmax, int nt) noexcept nogil:
+    cdef Py_ssize_t row, task, o, b, nb, base
+    if inner == 1:
+        for row in prange(outer, schedule="static", num_threads=nt):
+            _softmax_grad_row(dy + row * n, y + row * n, dx + row * n, n, log_softmax)
+    else:
+        nb = (inner + BLOCK - 1) // BLOCK
+        for task in prange(outer * nb, schedule="static", num_threads=nt):
+            o = task // nb
+            b = (task - o * nb) * BLOCK
+            base = o * n * inner + b
+            _softmax_grad_block(dy + base, y + base, dx + base, n, inner,
+                                min(<Py_ssize_t>BLOCK, inner - b), log_softmax)
+
+
+def _check(str what, Py_ssize_t size, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner, buffers):
+    for b in buffers:
+        if b != size:
+            raise ValueError(f"{what}: buffers of {size} and {b} elements")
+    if outer < 0 or n < 0 or inner < 0 or outer * n * inner != size or (size and (n < 1 or inner < 1)):
+        raise ValueError(f"{what}: layout ({outer}, {n}, {inner}) does not cover {size} elements")
 
 
 def softmax(const real[::1] x, real[::1] out, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
             bint log_softmax, int num_threads):
-    """out = softmax(x) (or log_softmax) along the middle axis; subtracts the max for stability."""
-    cdef Py_ssize_t row, o, i, j, base
-    cdef real m, s, v
-    for row in prange(outer * inner, nogil=True, schedule="static",
-                      num_threads=_threads(outer * n * inner, num_threads)):
-        o = row // inner
-        i = row - o * inner
-        base = o * n * inner + i
-        m = x[base]
-        for j in range(1, n):
-            if x[base + j * inner] > m:
-                m = x[base + j * inner]
-        s = 0
-        for j in range(n):
-            v = _exp(x[base + j * inner] - m)
-            s = s + v
-            if not log_softmax:
-                out[base + j * inner] = v
-        if log_softmax:
-            s = m + _log(s)
-            for j in range(n):
-                out[base + j * inner] = x[base + j * inner] - s
-        else:
-            s = 1 / s
-            for j in range(n):
-                out[base + j * inner] = out[base + j * inner] * s
+    """out = softmax(x) (or log_softmax) along the middle axis of (outer, n, inner)."""
+    _check("softmax", x.shape[0], outer, n, inner, (out.shape[0],))
+    if x.shape[0] == 0:
+        return
+    cdef int nt = _threads(x.shape[0], num_threads)
+    with nogil:
+        _softmax(&x[0], &out[0], outer, n, inner, log_softmax, nt)
 
 
 def softmax_grad(const real[::1] dy, const real[::1] y, real[::1] out, Py_ssize_t outer,
                  Py_ssize_t n, Py_ssize_t inner, bint log_softmax, int num_threads):
     """Softmax: dX = Y * (dY - sum(Y * dY)); LogSoftmax: dX = dY - exp(Y) * sum(dY)."""
-    cdef Py_ssize_t row, o, i, j, base, k
-    cdef real s
-    for row in prange(outer * inner, nogil=True, schedule="static",
-                      num_threads=_threads(outer * n * inner, num_threads)):
-        o = row // inner
-        i = row - o * inner
-        base = o * n * inner + i
-        s = 0
-        if log_softmax:
-            for j in range(n):
-                s = s + dy[base + j * inner]
-            for j in range(n):
-                k = base + j * inner
-                out[k] = dy[k] - _exp(y[k]) * s
-        else:
-            for j in range(n):
-                k = base + j * inner
-                s = s + y[k] * dy[k]
-            for j in range(n):
-                k = base + j * inner
-                out[k] = y[k] * (dy[k] - s)
+    _check("softmax gradient", dy.shape[0], outer, n, inner, (y.shape[0], out.shape[0]))
+    if dy.shape[0] == 0:
+        return
+    cdef int nt = _threads(dy.shape[0], num_threads)
+    with nogil:
+        _softmax_grad(&dy[0], &y[0], &out[0], outer, n, inner, log_softmax, nt)

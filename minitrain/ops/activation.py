@@ -1,6 +1,18 @@
-"""Elementwise activations (Relu, ...) and their gradient ops in com.microsoft."""
+"""Elementwise activations and their gradient ops (com.microsoft, version 1), ONNX Runtime's:
+
+    Relu       -> ReluGrad(dY, X)          dX = dY where X > 0 else 0
+    Sigmoid    -> SigmoidGrad(dY, Y)       dX = dY * Y * (1 - Y)
+    Tanh       -> TanhGrad(dY, Y)          dX = dY * (1 - Y^2)
+    LeakyRelu  -> LeakyReluGrad(dY, Y)     dX = dY where Y > 0 else alpha * dY
+    QuickGelu  -> QuickGeluGrad(dY, X)     dX = dY * s * (1 + alpha X (1 - s)),  s = sigmoid(alpha X)
+
+QuickGelu (com.microsoft, alpha 1.702) is x * sigmoid(alpha x).  LeakyRelu's gradient reads Y
+as ONNX Runtime's does, which is only right for alpha > 0 (then Y > 0 exactly where X > 0); for
+alpha <= 0 the builder hands LeakyReluGrad the input X instead, which the same kernel
+differentiates correctly for any alpha.
+"""
 from .gradients import gradient
-from .schema import MS_DOMAIN, schema
+from .schema import MS_DOMAIN, Attr, schema
 
 
 def same_as_first_input(ctx):
@@ -22,11 +34,53 @@ def same_as_inputs(ctx):
     return [ctx.out(a if a is not None else b)]
 
 
-schema("Relu", since=6, inputs=["X"])(same_as_first_input)
-schema("Relu", since=14, inputs=["X"])(same_as_first_input)
+LEAKY_ALPHA = {"alpha": Attr("float", 0.01)}
+QUICKGELU_ALPHA = {"alpha": Attr("float", 1.702)}
+
+# Forward ops; the versions listed are those where ONNX changed the schema (types only here).
+for _v in (6, 14):
+    schema("Relu", since=_v, inputs=["X"])(same_as_first_input)
+for _v in (6, 13):
+    schema("Sigmoid", since=_v, inputs=["X"])(same_as_first_input)
+    schema("Tanh", since=_v, inputs=["input"], outputs=["output"])(same_as_first_input)
+for _v in (6, 16):
+    schema("LeakyRelu", since=_v, inputs=["X"], attrs=LEAKY_ALPHA)(same_as_first_input)
+schema("QuickGelu", domain=MS_DOMAIN, inputs=["X"], attrs=QUICKGELU_ALPHA)(same_as_first_input)
+
+# Gradient ops (com.microsoft, version 1).
 schema("ReluGrad", domain=MS_DOMAIN, inputs=["dY", "X"], outputs=["dX"])(same_as_inputs)
+schema("SigmoidGrad", domain=MS_DOMAIN, inputs=["dY", "Y"], outputs=["dX"])(same_as_inputs)
+schema("TanhGrad", domain=MS_DOMAIN, inputs=["dY", "Y"], outputs=["dX"])(same_as_inputs)
+schema("LeakyReluGrad", domain=MS_DOMAIN, inputs=["dY", "Y"], outputs=["dX"],
+       attrs=LEAKY_ALPHA)(same_as_inputs)
+schema("QuickGeluGrad", domain=MS_DOMAIN, inputs=["dY", "X"], outputs=["dX"],
+       attrs=QUICKGELU_ALPHA)(same_as_inputs)
 
 
 @gradient("Relu", since=6, emits=("ReluGrad",))
 def relu_gradient(g):
     g.node("ReluGrad", [g.GO(0), g.I(0)], [g.GI(0)], domain=MS_DOMAIN)
+
+
+@gradient("Sigmoid", since=6, emits=("SigmoidGrad",))
+def sigmoid_gradient(g):
+    g.node("SigmoidGrad", [g.GO(0), g.O(0)], [g.GI(0)], domain=MS_DOMAIN)
+
+
+@gradient("Tanh", since=6, emits=("TanhGrad",))
+def tanh_gradient(g):
+    g.node("TanhGrad", [g.GO(0), g.O(0)], [g.GI(0)], domain=MS_DOMAIN)
+
+
+@gradient("LeakyRelu", since=6, emits=("LeakyReluGrad",))
+def leaky_relu_gradient(g):
+    alpha = float(g.attrs.get("alpha", 0.01))
+    # Y > 0 marks X > 0 only when alpha > 0; otherwise test the input itself.
+    marker = g.O(0) if alpha > 0 else g.I(0)
+    g.node("LeakyReluGrad", [g.GO(0), marker], [g.GI(0)], {"alpha": alpha}, domain=MS_DOMAIN)
+
+
+@gradient("QuickGelu", domain=MS_DOMAIN, since=1, emits=("QuickGeluGrad",))
+def quick_gelu_gradient(g):
+    g.node("QuickGeluGrad", [g.GO(0), g.I(0)], [g.GI(0)],
+           {"alpha": float(g.attrs.get("alpha", 1.702))}, domain=MS_DOMAIN)

@@ -1,4 +1,4 @@
-"""CPU kernels of the elementwise activations and their gradients."""
+"""CPU kernels of the elementwise activations and their gradients (minitrain._ext.activation)."""
 import numpy as np
 
 from ..._ext import activation as _act
@@ -7,25 +7,35 @@ from ...registry import register_kernel
 from ...threads import get_num_threads
 
 
-def unary_kernel(fn):
-    """A kernel computing Y = fn(X) elementwise with a Cython loop."""
+def unary_kernel(name, output="Y"):
+    """A kernel computing output = f(X) elementwise; f takes the op's `alpha` when it has one."""
     def kernel(ctx):
         x = ctx.inputs[0]
         y = np.empty_like(x)
-        fn(x.reshape(-1), y.reshape(-1), get_num_threads())
-        return {"Y": y}
+        _act.forward(name, x.reshape(-1), y.reshape(-1), ctx.attrs.get("alpha", 0.0), get_num_threads())
+        return {output: y}
     return kernel
 
 
-def binary_grad_kernel(fn):
-    """A kernel computing dX = fn(dY, X_or_Y) elementwise with a Cython loop."""
+def binary_grad_kernel(name):
+    """A kernel computing dX = f'(dY, X_or_Y) elementwise."""
     def kernel(ctx):
         dy, xy = ctx.inputs[0], ctx.inputs[1]
         dx = np.empty_like(dy)
-        fn(dy.reshape(-1), xy.reshape(-1), dx.reshape(-1), get_num_threads())
+        _act.backward(name, dy.reshape(-1), xy.reshape(-1), dx.reshape(-1), ctx.attrs.get("alpha", 0.0),
+                      get_num_threads())
         return {"dX": dx}
     return kernel
 
 
-register_kernel("Relu", since=6)(unary_kernel(_act.relu))
-register_kernel("ReluGrad", domain=MS_DOMAIN)(binary_grad_kernel(_act.relu_grad))
+register_kernel("Relu", since=6)(unary_kernel("relu"))
+register_kernel("Sigmoid", since=6)(unary_kernel("sigmoid"))
+register_kernel("Tanh", since=6)(unary_kernel("tanh", "output"))
+register_kernel("LeakyRelu", since=6)(unary_kernel("leaky_relu"))
+register_kernel("QuickGelu", domain=MS_DOMAIN)(unary_kernel("quick_gelu"))
+
+register_kernel("ReluGrad", domain=MS_DOMAIN)(binary_grad_kernel("relu"))
+register_kernel("SigmoidGrad", domain=MS_DOMAIN)(binary_grad_kernel("sigmoid"))
+register_kernel("TanhGrad", domain=MS_DOMAIN)(binary_grad_kernel("tanh"))
+register_kernel("LeakyReluGrad", domain=MS_DOMAIN)(binary_grad_kernel("leaky_relu"))
+register_kernel("QuickGeluGrad", domain=MS_DOMAIN)(binary_grad_kernel("quick_gelu"))
