@@ -7,16 +7,17 @@ runs a plain pointer loop that the C compiler vectorises.  float32 uses the bran
 vectorisable exp/tanh below (clamped, so large |x| never overflows); float64 uses libm.
 """
 from cython.parallel cimport prange
-from libc.math cimport exp, tanh
+from libc.math cimport exp, fabsf, tanh
 
 cdef extern from *:
     """
     #include <string.h>
     #include <stdint.h>
     /* exp(x) for float, about 1 ulp on [-87.3, 88.3]; x is clamped to that range first so
-       2^n stays a normal float (exp(-100) gives 1e-38, not 0; exp(100) gives 2e38, not inf).
+       2^n stays a normal float: below it the result is 0, above it 2e38 (never inf).
        Cephes' polynomial on [-ln2/2, ln2/2]; branch-free so loops over it vectorise. */
     static inline float mt_expf(float x) {
+        const float xin = x;
         x = x < -87.3f ? -87.3f : x;
         x = x > 88.3f ? 88.3f : x;
         float n = __builtin_rintf(x * 1.44269504088896341f);
@@ -32,7 +33,7 @@ cdef extern from *:
         int32_t bits = ((int32_t)n + 127) << 23;
         float scale;
         memcpy(&scale, &bits, sizeof scale);
-        return p * scale;
+        return xin < -87.3f ? 0.0f : p * scale;
     }
     /* tanh(x) for float: Eigen's rational approximation on [-7.9, 7.9] (a few ulp), which
        is exact to float precision outside that range once clamped; tiny |x| returns x. */
@@ -68,10 +69,12 @@ cdef enum:
 
 
 cdef inline real _sigmoid(real v) noexcept nogil:
-    """1 / (1 + exp(-v)), never overflowing: float clamps inside mt_expf, double splits on sign."""
+    """1 / (1 + exp(-v)) from e = exp(-|v|) <= 1, so nothing overflows and very negative v
+    gives exactly 0 (float: a select, so the loop still vectorises)."""
     cdef real e
     if real is float:
-        return (<real>1) / ((<real>1) + mt_expf(-v))
+        e = mt_expf(-fabsf(v))
+        return (<real>1 if v >= 0 else e) / (1 + e)
     elif v >= 0:
         return 1 / (1 + exp(-v))
     else:

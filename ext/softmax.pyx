@@ -16,9 +16,9 @@ cdef extern from *:
     """
     #include <string.h>
     #include <stdint.h>
-    /* exp(x) for float, about 1 ulp on [-87.3, 88.3], x clamped to that range (exp(-100) gives
-       1e-38, not 0); Cephes' polynomial, branch-free so loops over it vectorise. */
+    /* exp(x) for float, about 1 ulp on [-87.3, 88.3], 0 below that range, 2e38 above it; Cephes' polynomial, branch-free so loops over it vectorise. */
     static inline float mt_sm_expf(float x) {
+        const float xin = x;
         x = x < -87.3f ? -87.3f : x;
         x = x > 88.3f ? 88.3f : x;
         float n = __builtin_rintf(x * 1.44269504088896341f);
@@ -34,7 +34,7 @@ cdef extern from *:
         int32_t bits = ((int32_t)n + 127) << 23;
         float scale;
         memcpy(&scale, &bits, sizeof scale);
-        return p * scale;
+        return xin < -87.3f ? 0.0f : p * scale;
     }
     """
     float mt_sm_expf(float x) noexcept nogil

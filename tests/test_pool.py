@@ -1,0 +1,394 @@
+"""Pooling: MaxPool (with ONNX Indices), AveragePool, global pooling and their gradients.
+
+Checked against PyTorch (values, indices after converting its per-plane indices, autograd),
+against finite differences in float64 (max pooling on tie-free inputs), across ONNX versions,
+and on bad input."""
+import re
+
+import numpy as np
+import pytest
+
+from minitrain import errors, run_node
+from minitrain.gradcheck import gradcheck
+
+MS = "com.microsoft"
+
+
+def distinct(rng, shape, spacing=0.01):
+    """Values at least `spacing` apart (no ties, so the argmax survives finite differences)."""
+    n = int(np.prod(shape))
+    return (rng.permutation(n) * spacing - n * spacing / 2 + rng.uniform(0, spacing / 10, n)).reshape(shape)
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch")
+
+
+def torch_pool(torch, kind, x, kernel, stride, pad, ceil=False, count_include_pad=True, dilation=1):
+    F = torch.nn.functional
+    rank = x.dim() - 2
+    if kind == "max":
+        fn = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[rank - 1]
+        return fn(x, kernel, stride, pad, dilation=dilation, ceil_mode=ceil, return_indices=True)
+    fn = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[rank - 1]
+    return fn(x, kernel, stride, pad, ceil_mode=ceil, count_include_pad=count_include_pad)
+
+
+def onnx_attrs(kernel, stride, pad, ceil=False, dilation=None, **extra):
+    rank = len(kernel)
+    attrs = dict(kernel_shape=list(kernel), strides=list(stride), pads=list(pad) * 2, ceil_mode=int(ceil), **extra)
+    if dilation is not None:
+        attrs["dilations"] = [dilation] * rank
+    return attrs
+
+
+def plane_to_global(indices, spatial_size):
+    """PyTorch's per-plane indices -> ONNX's indices over the whole N*C*spatial tensor."""
+    n, c = indices.shape[:2]
+    offsets = (np.arange(n * c, dtype=np.int64) * spatial_size).reshape((n, c) + (1,) * (indices.ndim - 2))
+    return indices + offsets
+
+
+MAX_CASES = [  # spatial shape, kernel, stride, pad, ceil, dilation
+    ((9,), (3,), (2,), (1,), False, 1),
+    ((10,), (2,), (3,), (0,), True, 2),
+    ((7, 9), (3, 2), (2, 2), (1, 1), False, 1),
+    ((8, 9), (3, 3), (2, 1), (1, 0), True, 1),
+    ((9, 8), (2, 3), (2, 2), (1, 1), True, 2),
+    ((5, 6, 7), (2, 3, 2), (2, 2, 1), (1, 1, 0), False, 1),
+    ((6, 5, 7), (3, 2, 2), (2, 1, 3), (1, 0, 1), True, 1),
+]
+
+
+@pytest.mark.parametrize("spatial,kernel,stride,pad,ceil,dilation", MAX_CASES)
+def test_max_pool_matches_torch(spatial, kernel, stride, pad, ceil, dilation, rng):
+    torch = torch_or_skip()
+    x = rng.standard_normal((2, 3) + spatial)
+    attrs = onnx_attrs(kernel, stride, pad, ceil, dilation)
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    ty, tind = torch_pool(torch, "max", torch.from_numpy(x), kernel, stride, pad, ceil, dilation=dilation)
+    np.testing.assert_array_equal(y, ty.numpy())
+    np.testing.assert_array_equal(indices, plane_to_global(tind.numpy(), int(np.prod(spatial))))
+    assert indices.dtype == np.int64
+    np.testing.assert_array_equal(x.reshape(-1)[indices], y)
+
+    dy = rng.standard_normal(y.shape)
+    tx = torch.from_numpy(x).requires_grad_()
+    torch_pool(torch, "max", tx, kernel, stride, pad, ceil, dilation=dilation)[0].backward(torch.from_numpy(dy))
+    (dx,) = run_node("MaxPoolGrad", [dy, indices], attrs=attrs, output_shapes={"dX": x.shape})
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_max_pool_storage_order_column_major(rng):
+    x = distinct(rng, (2, 3, 5, 6))
+    attrs = dict(kernel_shape=[2, 3], strides=[2, 2], pads=[1, 1, 0, 1])
+    y, row_major = run_node("MaxPool", [x], attrs=attrs)
+    y2, col_major = run_node("MaxPool", [x], attrs={**attrs, "storage_order": 1})
+    np.testing.assert_array_equal(y, y2)
+    plane, local = np.divmod(row_major, 30)
+    h, w = np.divmod(local, 6)
+    np.testing.assert_array_equal(col_major, plane * 30 + h + w * 5)
+    dy = rng.standard_normal(y.shape)
+    (a,) = run_node("MaxPoolGrad", [dy, row_major], attrs=attrs, output_shapes={"dX": x.shape})
+    (b,) = run_node("MaxPoolGrad", [dy, col_major], attrs={**attrs, "storage_order": 1}, output_shapes={"dX": x.shape})
+    np.testing.assert_array_equal(a, b)
+
+
+def test_max_pool_storage_order_3d(rng):
+    x = distinct(rng, (1, 2, 3, 4, 5))
+    attrs = dict(kernel_shape=[2, 2, 2])
+    _, row_major = run_node("MaxPool", [x], attrs=attrs)
+    _, col_major = run_node("MaxPool", [x], attrs={**attrs, "storage_order": 1})
+    plane, local = np.divmod(row_major, 60)
+    d, rest = np.divmod(local, 20)
+    h, w = np.divmod(rest, 5)
+    np.testing.assert_array_equal(col_major, plane * 60 + d + h * 3 + w * 12)
+
+
+def test_ties_take_the_first_maximum_and_padding_never_wins():
+    x = np.full((1, 1, 4, 4), -5.0)
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = x[0, 0, 2, 1] = 7.0
+    y, indices = run_node("MaxPool", [x], attrs=dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]))
+    assert indices[0, 0, 0, 0] == 5 and y[0, 0, 0, 0] == 7.0
+    assert indices[0, 0, 1, 1] == 5 and indices[0, 0, 2, 0] == 5 and indices[0, 0, 3, 0] == 9
+    y, indices = run_node("MaxPool", [np.full((1, 1, 3), -np.inf)], attrs=dict(kernel_shape=[2], pads=[1, 1]))
+    np.testing.assert_array_equal(indices.reshape(-1), [0, 0, 1, 2])  # all -inf: still real positions
+    assert np.all(y == -np.inf)
+
+
+@pytest.mark.parametrize("spatial,kernel,stride,pad,ceil,dilation", MAX_CASES[::2])
+def test_max_pool_gradcheck(spatial, kernel, stride, pad, ceil, dilation, rng):
+    x = distinct(rng, (1, 2) + spatial)
+    gradcheck("MaxPool", [x], onnx_attrs(kernel, stride, pad, ceil, dilation), outputs=["Y"])
+
+
+AVG_CASES = [  # spatial, kernel, stride, pad, ceil
+    ((9,), (3,), (2,), (1,), False),
+    ((10,), (4,), (3,), (2,), True),
+    ((7, 9), (3, 2), (2, 2), (1, 1), False),
+    ((8, 7), (3, 3), (2, 2), (1, 1), True),
+    ((6, 7), (3, 3), (1, 1), (1, 1), False),
+    ((4, 5, 7), (2, 3, 2), (2, 2, 1), (1, 1, 0), False),
+    ((5, 4, 6), (3, 2, 3), (2, 1, 2), (1, 0, 1), True),
+]
+
+
+@pytest.mark.parametrize("spatial,kernel,stride,pad,ceil", AVG_CASES)
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_matches_torch(spatial, kernel, stride, pad, ceil, count_include_pad, rng):
+    torch = torch_or_skip()
+    x = rng.standard_normal((2, 3) + spatial)
+    attrs = onnx_attrs(kernel, stride, pad, ceil, count_include_pad=count_include_pad)
+    (y,) = run_node("AveragePool", [x], attrs=attrs)
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch_pool(torch, "avg", tx, kernel, stride, pad, ceil, bool(count_include_pad))
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-12, atol=1e-14)
+    dy = rng.standard_normal(y.shape)
+    ty.backward(torch.from_numpy(dy))
+    (dx,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": x.shape})
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("spatial,kernel,stride,pad,ceil", AVG_CASES[::2] + AVG_CASES[3:4])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_gradcheck(spatial, kernel, stride, pad, ceil, count_include_pad, rng):
+    x = rng.standard_normal((1, 2) + spatial)
+    gradcheck("AveragePool", [x], onnx_attrs(kernel, stride, pad, ceil, count_include_pad=count_include_pad))
+
+
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_3d_overlapping_windows_on_non_cubic_input(count_include_pad, rng):
+    """Stride < kernel on a (3, 5, 7) volume: where ONNX Runtime's own 3D AveragePoolGrad
+    assigns instead of adding and mixes up the axes.  Checked by finite differences and torch."""
+    x = rng.standard_normal((1, 2, 3, 5, 7))
+    attrs = dict(kernel_shape=[2, 3, 3], strides=[1, 1, 2], pads=[1, 1, 0, 0, 1, 1],
+                 count_include_pad=count_include_pad)
+    results = gradcheck("AveragePool", [x], attrs)
+    analytic = results[0][0]
+    torch = pytest.importorskip("torch")
+    # ONNX pads (begin d,h,w = 1,1,0; end = 0,1,1) are asymmetric: run torch on explicitly padded input
+    tx = torch.from_numpy(x).requires_grad_()
+    padded = torch.nn.functional.pad(tx, (0, 1, 1, 1, 1, 0))
+    window_sum = torch.nn.functional.avg_pool3d(padded, (2, 3, 3), (1, 1, 2), divisor_override=1)
+    ones = torch.nn.functional.pad(torch.ones_like(tx), (0, 1, 1, 1, 1, 0), value=float(count_include_pad))
+    counts = torch.nn.functional.avg_pool3d(ones, (2, 3, 3), (1, 1, 2), divisor_override=1)
+    ty = window_sum / counts
+    (y,) = run_node("AveragePool", [x], attrs=attrs)
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-12, atol=1e-14)
+    dy = np.random.default_rng(0).standard_normal(y.shape)
+    ty.backward(torch.from_numpy(dy))
+    (dx,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": x.shape})
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-12, atol=1e-14)
+    assert analytic.shape == x.shape
+
+
+def test_average_pool_dilations_from_opset_19(rng):
+    x = rng.standard_normal((1, 2, 9, 8))
+    attrs = dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1], count_include_pad=0)
+    (y,) = run_node("AveragePool", [x], attrs=attrs, opset=19)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=np.nan)
+    expected = np.empty(y.shape)
+    for i in range(y.shape[2]):
+        for j in range(y.shape[3]):
+            expected[:, :, i, j] = np.nanmean(xp[:, :, i:i + 3:2, j:j + 5:2], axis=(2, 3))
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+    gradcheck("AveragePool", [x[:, :1, :6, :6]], attrs, opset=19)
+    with pytest.raises(errors.OpAttributeError, match="dilations"):
+        run_node("AveragePool", [x], attrs=attrs, opset=18)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_auto_pad(auto_pad, rng):
+    x = rng.standard_normal((1, 1, 7, 6))
+    attrs = dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad=auto_pad)
+    y, _ = run_node("MaxPool", [x], attrs=attrs)
+    if auto_pad == "VALID":
+        assert y.shape == (1, 1, 3, 3)
+        return
+    assert y.shape == (1, 1, 4, 3)
+    # total pads: rows (4-1)*2+3-7 = 2 -> 1+1, columns (3-1)*2+2-6 = 0
+    (ref, _) = run_node("MaxPool", [x], attrs=dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 0]))
+    np.testing.assert_array_equal(y, ref)
+    x5 = rng.standard_normal((1, 1, 5))   # total pad (3 - 1) * 2 + 2 - 5 = 1
+    (y5, _) = run_node("MaxPool", [x5], attrs=dict(kernel_shape=[2], strides=[2], auto_pad=auto_pad))
+    lo = 1 if auto_pad == "SAME_LOWER" else 0
+    (r5, _) = run_node("MaxPool", [x5], attrs=dict(kernel_shape=[2], strides=[2], pads=[lo, 1 - lo]))
+    np.testing.assert_array_equal(y5, r5)
+
+
+def test_max_pool_versions(rng):
+    x = rng.standard_normal((1, 1, 5, 5))
+    base = dict(kernel_shape=[2, 2], strides=[2, 2])
+    with pytest.raises(errors.OpAttributeError, match="Indices"):
+        run_node("MaxPool", [x], attrs=base, opset=7, outputs=["Y", "Indices"])
+    (y7,) = run_node("MaxPool", [x], attrs=base, opset=7)
+    y8, i8 = run_node("MaxPool", [x], attrs=base, opset=8)
+    np.testing.assert_array_equal(y7, y8)
+    with pytest.raises(errors.OpAttributeError, match="ceil_mode"):
+        run_node("MaxPool", [x], attrs={**base, "ceil_mode": 1}, opset=9)
+    with pytest.raises(errors.OpAttributeError, match="storage_order"):
+        run_node("MaxPool", [x], attrs={**base, "storage_order": 1}, opset=7)
+    y10, _ = run_node("MaxPool", [x], attrs={**base, "ceil_mode": 1}, opset=10)
+    assert y10.shape == (1, 1, 3, 3)
+    for opset in (11, 12, 19):
+        assert run_node("MaxPool", [x], attrs={**base, "dilations": [2, 2]}, opset=opset)[0].shape == (1, 1, 2, 2)
+    with pytest.raises(errors.OpAttributeError, match="count_include_pad"):
+        run_node("AveragePool", [x], attrs={**base, "count_include_pad": 1}, opset=6)
+
+
+def test_gradient_builder_requests_indices():
+    from minitrain import Graph
+    from minitrain.autodiff import build_gradient_graph
+    g = Graph(name="pool")
+    g.add_input("x", np.float64, (2, 3, 6, 6))
+    g.add_input("seed", np.float64, (2, 3, 3, 3))
+    g.outputs.append(g.add_node("MaxPool", ["x"], ["y"], dict(kernel_shape=[2, 2], strides=[2, 2]), name="mp"))
+    grad_graph, grads = build_gradient_graph(g, "y", ["x"], seeds={"y": "seed"})
+    forward = next(n for n in grad_graph.nodes if n.op_type == "MaxPool")
+    backward = next(n for n in grad_graph.nodes if n.op_type == "MaxPoolGrad")
+    assert forward.outputs[1] and backward.inputs == ["seed", forward.outputs[1]]
+    assert backward.domain == "" and backward.attrs["kernel_shape"] == [2, 2]
+
+
+def test_average_pool_grad_takes_dx_shape_from_graph_or_infers_smallest(rng):
+    x = rng.standard_normal((1, 2, 7, 7))          # floor mode drops the last row and column
+    attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+    (y,) = run_node("AveragePool", [x], attrs=attrs)
+    dy = rng.standard_normal(y.shape)
+    (full,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": x.shape})
+    (small,) = run_node("AveragePoolGrad", [dy], attrs=attrs)
+    assert full.shape == (1, 2, 7, 7) and small.shape == (1, 2, 6, 6)
+    np.testing.assert_array_equal(full[:, :, :6, :6], small)
+    assert not full[:, :, 6, :].any() and not full[:, :, :, 6].any()
+    (ceil,) = run_node("AveragePoolGrad", [dy], attrs={**attrs, "ceil_mode": 1})
+    assert ceil.shape == (1, 2, 5, 5)
+    for wrong in ((1, 2, 9, 7), (1, 3, 7, 7), (1, 2, 7)):
+        with pytest.raises(errors.ShapeError, match="dX"):
+            run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": wrong})
+
+
+def test_max_pool_grad_takes_dx_shape_from_graph_or_infers_smallest(rng):
+    attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+    x7 = rng.standard_normal((1, 2, 7, 7))
+    y, indices = run_node("MaxPool", [x7], attrs=attrs)
+    (dx,) = run_node("MaxPoolGrad", [y, indices], attrs=attrs, output_shapes={"dX": x7.shape})
+    assert dx.shape == x7.shape and np.count_nonzero(dx) == y.size
+    # without the graph's shape dX would be (6, 6), which these indices do not fit: an error,
+    # never a write out of bounds
+    with pytest.raises(errors.ShapeError, match="Indices"):
+        run_node("MaxPoolGrad", [y, indices], attrs=attrs)
+    x6 = x7[:, :, :6, :6]
+    y, indices = run_node("MaxPool", [x6], attrs=attrs)
+    (dx,) = run_node("MaxPoolGrad", [y, indices], attrs=attrs)
+    assert dx.shape == x6.shape
+    with pytest.raises(errors.ShapeError, match="dX"):
+        run_node("MaxPoolGrad", [y, indices], attrs=attrs, output_shapes={"dX": (1, 2, 9, 9)})
+
+
+def test_gradient_of_truncating_pool_in_a_graph(rng):
+    """Through autodiff the gradient op learns dX = (.., 7, 7) from the graph, not (6, 6)."""
+    x = distinct(rng, (1, 1, 7, 5))
+    gradcheck("MaxPool", [x], dict(kernel_shape=[2, 2], strides=[2, 2]), outputs=["Y"])
+    gradcheck("AveragePool", [x], dict(kernel_shape=[3, 2], strides=[2, 2]))
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("spatial", [(7,), (3, 4), (2, 3, 4)])
+def test_global_pooling(op, spatial, rng):
+    x = distinct(rng, (2, 3) + spatial)
+    (y,) = run_node(op, [x])
+    axes = tuple(range(2, x.ndim))
+    expected = x.mean(axis=axes, keepdims=True) if op == "GlobalAveragePool" else x.max(axis=axes, keepdims=True)
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+    gradcheck(op, [x[:1]])
+
+
+def test_global_max_pool_gradient_goes_to_first_maximum():
+    x = np.array([[[[1.0, 3.0], [3.0, 2.0]]]])
+    (dx,) = run_node("GlobalMaxPoolGrad", [np.array([[[[5.0]]]]), x], domain=MS)
+    np.testing.assert_array_equal(dx, [[[[0, 5.0], [0, 0]]]])
+    (da,) = run_node("GlobalAveragePoolGrad", [np.array([[[[4.0]]]]), np.array([1, 1, 2, 2])], domain=MS)
+    np.testing.assert_array_equal(da, np.ones((1, 1, 2, 2)))
+
+
+def test_float32_kernels_match_float64(rng):
+    x = rng.standard_normal((3, 4, 12, 10))
+    attrs = dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1], count_include_pad=1)
+    for op in ("AveragePool", "MaxPool"):
+        a = dict(attrs) if op == "AveragePool" else {k: v for k, v in attrs.items() if k != "count_include_pad"}
+        y64 = run_node(op, [x], attrs=a)
+        y32 = run_node(op, [x.astype(np.float32)], attrs=a)
+        assert y32[0].dtype == np.float32
+        np.testing.assert_allclose(y32[0], y64[0], rtol=1e-5, atol=1e-6)
+        dy = rng.standard_normal(y64[0].shape)
+        grad_inputs = [dy] + ([y64[1]] if op == "MaxPool" else [])
+        g64 = run_node(op + "Grad", grad_inputs, attrs=a, output_shapes={"dX": x.shape})[0]
+        g32 = run_node(op + "Grad", [dy.astype(np.float32)] + grad_inputs[1:], attrs=a,
+                       output_shapes={"dX": x.shape})[0]
+        np.testing.assert_allclose(g32, g64, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- bad input
+BAD_ATTRS = [
+    (dict(kernel_shape=[9, 2]), errors.ShapeError, "larger than the padded"),
+    (dict(kernel_shape=[2, 2], pads=[-1, 0, 0, 0]), errors.OpAttributeError, "negative"),
+    (dict(kernel_shape=[2, 2], pads=[1, 1]), errors.OpAttributeError, "pads"),
+    (dict(kernel_shape=[2, 2], strides=[0, 1]), errors.OpAttributeError, "strides"),
+    (dict(kernel_shape=[2, 2], strides=[1]), errors.OpAttributeError, "strides"),
+    (dict(kernel_shape=[2, 2], dilations=[1, 0]), errors.OpAttributeError, "dilations"),
+    (dict(kernel_shape=[2]), errors.ShapeError, "kernel_shape"),
+    (dict(kernel_shape=[0, 2]), errors.OpAttributeError, "kernel_shape"),
+    (dict(kernel_shape=[2, 2], pads=[3, 0, 0, 0]), errors.ShapeError, "only padding"),
+    (dict(kernel_shape=[2, 2], auto_pad="SAME"), errors.OpAttributeError, "auto_pad"),
+    (dict(kernel_shape=[2, 2], auto_pad="VALID", pads=[1, 1, 1, 1]), errors.OpAttributeError, "pads"),
+    (dict(kernel_shape=[2, 2], ceil_mode=2), errors.OpAttributeError, "ceil_mode"),
+]
+
+
+@pytest.mark.parametrize("attrs,error,words", BAD_ATTRS)
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_bad_attributes(op, attrs, error, words):
+    with pytest.raises(error, match=words) as info:
+        run_node(op, [np.zeros((1, 1, 5, 5))], attrs=attrs)
+    assert op in str(info.value)
+
+
+def test_missing_kernel_shape_and_bad_rank():
+    with pytest.raises(errors.OpAttributeError, match="kernel_shape"):
+        run_node("MaxPool", [np.zeros((1, 1, 5, 5))])
+    with pytest.raises(errors.ShapeError, match="spatial"):
+        run_node("AveragePool", [np.zeros((5, 5))], attrs=dict(kernel_shape=[2, 2]))
+    with pytest.raises(errors.ShapeError):
+        run_node("GlobalMaxPool", [np.zeros((1, 1, 2, 2, 2, 2))])
+
+
+def test_bad_indices(rng):
+    attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+    x = rng.standard_normal((2, 2, 4, 4))
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    with pytest.raises(errors.ShapeError, match="Indices"):
+        run_node("MaxPoolGrad", [y, indices[:, :, :1]], attrs=attrs)
+    for bad_value, where in ((-1, (0, 0, 0, 0)), (10 ** 12, (1, 1, 1, 1)), (16, (0, 0, 1, 0))):
+        bad = indices.copy()
+        bad[where] = bad_value      # 16 is in range overall but belongs to the next plane
+        with pytest.raises(errors.ShapeError, match=re.escape(f"holds {bad_value} at {where}")):
+            run_node("MaxPoolGrad", [y, bad], attrs=attrs, output_shapes={"dX": x.shape})
+    with pytest.raises(errors.DTypeError, match="Indices"):
+        run_node("MaxPoolGrad", [y, indices.astype(np.int32)], attrs=attrs)
+
+
+def test_unsupported_dtypes():
+    attrs = dict(kernel_shape=[2, 2])
+    with pytest.raises(errors.KernelNotFoundError, match="float16"):
+        run_node("MaxPool", [np.zeros((1, 1, 4, 4), np.float16)], attrs=attrs)
+    with pytest.raises(errors.DTypeError):
+        run_node("AveragePool", [np.zeros((1, 1, 4, 4), np.int64)], attrs=attrs)
+
+
+def test_gradient_ops_reject_unknown_attributes():
+    with pytest.raises(errors.OpAttributeError, match="group"):
+        run_node("AveragePoolGrad", [np.zeros((1, 1, 2, 2))], attrs=dict(kernel_shape=[2, 2], group=1))
+    # every forward attribute is accepted, storage_order and count_include_pad included
+    run_node("MaxPoolGrad", [np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 2, 2), np.int64)],
+             attrs=dict(kernel_shape=[2, 2], strides=[2, 2], storage_order=0, ceil_mode=0, dilations=[1, 1],
+                        auto_pad="NOTSET", pads=[0, 0, 0, 0]))

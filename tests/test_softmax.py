@@ -1,0 +1,132 @@
+"""Softmax / LogSoftmax in both ONNX forms (opsets 1-12 coerce to 2-D at `axis`, 13+ use one
+axis) and SoftmaxGrad / LogSoftmaxGrad with their _13 variants: values, stability, both kernel
+layouts (contiguous rows and strided axes), finite-difference gradchecks, PyTorch, errors."""
+import numpy as np
+import pytest
+
+from minitrain import errors, registered_kernels, run_node
+from minitrain.gradcheck import gradcheck
+
+MS = "com.microsoft"
+
+
+def reference(x, axis, log, coerce):
+    shape = x.shape
+    if coerce:
+        axis = axis % x.ndim
+        x = x.reshape(int(np.prod(shape[:axis])), -1)
+        axis = 1
+    m = x - x.max(axis=axis, keepdims=True)
+    lse = np.log(np.exp(m).sum(axis=axis, keepdims=True))
+    return (m - lse if log else np.exp(m - lse)).reshape(shape)
+
+
+def reference_grad(dy, y, axis, log, coerce):
+    shape = dy.shape
+    if coerce:
+        axis = axis % dy.ndim
+        dy, y = dy.reshape(int(np.prod(shape[:axis])), -1), y.reshape(int(np.prod(shape[:axis])), -1)
+        axis = 1
+    if log:
+        dx = dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)
+    else:
+        dx = y * (dy - (y * dy).sum(axis=axis, keepdims=True))
+    return dx.reshape(shape)
+
+
+SHAPES_AXES = [((7,), 0), ((5, 130), -1), ((5, 130), 0), ((3, 4, 70), 1), ((2, 3, 4, 67), 2),
+               ((3, 100, 2), 0), ((2, 3, 5), -3)]
+
+
+@pytest.mark.parametrize("shape,axis", SHAPES_AXES)
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_and_gradient_values(shape, axis, op, opset, dtype, rng):
+    log, coerce = op == "LogSoftmax", opset < 13
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    (y,) = run_node(op, [x], attrs={"axis": axis}, opset=opset)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, reference(x.astype(np.float64), axis, log, coerce), rtol=tol, atol=tol)
+    dy = rng.standard_normal(shape).astype(dtype)
+    grad_op = f"{op}Grad" + ("" if coerce else "_13")
+    (dx,) = run_node(grad_op, [dy, y], attrs={"axis": axis}, domain=MS)
+    expected = reference_grad(dy.astype(np.float64), y.astype(np.float64), axis, log, coerce)
+    np.testing.assert_allclose(dx, expected, rtol=tol * 10, atol=tol * 10)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_stable_for_huge_inputs(op, dtype, axis):
+    x = np.array([[1e4, 1e4 - 1, -1e4, 0.0], [-3e4, -3e4, -3e4, -3e4], [800, 0, -800, 1e30]], dtype=dtype)
+    x = x if axis == 1 else x.T.copy()
+    (y,) = run_node(op, [x], attrs={"axis": axis})
+    assert np.all(np.isfinite(y))
+    np.testing.assert_allclose(y, reference(x.astype(np.float64), axis, op == "LogSoftmax", False),
+                               rtol=1e-6, atol=1e-30 if op == "Softmax" else 1e-3)
+
+
+@pytest.mark.parametrize("shape,axis", [((4,), 0), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((2, 3, 2, 3), -1)])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_gradcheck(shape, axis, op, opset, rng):
+    gradcheck(op, [rng.standard_normal(shape)], {"axis": axis}, opset=opset)
+
+
+def test_default_axes(rng):
+    x = rng.standard_normal((2, 3, 4))
+    (old,) = run_node("Softmax", [x], opset=12)          # axis 1, coerced to (2, 12)
+    (new,) = run_node("Softmax", [x], opset=13)          # axis -1
+    np.testing.assert_allclose(old, reference(x, 1, False, True), rtol=1e-12)
+    np.testing.assert_allclose(new, reference(x, -1, False, False), rtol=1e-12)
+
+
+def test_both_gradient_versions_are_registered():
+    for op in ("SoftmaxGrad", "SoftmaxGrad_13", "LogSoftmaxGrad", "LogSoftmaxGrad_13"):
+        kernels = registered_kernels(op, MS)
+        assert kernels and all(k.since_version == 1 for k in kernels)
+    ranges = {(k.since_version, k.end_version) for k in registered_kernels("Softmax", "")}
+    assert ranges == {(1, 12), (13, None)}
+
+
+def test_against_torch(rng):
+    torch = pytest.importorskip("torch")
+    x = rng.standard_normal((3, 6, 5))
+    dy = rng.standard_normal(x.shape)
+    for op, fn in (("Softmax", torch.softmax), ("LogSoftmax", torch.log_softmax)):
+        for axis in (0, 1, 2):
+            tx = torch.from_numpy(x).requires_grad_()
+            ty = fn(tx, axis)
+            ty.backward(torch.from_numpy(dy))
+            (y,) = run_node(op, [x], attrs={"axis": axis}, opset=13)
+            (dx,) = run_node(f"{op}Grad_13", [dy, y], attrs={"axis": axis}, domain=MS)
+            np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("op,domain", [("Softmax", ""), ("LogSoftmax", ""), ("SoftmaxGrad", MS),
+                                       ("SoftmaxGrad_13", MS), ("LogSoftmaxGrad_13", MS)])
+def test_axis_out_of_range(op, domain):
+    inputs = [np.zeros((2, 3))] * (2 if domain else 1)
+    with pytest.raises(errors.OpAttributeError, match="axis"):
+        run_node(op, inputs, attrs={"axis": 2}, domain=domain)
+    with pytest.raises(errors.OpAttributeError, match="axis"):
+        run_node(op, inputs, attrs={"axis": -3}, domain=domain)
+
+
+def test_bad_input():
+    with pytest.raises(errors.ShapeError, match="same shape"):
+        run_node("SoftmaxGrad_13", [np.zeros((2, 3)), np.zeros((3, 2))], domain=MS)
+    with pytest.raises(errors.DTypeError):
+        run_node("Softmax", [np.zeros((2, 3), dtype=np.int32)])
+    with pytest.raises(errors.KernelNotFoundError, match="float16"):
+        run_node("LogSoftmax", [np.zeros((2, 3), dtype=np.float16)])
+
+
+def test_empty_and_non_contiguous(rng):
+    (y,) = run_node("Softmax", [np.zeros((0, 4))])
+    assert y.shape == (0, 4)
+    x = rng.standard_normal((4, 10))[:, ::3]
+    (y,) = run_node("LogSoftmax", [x], attrs={"axis": 0})
+    np.testing.assert_allclose(y, reference(x, 0, True, False), rtol=1e-12)
