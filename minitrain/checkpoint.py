@@ -1,0 +1,112 @@
+"""Checkpoints of a TrainingSession: parameters and buffers, optimizer state, step count, the
+global random generator's state, and a caller's `extra` dict (epoch, data-loader state...).
+
+The file is a zip archive: `checkpoint.json` (format name, version, scalars, extra) and one
+`.npy` entry per array, read back without pickle.  `save` writes a temporary file beside the
+target and renames it over the target (os.replace), so a crash leaves either the old
+checkpoint or the new one, never a torn file.  `load` reads and checks everything before it
+touches the session: a truncated, foreign or mismatched file raises CheckpointError and
+leaves the model, optimizer and generator as they were.  A resumed run repeats an
+uninterrupted one bitwise on the CPU (same thread count, same batches).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+import zlib
+
+import numpy as np
+
+from . import random as mt_random
+from .errors import CheckpointError
+
+FORMAT = "minitrain-checkpoint"
+VERSION = 1
+_META = "checkpoint.json"
+
+
+def _write_array(archive, name, array):
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    archive.writestr(f"{name}.npy", buffer.getvalue())
+
+
+def save(path, session, extra=None):
+    """Write `session`'s state to `path` atomically.  `extra` must be JSON-serialisable."""
+    path = os.fspath(path)
+    optimizer = session.optimizer.state_dict()
+    meta = {"format": FORMAT, "version": VERSION, "step": session.step_count,
+            "optimizer": {"type": optimizer["type"], "step_count": optimizer["step_count"]},
+            "rng": mt_random.get_state(), "extra": extra or {},
+            "model_arrays": list(session.model.state_dict()), "optimizer_arrays": list(optimizer["arrays"])}
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
+                archive.writestr(_META, json.dumps(meta))
+                for name, array in session.model.state_dict().items():
+                    _write_array(archive, f"model/{name}", array)
+                for name, array in optimizer["arrays"].items():
+                    _write_array(archive, f"optimizer/{name}", array)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def read(path):
+    """Read and check a checkpoint file: (meta, model arrays, optimizer arrays).  Raises
+    CheckpointError for a missing, truncated, foreign or newer-version file."""
+    path = os.fspath(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            try:
+                meta = json.loads(archive.read(_META))
+            except KeyError:
+                raise CheckpointError(f"{path}: not a minitrain checkpoint (no {_META})") from None
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise CheckpointError(f"{path}: not a minitrain checkpoint (format {meta.get('format')!r})"
+                                      if isinstance(meta, dict) else f"{path}: not a minitrain checkpoint")
+            if meta.get("version") != VERSION:
+                raise CheckpointError(f"{path}: checkpoint version {meta.get('version')!r} is not supported "
+                                      f"(this minitrain reads version {VERSION})")
+
+            def arrays(prefix, names):
+                out = {}
+                for name in names:
+                    with archive.open(f"{prefix}/{name}.npy") as f:
+                        out[name] = np.lib.format.read_array(f, allow_pickle=False)
+                return out
+            return meta, arrays("model", meta["model_arrays"]), arrays("optimizer", meta["optimizer_arrays"])
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint file") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: truncated or corrupt checkpoint ({type(e).__name__}: {e})") from None
+
+
+def load(path, session):
+    """Restore `session` from `path`; returns the checkpoint's `extra` dict.  Nothing is
+    changed unless the whole file is valid and fits the session's model and optimizer."""
+    meta, model_state, optimizer_arrays = read(path)
+    optimizer_state = {"type": meta["optimizer"]["type"], "step_count": meta["optimizer"]["step_count"],
+                       "arrays": optimizer_arrays}
+    try:
+        session.model.check_state_dict(model_state)
+        session.optimizer.check_state_dict(optimizer_state)
+        rng = np.random.default_rng()
+        rng.bit_generator.state = meta["rng"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"{os.fspath(path)}: checkpoint does not fit this session: {e}") from None
+    session.model.load_state_dict(model_state)
+    session.optimizer.load_state_dict(optimizer_state)
+    mt_random.set_state(meta["rng"])
+    return meta["extra"]

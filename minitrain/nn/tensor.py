@@ -1,0 +1,191 @@
+"""Symbolic tensors and the builder that records them into a Graph.
+
+Calling a layer on a `Tensor` does not compute anything: it appends nodes to the builder's
+graph and returns a new Tensor naming the node's output.  Shapes and dtypes are inferred as
+each node is added, so a mistake (a channel mismatch, a wrong rank) raises at build time with
+the layer's name in the message.  Parameters become initializers named by their path in the
+model (`conv1.weight`, `0.bias`).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import numbers
+
+import numpy as np
+
+from ..errors import GraphError
+from ..graph import Graph
+from ..inference import initializer_type
+from ..ops import get_schema, infer_node, resolve_attrs
+from ..ops.schema import TensorType
+
+
+class Tensor:
+    """A value of the graph being built: `name`, inferred `shape` and `dtype`.  Arithmetic
+    (+, -, *, unary -) adds Add/Sub/Mul/Neg nodes; Python numbers become constants."""
+
+    def __init__(self, builder, name):
+        self.builder = builder
+        self.name = name
+
+    @property
+    def type(self) -> TensorType:
+        return self.builder.types[self.name]
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    @property
+    def ndim(self):
+        return self.type.rank
+
+    def _binary(self, op, other, reverse=False):
+        other = self.builder.as_input(other, like=self)
+        a, b = (other, self.name) if reverse else (self.name, other)
+        return self.builder.op(op, [a, b])
+
+    def __add__(self, other):
+        return self._binary("Add", other)
+
+    def __radd__(self, other):
+        return self._binary("Add", other, reverse=True)
+
+    def __sub__(self, other):
+        return self._binary("Sub", other)
+
+    def __rsub__(self, other):
+        return self._binary("Sub", other, reverse=True)
+
+    def __mul__(self, other):
+        return self._binary("Mul", other)
+
+    def __rmul__(self, other):
+        return self._binary("Mul", other, reverse=True)
+
+    def __neg__(self):
+        return self.builder.op("Neg", [self.name])
+
+    def flatten(self, start_dim=1):
+        """Collapse the dims from start_dim on into one (ONNX Flatten)."""
+        return self.builder.op("Flatten", [self.name], {"axis": start_dim})
+
+    def __repr__(self):
+        return f"Tensor({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+class GraphBuilder:
+    """Records a model into a Graph.
+
+    `training` selects the graph's mode: layers such as Dropout and BatchNorm build their
+    training form when it is true and their inference form otherwise.  `names` maps id() of
+    the model's modules and parameters to their qualified names (Module.names()).
+    `state_updates` maps output values to the buffers they replace after each training run
+    (BatchNorm's running statistics).
+    """
+
+    def __init__(self, name="model", *, training=False, names=None):
+        self.graph = Graph(name=name)
+        self.training = training
+        self.types = {}
+        self.names = names or {}
+        self.state_updates = {}
+        self._scope = []
+        self._initializer_of = {}       # id(array) -> initializer name
+        self._counter = itertools.count()
+        self._used = set()
+
+    # ------------------------------------------------------------------ values
+    def input(self, name, dtype=np.float32, shape=None):
+        """Declare a graph input; dims may be symbolic names such as "N"."""
+        self.graph.add_input(name, dtype, shape)
+        self._used.add(name)
+        self.types[name] = self.graph.inputs[-1].type
+        return Tensor(self, name)
+
+    def parameter(self, holder):
+        """The initializer name of a Parameter or Buffer of the model (added on first use)."""
+        key = id(holder)
+        if key not in self._initializer_of:
+            name = self.names.get(key)
+            if name is None:
+                raise GraphError("a layer uses a parameter that is not registered in the model: assign every "
+                                 "layer to an attribute of a Module (or put it in a Sequential)")
+            self.graph.add_initializer(name, holder.data)
+            self.types[name] = initializer_type(holder.data)
+            self._used.add(name)
+            self._initializer_of[key] = name
+        return self._initializer_of[key]
+
+    def constant(self, array, base="const"):
+        name = self.fresh(base)
+        self.graph.add_initializer(name, np.asarray(array))
+        self.types[name] = initializer_type(self.graph.initializers[name])
+        return name
+
+    def as_input(self, value, like=None):
+        """A value name for a node input: names as they are, Tensors by name, Parameters as
+        initializers, Python numbers and arrays as constants (numbers take `like`'s dtype)."""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Tensor):
+            if value.builder is not self:
+                raise GraphError(f"tensor {value.name!r} belongs to another graph")
+            return value.name
+        if isinstance(value, numbers.Number) and like is not None:
+            return self.constant(np.array(value, dtype=like.dtype))
+        if hasattr(value, "data") and not isinstance(value, np.ndarray):
+            return self.parameter(value)         # a Parameter or Buffer of the model
+        return self.constant(np.asarray(value))
+
+    # ------------------------------------------------------------------ nodes
+    def fresh(self, base):
+        """A value or node name not used yet, scoped by the module being built."""
+        prefix = self._scope[-1] if self._scope else ""
+        return self._unique(f"{prefix}.{base}" if prefix else base)
+
+    def _unique(self, base):
+        name = base
+        while name in self._used:
+            name = f"{base}_{next(self._counter)}"
+        self._used.add(name)
+        return name
+
+    @contextlib.contextmanager
+    def scope(self, name, absolute=False):
+        """Name the nodes built inside after a module: `name` is the module's qualified name
+        (absolute) or a name relative to the enclosing scope."""
+        outer = self._scope[-1] if self._scope else ""
+        self._scope.append(name if absolute or not outer else f"{outer}.{name}" if name else outer)
+        try:
+            yield
+        finally:
+            self._scope.pop()
+
+    def op(self, op_type, inputs, attrs=None, *, domain="", outputs=1):
+        """Append a node and infer its output types.  `outputs` is a count of outputs to
+        produce (the first ones), or a list of output slots where None skips an output.
+        Returns a Tensor, or a tuple of Tensors (None for skipped slots) when there are
+        several."""
+        inputs = [self.as_input(x) if x is not None else "" for x in inputs]
+        slots = [True] * outputs if isinstance(outputs, int) else [o is not None for o in outputs]
+        sch = get_schema(op_type, domain, self.graph.opset(domain))
+        node_name = self.fresh(op_type)
+        out_names = [self._unique(f"{node_name}.{sch.outputs[i]}") if keep else "" for i, keep in enumerate(slots)]
+        resolved = resolve_attrs(sch, attrs, node_name)
+        wanted = [sch.outputs[i] for i, o in enumerate(out_names) if o]
+        input_types = [self.types[x] if x else None for x in inputs]
+        while input_types and input_types[-1] is None:
+            input_types.pop()
+        _, out_types = infer_node(sch, input_types, resolved, node_name, wanted)
+        self.graph.add_node(op_type, inputs, out_names, attrs or {}, domain, name=node_name)
+        for name, t in zip(out_names, out_types):
+            if name:
+                self.types[name] = t
+        tensors = [Tensor(self, n) if n else None for n in out_names]
+        return tensors[0] if len(tensors) == 1 else tuple(tensors)

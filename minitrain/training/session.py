@@ -1,0 +1,203 @@
+"""TrainingSession: a model, a loss and an optimizer compiled into execution plans once.
+
+The training plan holds forward, loss, backward and the optimizer's in-place update in one
+graph, scheduled once; `train_step(inputs, targets)` runs it on NumPy batches and returns the
+loss.  The batch dim is symbolic ("N"), so a batch of another size (the last, smaller batch of
+an epoch) reuses the same plan.  An inference plan (BatchNorm on running statistics, no
+Dropout) serves `eval_step` and `evaluate`.
+
+Gradients and `zero_grad`, as in PyTorch:
+
+- `accumulate(inputs, targets, scale=1)` runs forward and backward and **adds**
+  `scale * gradient` into the session's gradient buffers (`session.grads`);
+- `step()` applies the optimizer once to the accumulated gradients and does **not** clear them;
+- `zero_grad()` sets them to zero; call it before accumulating for the next update;
+- `train_step(inputs, targets, micro_batches=k)` is one complete update on one batch: it
+  discards any accumulated gradients, and leaves them zero.  With k > 1 it splits the batch into
+  k micro-batches, accumulates their gradients weighted by their share of the batch (for mean
+  losses), and applies one update: the same update as the whole batch at a fraction of the
+  activation memory (BatchNorm statistics are then per micro-batch, as in PyTorch).
+
+BatchNorm running statistics are updated after every training run (train_step or accumulate).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autodiff import build_gradient_graph
+from ..errors import GraphError
+from ..executor import Executor
+from ..nn.tensor import GraphBuilder
+from ..scheduler import schedule
+
+INPUT, TARGET = "input", "target"
+
+
+class TrainingSession:
+    """Compile `model` + `loss` + `optimizer` for inputs of shape (N, *input_shape).
+
+    loss: a loss Module (nn.CrossEntropyLoss(), nn.MSELoss()) called as loss(output, target).
+    target_shape/target_dtype: per-sample shape and dtype of the targets; by default the
+    loss decides (class labels for cross-entropy, the output's shape for MSE).
+    """
+
+    def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
+                 target_dtype=None, provider="cpu"):
+        self.model, self.loss, self.optimizer = model, loss, optimizer
+        self.provider = provider
+        self.params = model.parameters()
+        if not self.params:
+            raise ValueError("TrainingSession: the model has no parameters to train")
+        dtype = np.dtype(input_dtype or next(iter(self.params.values())).dtype)
+        self.input_spec = (dtype, ("N",) + tuple(input_shape))
+        self._target_shape, self._target_dtype = target_shape, target_dtype
+        optimizer.attach(self.params)
+
+        forward, self.output_name, self.loss_name, self.state_updates = self._build(training=True)
+        self.grad_graph, grads = build_gradient_graph(forward, self.loss_name, list(self.params))
+        missing = [p for p, g in grads.items() if g is None]
+        if missing:
+            raise GraphError(f"TrainingSession: the loss does not depend on parameter(s) {missing}")
+        self.grad_names = grads
+        train_graph = self.grad_graph.copy()
+        self.norm_name = optimizer.add_to_graph(train_graph, grads)
+        self.train_plan = schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
+                                                 *self.state_updates])
+        _check_update_runs_last(self.train_plan, set(self.params))
+        self._train = Executor(self.train_plan, provider)
+        self._grad = None        # forward + backward only, for accumulate(); built on first use
+        self._eval = {}          # with_loss -> Executor
+        self.grads = {}          # accumulated gradients, allocated on first accumulate()
+        self.last_output = None
+        self.last_grad_norm = None
+
+    # ------------------------------------------------------------------ graphs
+    def _build(self, training, with_loss=True):
+        builder = GraphBuilder("train" if training else "eval", training=training, names=self.model.names())
+        output = self.model(builder.input(INPUT, *self.input_spec))
+        loss_name = None
+        if with_loss:
+            target = builder.input(TARGET, *self._target_spec(output))
+            loss_name = self.loss(output, target).name
+        builder.graph.outputs = [output.name] + ([loss_name] if loss_name else [])
+        return builder.graph, output.name, loss_name, dict(builder.state_updates)
+
+    def _target_spec(self, output):
+        shape = self._target_shape
+        if shape is None:
+            per_sample = tuple(output.shape[1:]) if output.shape is not None else ()
+            shape = per_sample[1:] if getattr(self.loss, "target_dtype", None) == "int64" else per_sample
+        dtype = self._target_dtype or getattr(self.loss, "target_dtype", None) or output.dtype
+        return np.dtype(dtype), ("N",) + tuple(shape)
+
+    def _eval_executor(self, with_loss):
+        if with_loss not in self._eval:
+            graph, out, loss, _ = self._build(training=False, with_loss=with_loss)
+            self._eval[with_loss] = (Executor(schedule(graph, [out] + ([loss] if loss else [])), self.provider),
+                                     out, loss)
+        return self._eval[with_loss]
+
+    def _feeds(self, inputs, targets=None):
+        feeds = {INPUT: np.asarray(inputs, dtype=self.input_spec[0])}
+        if targets is not None:
+            feeds[TARGET] = np.asarray(targets)
+        return feeds
+
+    def _apply_state_updates(self, results):
+        buffers = self.train_plan.graph.initializers
+        for out_name, buffer_name in self.state_updates.items():
+            np.copyto(buffers[buffer_name], results[out_name])
+
+    # ------------------------------------------------------------------ training
+    @property
+    def step_count(self):
+        """Updates applied so far."""
+        return self.optimizer.step_count
+
+    def train_step(self, inputs, targets, micro_batches=1):
+        """One update on this batch; returns the loss (mean over micro-batches when split)."""
+        self.zero_grad()
+        if micro_batches == 1:
+            results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()})
+            self.optimizer.updated(results[self.norm_name])
+            self._apply_state_updates(results)
+            self.last_output = results[self.output_name]
+            self.last_grad_norm = self.optimizer.last_grad_norm
+            return float(results[self.loss_name])
+        n = len(inputs)
+        if not 1 <= micro_batches <= n:
+            raise ValueError(f"train_step: micro_batches must be in [1, {n}] for a batch of {n}, got {micro_batches}")
+        bounds = np.linspace(0, n, micro_batches + 1).astype(int)
+        mean = getattr(self.loss, "reduction", "mean") == "mean"
+        total, outputs = 0.0, []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            share = (hi - lo) / n
+            total += share * self.accumulate(inputs[lo:hi], targets[lo:hi], scale=share if mean else 1.0)
+            outputs.append(self.last_output)
+        self.step()
+        self.zero_grad()
+        self.last_output = np.concatenate(outputs)
+        return total if mean else total * micro_batches
+
+    def accumulate(self, inputs, targets, scale=1.0):
+        """Forward and backward on a batch; add scale * gradients into `self.grads`.
+        Returns the loss."""
+        if self._grad is None:
+            fetch = [self.loss_name, self.output_name, *self.grad_names.values(), *self.state_updates]
+            self._grad = Executor(schedule(self.grad_graph, fetch), self.provider)
+        results = self._grad.run(self._feeds(inputs, targets))
+        for param, grad_name in self.grad_names.items():
+            grad = results[grad_name]
+            if param not in self.grads:
+                self.grads[param] = np.zeros_like(self.params[param])
+            buffer = self.grads[param]
+            if scale == 1.0:
+                buffer += grad
+            else:
+                buffer += grad * buffer.dtype.type(scale)
+        self._apply_state_updates(results)
+        self.last_output = results[self.output_name]
+        return float(results[self.loss_name])
+
+    def step(self):
+        """Apply the optimizer to the accumulated gradients (which are kept; see zero_grad)."""
+        if not self.grads:
+            raise RuntimeError("step(): no gradients accumulated; call accumulate() first")
+        self.last_grad_norm = self.optimizer.step(self.grads)
+        return self.last_grad_norm
+
+    def zero_grad(self):
+        """Set the accumulated gradients to zero."""
+        for buffer in self.grads.values():
+            buffer.fill(0)
+
+    # ------------------------------------------------------------------ inference
+    def eval_step(self, inputs):
+        """Model outputs in inference mode (BatchNorm on running statistics, no Dropout)."""
+        executor, out, _ = self._eval_executor(with_loss=False)
+        return executor.run(self._feeds(inputs))[out]
+
+    def evaluate(self, inputs, targets):
+        """(loss, outputs) in inference mode."""
+        executor, out, loss = self._eval_executor(with_loss=True)
+        results = executor.run(self._feeds(inputs, targets))
+        return float(results[loss]), results[out]
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path, extra=None):
+        """Write a checkpoint (see minitrain.checkpoint)."""
+        from ..checkpoint import save
+        save(path, self, extra)
+
+    def load(self, path):
+        """Restore a checkpoint written by save(); returns its `extra` dict."""
+        from ..checkpoint import load
+        return load(path, self)
+
+
+def _check_update_runs_last(plan, params):
+    """The update overwrites parameters in place: every other reader must run before it."""
+    update = next(i for i, s in enumerate(plan.steps) if s.node.name == "optimizer_update")
+    late = [s.node.name for s in plan.steps[update + 1:] if params & set(s.node.inputs)]
+    if late:
+        raise GraphError(f"the optimizer update is scheduled before nodes that read parameters: {late}")
