@@ -202,7 +202,9 @@ class Dropout(Module):
 
 class _BatchNormNd(Module):
     """Batch normalisation with PyTorch's conventions: momentum 0.1 weights the new batch
-    statistics in the running averages (the op's ONNX momentum is 1 - momentum)."""
+    statistics in the running averages (the op's ONNX momentum is 1 - momentum).  As in ONNX,
+    running_var averages the biased batch variance (PyTorch: unbiased, larger by M/(M-1) for
+    M values per channel)."""
     ranks = (4,)
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, dtype=np.float32):

@@ -1,0 +1,74 @@
+"""Losses: MSELoss op (forward, gradcheck, torch), and the loss modules' reductions and
+ignore_index through a graph."""
+import numpy as np
+import pytest
+
+from minitrain import Executor, nn, run_node
+from minitrain.errors import OpAttributeError, ShapeError
+from minitrain.gradcheck import gradcheck
+from minitrain.scheduler import schedule
+
+MS = "com.microsoft"
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mse_forward(reduction, dtype, rng):
+    a, b = rng.standard_normal((3, 4, 2)).astype(dtype), rng.standard_normal((3, 4, 2)).astype(dtype)
+    (loss,) = run_node("MSELoss", [a, b], attrs={"reduction": reduction}, domain=MS)
+    sq = (a.astype(np.float64) - b) ** 2
+    expected = {"mean": sq.mean(), "sum": sq.sum(), "none": sq}[reduction]
+    assert loss.dtype == dtype and loss.shape == np.shape(expected)
+    np.testing.assert_allclose(loss, expected, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_gradcheck(reduction, rng):
+    gradcheck("MSELoss", [rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4))],
+              {"reduction": reduction}, domain=MS, wrt=[0])
+
+
+def test_mse_against_torch(rng):
+    torch = pytest.importorskip("torch")
+    a, b = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    (loss,) = run_node("MSELoss", [a, b], domain=MS)
+    (grad,) = run_node("MSELossGrad", [np.array(1.0), a, b], domain=MS)
+    ta = torch.tensor(a, requires_grad=True)
+    tl = torch.nn.functional.mse_loss(ta, torch.tensor(b))
+    tl.backward()
+    assert float(loss) == pytest.approx(tl.item(), rel=1e-12)
+    np.testing.assert_allclose(grad, ta.grad.numpy(), rtol=1e-12)
+
+
+def test_mse_bad_input(rng):
+    with pytest.raises(ShapeError, match="same shape"):
+        run_node("MSELoss", [np.ones((2, 3)), np.ones((3, 2))], domain=MS)
+    with pytest.raises(OpAttributeError, match="reduction"):
+        run_node("MSELoss", [np.ones(2), np.ones(2)], attrs={"reduction": "max"}, domain=MS)
+    with pytest.raises(ValueError, match="reduction"):
+        nn.MSELoss("max")
+
+
+def _loss_value(loss_module, scores, target):
+    builder = nn.GraphBuilder()
+    s = builder.input("s", scores.dtype, scores.shape)
+    t = builder.input("t", target.dtype, target.shape)
+    out = loss_module(s, t)
+    return Executor(schedule(builder.graph, [out.name])).run({"s": scores, "t": target})[out.name]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_module_against_torch(reduction, rng):
+    torch = pytest.importorskip("torch")
+    scores = rng.standard_normal((6, 4, 3))
+    labels = rng.integers(0, 4, (6, 3))
+    labels[0, 1] = labels[2, 2] = -1
+    ours = _loss_value(nn.CrossEntropyLoss(reduction, ignore_index=-1), scores, labels)
+    theirs = torch.nn.functional.cross_entropy(torch.tensor(scores), torch.tensor(labels), reduction=reduction,
+                                               ignore_index=-1)
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-12)
+
+
+def test_mse_module(rng):
+    a, b = rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
+    assert float(_loss_value(nn.MSELoss("sum"), a, b)) == pytest.approx(((a - b) ** 2).sum())

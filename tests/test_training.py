@@ -1,0 +1,156 @@
+"""TrainingSession: the compiled update, plan reuse across batch sizes, gradient accumulation
+and zero_grad semantics, BatchNorm statistics, Dropout, evaluation."""
+import numpy as np
+import pytest
+
+import minitrain
+from minitrain import nn
+from minitrain.errors import GraphError
+from minitrain.optim import SGD, Adam
+from minitrain.training import TrainingSession
+
+
+def mlp(seed=0, dtype=np.float64, dropout=0.0, batchnorm=False):
+    minitrain.random.seed(seed)
+    layers = [nn.Linear(6, 16)] + ([nn.BatchNorm1d(16)] if batchnorm else []) + [nn.Relu()]
+    layers += ([nn.Dropout(dropout)] if dropout else []) + [nn.Linear(16, 3)]
+    return nn.Sequential(*layers).to_dtype(dtype)
+
+
+def data(n=24, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 6)).astype(dtype)
+    return x, (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
+
+
+def session(model, optimizer=None, **kw):
+    return TrainingSession(model, nn.CrossEntropyLoss(), optimizer or SGD(0.1, momentum=0.9), input_shape=(6,), **kw)
+
+
+def test_train_step_learns_and_matches_accumulate_then_step():
+    x, y = data()
+    a, b = session(mlp()), session(mlp())
+    losses = [a.train_step(x, y) for _ in range(30)]
+    assert losses[-1] < 0.5 * losses[0]
+    b_model_losses = []
+    for _ in range(30):
+        b.zero_grad()
+        b_model_losses.append(b.accumulate(x, y))
+        b.step()
+    np.testing.assert_array_equal(losses, b_model_losses)
+    for name, p in a.model.parameters().items():
+        np.testing.assert_array_equal(p, b.model.parameters()[name])
+    assert a.step_count == b.step_count == 30
+
+
+def test_new_batch_sizes_reuse_the_plan():
+    x, y = data(20)
+    s = session(mlp())
+    plan = s.train_plan
+    for n in (8, 5, 8, 20):
+        loss = s.train_step(x[:n], y[:n])
+        assert np.isfinite(loss) and s.last_output.shape == (n, 3)
+    assert s.train_plan is plan and s._train.plan is plan
+    assert s.eval_step(x[:3]).shape == (3, 3) and s.eval_step(x).shape == (20, 3)
+
+
+def test_micro_batches_give_the_same_update():
+    x, y = data(24)
+    whole, split = session(mlp(), Adam(0.01)), session(mlp(), Adam(0.01))
+    for _ in range(3):
+        a = whole.train_step(x, y)
+        b = split.train_step(x, y, micro_batches=4)
+        assert b == pytest.approx(a, rel=1e-12)
+    for name, p in whole.model.parameters().items():
+        np.testing.assert_allclose(split.model.parameters()[name], p, rtol=1e-10, atol=1e-12)
+    assert all(not g.any() for g in split.grads.values()), "train_step leaves gradients zero"
+    with pytest.raises(ValueError, match="micro_batches"):
+        split.train_step(x[:2], y[:2], micro_batches=3)
+
+
+def test_zero_grad_semantics():
+    x, y = data(12)
+    s = session(mlp())
+    s.accumulate(x, y)
+    once = {k: g.copy() for k, g in s.grads.items()}
+    s.accumulate(x, y)
+    for k, g in s.grads.items():
+        np.testing.assert_allclose(g, 2 * once[k], rtol=1e-12), "accumulate adds"
+    before = {k: p.copy() for k, p in s.model.parameters().items()}
+    s.step()
+    assert any(not np.array_equal(p, before[k]) for k, p in s.model.parameters().items())
+    for k, g in s.grads.items():
+        np.testing.assert_allclose(g, 2 * once[k], rtol=1e-12), "step() keeps the gradients"
+    s.zero_grad()
+    assert all(not g.any() for g in s.grads.values())
+    s.accumulate(x, y)
+    now = {k: g.copy() for k, g in s.grads.items()}
+    s.zero_grad()
+    s.accumulate(x, y, scale=0.5)
+    for k, g in s.grads.items():
+        np.testing.assert_allclose(g, 0.5 * now[k], rtol=1e-12)
+    s.train_step(x, y)
+    assert all(not g.any() for g in s.grads.values()), "train_step discards accumulated gradients"
+    with pytest.raises(RuntimeError, match="accumulate"):
+        session(mlp()).step()
+
+
+def test_batchnorm_running_statistics_follow_training():
+    x, y = data(32)
+    s = session(mlp(batchnorm=True))
+    bn = s.model[1]
+    s.train_step(x, y)
+    mean_before = bn.running_mean.data.copy()
+    w, b = s.model[0].weight.data.copy(), s.model[0].bias.data.copy()
+    s.train_step(x, y)
+    h = x @ w.T + b
+    np.testing.assert_allclose(bn.running_mean.data, 0.9 * mean_before + 0.1 * h.mean(0), rtol=1e-10)
+    # inference uses the running statistics: a single sample gives the same output alone or in a batch
+    np.testing.assert_allclose(s.eval_step(x[:1]), s.eval_step(x)[:1], rtol=1e-12)
+
+
+def test_dropout_is_random_in_training_and_off_in_evaluation():
+    x, y = data(16)
+    s, again = session(mlp(dropout=0.5), SGD(1e-9)), session(mlp(dropout=0.5), SGD(1e-9))
+    minitrain.random.seed(0)
+    first = s.train_step(x, y)
+    second = s.train_step(x, y)
+    assert first != second
+    minitrain.random.seed(0)
+    assert again.train_step(x, y) == first, "seeded masks repeat"
+    np.testing.assert_array_equal(s.eval_step(x), s.eval_step(x))
+    loss, out = s.evaluate(x, y)
+    np.testing.assert_array_equal(out, s.eval_step(x))
+    logp = out - np.log(np.exp(out).sum(1, keepdims=True))
+    assert loss == pytest.approx(-logp[np.arange(16), y].mean(), rel=1e-12)
+
+
+def test_mse_session_infers_target_shape():
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Conv1d(1, 4, 3, padding=1), nn.Tanh(), nn.Conv1d(4, 1, 3, padding=1)).to_dtype(np.float64)
+    s = TrainingSession(model, nn.MSELoss(), Adam(0.01), input_shape=(1, 10))
+    x = np.random.default_rng(0).standard_normal((8, 1, 10))
+    losses = [s.train_step(x, x) for _ in range(40)]
+    assert losses[-1] < 0.3 * losses[0]
+
+
+def test_float32_sessions_and_ignore_index():
+    x, y = data(16, dtype=np.float32)
+    y = y.copy()
+    y[:4] = -100
+    s = TrainingSession(mlp(dtype=np.float32), nn.CrossEntropyLoss(ignore_index=-100), SGD(0.1), input_shape=(6,))
+    loss = s.train_step(x, y)
+    assert isinstance(loss, float) and np.isfinite(loss)
+    assert s.model.parameters()["0.weight"].dtype == np.float32
+
+
+def test_a_parameter_the_loss_ignores_is_an_error():
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(6, 3), nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.used(x)
+    with pytest.raises(GraphError, match="unused"):
+        session(Unused())
