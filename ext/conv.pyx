@@ -69,34 +69,43 @@ cdef inline Py_ssize_t _valid_hi(Py_ssize_t off, Py_ssize_t s, Py_ssize_t size) 
     return (size - 1 - off) // s + 1
 
 
+cdef inline void _segment(const Geo* g, Py_ssize_t j, Py_ssize_t j1, Py_ssize_t* q, Py_ssize_t* ow0,
+                          Py_ssize_t* ow1) noexcept nogil:
+    """The run of columns from j on that lies in one output row q = od * OH + oh: [ow0, ow1)."""
+    q[0] = j // g.OW
+    ow0[0] = j - q[0] * g.OW
+    ow1[0] = g.OW if g.OW - ow0[0] < j1 - j else ow0[0] + (j1 - j)
+
+
 cdef void im2col_tile(const real* img, real* col, Py_ssize_t ldcol, const Geo* g,
                       Py_ssize_t j0, Py_ssize_t j1) noexcept nogil:
-    """col[r, j - j0] for rows r = (c, kd, kh, kw) and columns j in [j0, j1) of one (n, group)."""
-    cdef Py_ssize_t c, kd, kh, kw, r, j, q, od, oh, ow0, ow1, lo, hi, ow, idd, ih, off, n
-    cdef real* dst
+    """col[r, j - j0] for rows r = (c, kd, kh, kw) and columns j in [j0, j1) of one (n, group).
+    Runs are short (one output row), so the copies are plain loops, not libc calls."""
+    cdef Py_ssize_t c, kd, kh, kw, j, q, od, oh, ow0, ow1, lo, hi, ow, idd, ih, off
+    cdef real* rows
     cdef real* out
     cdef const real* src
-    r = 0
     for c in range(g.C):
         for kd in range(g.KD):
             for kh in range(g.KH):
-                for kw in range(g.KW):
-                    dst = col + r * ldcol
-                    off = kw * g.DW - g.PW
-                    j = j0
-                    while j < j1:
-                        q = j // g.OW
-                        ow0 = j - q * g.OW
-                        ow1 = g.OW if g.OW - ow0 < j1 - j else ow0 + (j1 - j)
-                        od = q // g.OH
-                        oh = q - od * g.OH
-                        idd = od * g.SD - g.PD + kd * g.DD
-                        ih = oh * g.SH - g.PH + kh * g.DH
-                        out = dst + (j - j0) - ow0
-                        if idd < 0 or idd >= g.ID or ih < 0 or ih >= g.IH:
-                            memset(out + ow0, 0, (ow1 - ow0) * sizeof(real))
-                        else:
-                            src = img + ((c * g.ID + idd) * g.IH + ih) * g.IW
+                rows = col + ((c * g.KD + kd) * g.KH + kh) * g.KW * ldcol - j0
+                j = j0
+                while j < j1:
+                    _segment(g, j, j1, &q, &ow0, &ow1)
+                    od = q // g.OH
+                    oh = q - od * g.OH
+                    idd = od * g.SD - g.PD + kd * g.DD
+                    ih = oh * g.SH - g.PH + kh * g.DH
+                    if idd < 0 or idd >= g.ID or ih < 0 or ih >= g.IH:
+                        for kw in range(g.KW):
+                            out = rows + kw * ldcol + j - ow0
+                            for ow in range(ow0, ow1):
+                                out[ow] = 0
+                    else:
+                        src = img + ((c * g.ID + idd) * g.IH + ih) * g.IW
+                        for kw in range(g.KW):
+                            out = rows + kw * ldcol + j - ow0
+                            off = kw * g.DW - g.PW
                             lo = _valid_lo(off, g.SW)
                             hi = _valid_hi(off, g.SW, g.IW)
                             if lo < ow0:
@@ -105,46 +114,42 @@ cdef void im2col_tile(const real* img, real* col, Py_ssize_t ldcol, const Geo* g
                                 hi = ow1
                             if hi < lo:
                                 hi = lo
-                            if lo > ow0:
-                                memset(out + ow0, 0, (lo - ow0) * sizeof(real))
+                            for ow in range(ow0, lo):
+                                out[ow] = 0
                             if g.SW == 1:
-                                if hi > lo:
-                                    memcpy(out + lo, src + lo + off, (hi - lo) * sizeof(real))
+                                for ow in range(lo, hi):
+                                    out[ow] = src[ow + off]
                             else:
                                 for ow in range(lo, hi):
                                     out[ow] = src[ow * g.SW + off]
-                            if ow1 > hi:
-                                memset(out + hi, 0, (ow1 - hi) * sizeof(real))
-                        j += ow1 - ow0
-                    r += 1
+                            for ow in range(hi, ow1):
+                                out[ow] = 0
+                    j += ow1 - ow0
 
 
 cdef void col2im_tile(const real* col, Py_ssize_t ldcol, real* img, const Geo* g,
                       Py_ssize_t j0, Py_ssize_t j1) noexcept nogil:
     """The adjoint of im2col_tile: img[...] += col[r, j - j0]."""
-    cdef Py_ssize_t c, kd, kh, kw, r, j, q, od, oh, ow0, ow1, lo, hi, ow, idd, ih, off
-    cdef const real* srcrow
+    cdef Py_ssize_t c, kd, kh, kw, j, q, od, oh, ow0, ow1, lo, hi, ow, idd, ih, off
+    cdef const real* rows
     cdef const real* inp
     cdef real* dst
-    r = 0
     for c in range(g.C):
         for kd in range(g.KD):
             for kh in range(g.KH):
-                for kw in range(g.KW):
-                    srcrow = col + r * ldcol
-                    off = kw * g.DW - g.PW
-                    j = j0
-                    while j < j1:
-                        q = j // g.OW
-                        ow0 = j - q * g.OW
-                        ow1 = g.OW if g.OW - ow0 < j1 - j else ow0 + (j1 - j)
-                        od = q // g.OH
-                        oh = q - od * g.OH
-                        idd = od * g.SD - g.PD + kd * g.DD
-                        ih = oh * g.SH - g.PH + kh * g.DH
-                        if idd >= 0 and idd < g.ID and ih >= 0 and ih < g.IH:
-                            inp = srcrow + (j - j0) - ow0
-                            dst = img + ((c * g.ID + idd) * g.IH + ih) * g.IW
+                rows = col + ((c * g.KD + kd) * g.KH + kh) * g.KW * ldcol - j0
+                j = j0
+                while j < j1:
+                    _segment(g, j, j1, &q, &ow0, &ow1)
+                    od = q // g.OH
+                    oh = q - od * g.OH
+                    idd = od * g.SD - g.PD + kd * g.DD
+                    ih = oh * g.SH - g.PH + kh * g.DH
+                    if idd >= 0 and idd < g.ID and ih >= 0 and ih < g.IH:
+                        dst = img + ((c * g.ID + idd) * g.IH + ih) * g.IW
+                        for kw in range(g.KW):
+                            inp = rows + kw * ldcol + j - ow0
+                            off = kw * g.DW - g.PW
                             lo = _valid_lo(off, g.SW)
                             hi = _valid_hi(off, g.SW, g.IW)
                             if lo < ow0:
@@ -157,8 +162,7 @@ cdef void col2im_tile(const real* col, Py_ssize_t ldcol, real* img, const Geo* g
                             else:
                                 for ow in range(lo, hi):
                                     dst[ow * g.SW + off] += inp[ow]
-                        j += ow1 - ow0
-                    r += 1
+                    j += ow1 - ow0
 
 
 cdef inline int _pointwise(const Geo* g) noexcept nogil:
