@@ -1,0 +1,45 @@
+"""LeNet-style CNN on the 8x8 digits shipped with minitrain (>= 97% test accuracy).
+
+Two conv-BatchNorm-ReLU-maxpool stages (8x8 -> 4x4 -> 2x2), then two fully connected layers
+with dropout, trained with AdamW, a linear warm-up and a cosine decay.  A few seconds on
+two cores.
+"""
+import math
+
+import minitrain
+from minitrain import nn, optim
+from minitrain.cli import run_example
+from minitrain.data import ArrayDataset, DataLoader, load_digits
+from minitrain.training import TrainingSession, fit
+
+DEFAULTS = {"epochs": 20, "batch_size": 32, "lr": 3e-3}
+
+
+def build_model():
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.Relu(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.Relu(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 2 * 2, 64), nn.Relu(), nn.Dropout(0.25), nn.Linear(64, 10))
+
+
+def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True):
+    """Train and return the final test accuracy."""
+    epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
+    minitrain.random.seed(seed)
+    data = load_digits()
+    loader = DataLoader(ArrayDataset(data.x_train, data.y_train), batch_size, shuffle=True, seed=seed)
+    total = epochs * min(len(loader), max_steps or len(loader))
+    warmup = max(1, total // 20)
+    schedule = optim.LinearWarmup(warmup, optim.CosineLR(max(1, total - warmup)))
+    session = TrainingSession(build_model(), nn.CrossEntropyLoss(),
+                              optim.AdamW(lr, weight_decay=1e-4, schedule=schedule),
+                              input_shape=(1, 8, 8), provider=device)
+    history = fit(session, loader, epochs=epochs, test=(data.x_test, data.y_test), out_dir=out,
+                  progress=progress, max_steps=max_steps)
+    accuracy = history[-1]["test_accuracy"]
+    print(f"final test_accuracy={accuracy:.4f}")
+    return accuracy
+
+
+if __name__ == "__main__":
+    run_example(run, __doc__.splitlines()[0], DEFAULTS)

@@ -1,0 +1,155 @@
+"""The command line: `python -m minitrain train <example> [options]` and
+`python -m minitrain gradcheck <op> --input SHAPE ... [--attr NAME=VALUE ...]`.
+
+`train` runs examples/<example>.py (its file stem, e.g. lenet_digits) through the example's
+`run(...)` function, with the common options below; each example ends by printing one line
+`final test_accuracy=<value>` (or `final test_mse=<value>`).  Examples are found in ./examples
+and in the examples/ folder of the source tree minitrain is installed from.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress")
+
+
+def add_training_options(parser, defaults=None):
+    """The options every example and `train` accept (defaults come from the example)."""
+    defaults = defaults or {}
+    parser.add_argument("--epochs", type=int, default=defaults.get("epochs"), help="passes over the train set")
+    parser.add_argument("--batch-size", type=int, default=defaults.get("batch_size"), help="samples per step")
+    parser.add_argument("--lr", type=float, default=defaults.get("lr"), help="peak learning rate")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
+    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, shuffling and dropout")
+    parser.add_argument("--out", default=None, help="folder for metrics.jsonl, metrics.png and checkpoint.mtc")
+    parser.add_argument("--max-steps", type=int, default=None, help="cap the steps per epoch (smoke runs)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return parser
+
+
+def run_example(run, description, defaults, argv=None):
+    """The `__main__` of an example: parse the common options and call run(**options)."""
+    parser = add_training_options(argparse.ArgumentParser(description=description), defaults)
+    args = parser.parse_args(argv)
+    return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+
+
+def example_folders():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(os.getcwd(), "examples"), os.path.join(os.path.dirname(here), "examples")]
+
+
+def available_examples():
+    names = set()
+    for folder in example_folders():
+        if os.path.isdir(folder):
+            names.update(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_"))
+    return sorted(names)
+
+
+def load_example(name):
+    """Import examples/<name>.py as a module."""
+    for folder in example_folders():
+        path = os.path.join(folder, f"{name}.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location(f"minitrain_example_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            if not hasattr(module, "run"):
+                raise SystemExit(f"example {name!r} ({path}) defines no run() function")
+            return module
+    raise SystemExit(f"unknown example {name!r}; available: {', '.join(available_examples()) or 'none found'}")
+
+
+# --------------------------------------------------------------------------- gradcheck
+def parse_input(text, rng):
+    """An input from the command line: a shape "2,3,8,8" (float64 normal), "int:SHAPE:HIGH"
+    (int64 in [0, HIGH)), "scalar:VALUE" (float64), "true"/"false" (bool scalar), or "none"
+    (an absent optional input)."""
+    lowered = text.lower()
+    if lowered == "none":
+        return None
+    if lowered in ("true", "false"):
+        return np.array(lowered == "true")
+    if lowered.startswith("scalar:"):
+        return np.array(float(text.split(":", 1)[1]))
+    if lowered.startswith("int:"):
+        _, shape, high = text.split(":")
+        return rng.integers(0, int(high), _shape(shape), dtype=np.int64)
+    return rng.standard_normal(_shape(text))
+
+
+def _shape(text):
+    text = text.strip("()[] ")
+    return tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip()) if text else ()
+
+
+def parse_attr(op_type, domain, text):
+    """NAME=VALUE converted by the kind the op's schema declares for NAME."""
+    from .ops import get_schema
+    if "=" not in text:
+        raise SystemExit(f"--attr expects NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    spec = get_schema(op_type, domain, None).attrs.get(name)
+    if spec is None:
+        return name, value             # the op's own check names the unknown attribute
+    convert = {"int": int, "float": float, "string": str,
+               "ints": lambda v: [int(x) for x in v.split(",") if x],
+               "floats": lambda v: [float(x) for x in v.split(",") if x]}[spec.kind]
+    return name, convert(value)
+
+
+def gradcheck_command(args):
+    from .gradcheck import gradcheck
+    rng = np.random.default_rng(args.seed)
+    inputs = [parse_input(t, rng) for t in args.input]
+    attrs = dict(parse_attr(args.op, args.domain, a) for a in args.attr)
+    wrt = [int(i) for i in args.wrt.split(",")] if args.wrt else None
+    try:
+        results = gradcheck(args.op, inputs, attrs, domain=args.domain, wrt=wrt, eps=args.eps, rtol=args.rtol,
+                            atol=args.atol, seed=args.seed, outputs=args.output or None)
+    except AssertionError as e:
+        print(f"gradcheck {args.op}: FAILED\n{e}")
+        return 1
+    for i, (analytic, numeric) in results.items():
+        err = float(np.max(np.abs(np.asarray(analytic) - numeric))) if numeric.size else 0.0
+        print(f"gradcheck {args.op}: input #{i} shape {numeric.shape} ok, max abs error {err:.2e}")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m minitrain", description="minitrain's command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = add_training_options(sub.add_parser("train", help="run a training example"))
+    train.add_argument("example", help=f"the example's file stem ({', '.join(available_examples())})")
+    check = sub.add_parser("gradcheck", help="finite-difference check of one op's gradient")
+    check.add_argument("op", help="op type, e.g. Conv")
+    check.add_argument("--input", action="append", default=[], metavar="SPEC",
+                       help='one per op input: "2,3,8,8", "int:4:10", "scalar:0.3", "true", "none"')
+    check.add_argument("--shape", dest="input", action="append", help="alias of --input")
+    check.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE", help="e.g. pads=1,1,1,1")
+    check.add_argument("--domain", default="", help='"" (ONNX) or com.microsoft')
+    check.add_argument("--output", action="append", default=[], help="outputs to check (default: all float)")
+    check.add_argument("--wrt", default=None, help="input indices to check, e.g. 0,1")
+    check.add_argument("--eps", type=float, default=1e-6)
+    check.add_argument("--rtol", type=float, default=1e-4)
+    check.add_argument("--atol", type=float, default=1e-6)
+    check.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.command == "gradcheck":
+        if not args.input:
+            parser.error("gradcheck needs at least one --input")
+        return gradcheck_command(args)
+    module = load_example(args.example)
+    options = {k: getattr(args, k) for k in EXAMPLE_OPTIONS}
+    module.run(**options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
