@@ -74,7 +74,7 @@ cdef inline real _sigmoid(real v) noexcept nogil:
     cdef real e
     if real is float:
         e = mt_expf(-fabsf(v))
-        return (<real>1 if v >= 0 else e) / (1 + e)
+        return (<real>1 if v >= 0 else e) / (<real>1 + e)
     elif v >= 0:
         return 1 / (1 + exp(-v))
     else:
@@ -128,23 +128,23 @@ cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real alph
 cdef void _backward_chunk(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,
                           real alpha) noexcept nogil:
     cdef Py_ssize_t i
-    cdef real s
+    cdef real s, one = 1      # a typed 1: a bare literal would make C compute in double
     if op == RELU:            # v = X
         for i in range(n):
             dx[i] = dy[i] if v[i] > 0 else 0
     elif op == SIGMOID:       # v = Y
         for i in range(n):
-            dx[i] = dy[i] * v[i] * (1 - v[i])
+            dx[i] = dy[i] * v[i] * (one - v[i])
     elif op == TANH:          # v = Y
         for i in range(n):
-            dx[i] = dy[i] * (1 - v[i] * v[i])
+            dx[i] = dy[i] * (one - v[i] * v[i])
     elif op == LEAKY:         # v = Y (or X when alpha <= 0, see ops/activation.py)
         for i in range(n):
             dx[i] = dy[i] if v[i] > 0 else alpha * dy[i]
     elif op == QUICKGELU:     # v = X
         for i in range(n):
             s = _sigmoid(alpha * v[i])
-            dx[i] = dy[i] * s * (1 + alpha * v[i] * (1 - s))
+            dx[i] = dy[i] * s * (one + alpha * v[i] * (one - s))
 
 
 cdef void _forward(int op, const real[::1] x, real[::1] y, real alpha, int num_threads) noexcept nogil:

@@ -25,6 +25,7 @@ ctypedef fused real:
 
 cdef enum:
     MIN_PARALLEL = 16384
+    GAP = 80        # elements between per-thread buffers (see avg_pool_grad)
 
 
 cdef inline int _threads(Py_ssize_t work, Py_ssize_t planes, int num_threads) noexcept nogil:
@@ -37,22 +38,6 @@ cdef inline void _add(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
         dst[i] = dst[i] + src[i]
-
-
-cdef inline void _tap_range(Py_ssize_t off, Py_ssize_t stride, Py_ssize_t n_in, Py_ssize_t n_out,
-                            Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    """Output positions o in [lo, hi) whose tap lands on o * stride + off inside [0, n_in)."""
-    cdef Py_ssize_t a = 0, b
-    if off < 0:
-        a = (-off + stride - 1) // stride
-    if n_in - 1 - off < 0:
-        b = 0
-    else:
-        b = (n_in - 1 - off) // stride + 1
-    if b > n_out:
-        b = n_out
-    lo[0] = a
-    hi[0] = b if b > a else a
 
 
 # --------------------------------------------------------------------------- MaxPool
@@ -190,70 +175,113 @@ def avg_pool(const real[:, ::1] x, real[:, ::1] y, tuple in3, tuple out3, tuple 
                         &tw[0, 0], &inv_d[0], &inv_h[0], &inv_w[0])
 
 
-cdef void _avg_pool_grad_plane(const real* dy, real* dx, real* buf_w, real* buf_h, real* row,
-                               const Py_ssize_t* g, const double* inv_d, const double* inv_h,
-                               const double* inv_w) noexcept nogil:
+cdef void _avg_pool_grad_plane(const real* dy, real* dx, real* scaled, real* buf_w, real* buf_h,
+                               real* saved, const real* scale, const Py_ssize_t* g, const int64_t* rd,
+                               const int64_t* rh, const int64_t* rw) noexcept nogil:
     """One plane of AveragePoolGrad as three separable scatter passes (W, then H, then D).
 
     g holds, per axis a in (D, H, W): g[6a..6a+5] = in, out, kernel, stride, dilation, pad_begin,
-    and g[18..20] the trivial flags.  Intermediates stay in the per-thread buffers:
-    buf_w (OD, OH, W), buf_h (OD, H, W)."""
-    cdef Py_ssize_t D = g[0], OD = g[1], kd = g[2], sd = g[3], ddl = g[4], pd = g[5]
-    cdef Py_ssize_t H = g[6], OH = g[7], kh = g[8], sh = g[9], dhl = g[10], ph = g[11]
-    cdef Py_ssize_t W = g[12], OW = g[13], kw = g[14], sw = g[15], dwl = g[16], pw = g[17]
+    then g[18], g[19] the trivial flags of D and H.  r{d,h,w}[2t], [2t+1]: the output positions
+    [lo, hi) whose tap t lands inside the input (precomputed: no divisions in here).
+    scale: the reciprocal window count of every output position.  Per-thread buffers:
+    scaled (OD, OH, OW), buf_w (OD, OH, W), buf_h (OD, H, W), saved (OD, OH, OW)."""
+    cdef Py_ssize_t D = g[0], OD = g[1], kd = g[2], sd = g[3], dd = g[4], pd = g[5]
+    cdef Py_ssize_t H = g[6], OH = g[7], kh = g[8], sh = g[9], dh = g[10], ph = g[11]
+    cdef Py_ssize_t W = g[12], OW = g[13], kw = g[14], sw = g[15], dw = g[16], pw = g[17]
     cdef bint triv_d = g[18], triv_h = g[19]
-    cdef Py_ssize_t od, oh, ow, t, lo, hi, off, r, o
-    cdef real scale
+    cdef Py_ssize_t t, lo, hi, off, r, o, k, first, last, rows = OD * OH, HW = H * W
     cdef real* dst
     cdef real* drow
+    cdef const real* srow
     cdef const real* src
-    # pass W: scale by the reciprocal counts, scatter each window's share along W
+    for o in range(rows * OW):
+        scaled[o] = dy[o] * scale[o]
+    # pass W: scatter each window's share along W
     dst = dx if (triv_d and triv_h) else buf_w
-    for od in range(OD):
-        for oh in range(OH):
-            r = od * OH + oh
-            scale = <real>(inv_d[od] * inv_h[oh])
-            for ow in range(OW):
-                row[ow] = dy[r * OW + ow] * (scale * <real>inv_w[ow])
-            drow = dst + r * W
-            memset(drow, 0, W * sizeof(real))
-            for t in range(kw):
-                off = t * dwl - pw
-                _tap_range(off, sw, W, OW, &lo, &hi)
+    memset(dst, 0, rows * W * sizeof(real))
+    for t in range(kw):
+        off = t * dw - pw
+        lo = rw[2 * t]
+        hi = rw[2 * t + 1]
+        if hi <= lo:
+            continue
+        if sw == 1 and W == OW and rows > 1:
+            # Same pitch in and out: one long add over the plane, shifted by off.  The source
+            # columns outside [lo, hi) would spill into the neighbouring rows, so they are
+            # zeroed for this tap (saved and restored): adding 0 keeps the result exact.
+            k = 0
+            for o in range(lo):                 # column by column: few long loops
+                for r in range(rows):
+                    saved[k + r] = scaled[r * OW + o]
+                    scaled[r * OW + o] = 0
+                k = k + rows
+            for o in range(hi, OW):
+                for r in range(rows):
+                    saved[k + r] = scaled[r * OW + o]
+                    scaled[r * OW + o] = 0
+                k = k + rows
+            first = lo if off < 0 else 0
+            last = rows * OW - (OW - hi if off > 0 else 0)
+            _add(dst + first + off, scaled + first, last - first)
+            k = 0
+            for o in range(lo):
+                for r in range(rows):
+                    scaled[r * OW + o] = saved[k + r]
+                k = k + rows
+            for o in range(hi, OW):
+                for r in range(rows):
+                    scaled[r * OW + o] = saved[k + r]
+                k = k + rows
+        else:
+            for r in range(rows):
+                drow = dst + r * W + off
+                srow = scaled + r * OW
                 if sw == 1:
                     for o in range(lo, hi):
-                        drow[o + off] = drow[o + off] + row[o]
+                        drow[o] = drow[o] + srow[o]
                 else:
                     for o in range(lo, hi):
-                        drow[o * sw + off] = drow[o * sw + off] + row[o]
+                        drow[o * sw] = drow[o * sw] + srow[o]
     src = dst
-    # pass H: rows of W elements
+    # pass H: rows of W elements; with stride 1 the rows of one tap form one contiguous block
     if not triv_h:
         dst = dx if triv_d else buf_h
-        for od in range(OD):
-            memset(dst + od * H * W, 0, H * W * sizeof(real))
+        memset(dst, 0, OD * HW * sizeof(real))
+        for r in range(OD):
             for t in range(kh):
-                off = t * dhl - ph
-                _tap_range(off, sh, H, OH, &lo, &hi)
-                for o in range(lo, hi):
-                    _add(dst + (od * H + o * sh + off) * W, src + (od * OH + o) * W, W)
+                off = t * dh - ph
+                lo = rh[2 * t]
+                hi = rh[2 * t + 1]
+                if sh == 1:
+                    if hi > lo:
+                        _add(dst + r * HW + (lo + off) * W, src + (r * OH + lo) * W, (hi - lo) * W)
+                else:
+                    for o in range(lo, hi):
+                        _add(dst + r * HW + (o * sh + off) * W, src + (r * OH + o) * W, W)
         src = dst
-    # pass D: slabs of H * W elements
+    # pass D: slabs of H * W elements (contiguous blocks again with stride 1)
     if not triv_d:
-        memset(dx, 0, D * H * W * sizeof(real))
+        memset(dx, 0, D * HW * sizeof(real))
         for t in range(kd):
-            off = t * ddl - pd
-            _tap_range(off, sd, D, OD, &lo, &hi)
-            for o in range(lo, hi):
-                _add(dx + (o * sd + off) * H * W, src + o * H * W, H * W)
+            off = t * dd - pd
+            lo = rd[2 * t]
+            hi = rd[2 * t + 1]
+            if sd == 1:
+                if hi > lo:
+                    _add(dx + (lo + off) * HW, src + lo * HW, (hi - lo) * HW)
+            else:
+                for o in range(lo, hi):
+                    _add(dx + (o * sd + off) * HW, src + o * HW, HW)
 
 
 def avg_pool_grad(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple trivial,
-                  const double[::1] inv_d, const double[::1] inv_h, const double[::1] inv_w,
-                  int num_threads):
-    """dx[p] = each dy[p] value times its window's reciprocal count, added to every input
-    element of the window (overlapping windows add up).  geometry: per axis (D, H, W) the tuple
-    (in, out, kernel, stride, dilation, pad_begin); trivial: per axis whether it is untouched."""
+                  const real[::1] scale, const int64_t[:, ::1] rd, const int64_t[:, ::1] rh,
+                  const int64_t[:, ::1] rw, int num_threads):
+    """dx[p] = each dy[p] value times its window's reciprocal count (`scale`, one per output
+    position), added to every input element of the window (overlapping windows add up).
+    geometry: per axis (D, H, W) the tuple (in, out, kernel, stride, dilation, pad_begin);
+    trivial: per axis whether pooling leaves it alone; r{d,h,w}: (kernel, 2) output ranges
+    [lo, hi) per tap (see _avg_pool_grad_plane)."""
     cdef Py_ssize_t g[21]
     cdef Py_ssize_t planes = dy.shape[0], p, a, i, tid
     cdef real* base
@@ -267,17 +295,22 @@ def avg_pool_grad(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple 
     g[20] = trivial[2]
     if dy.shape[1] != g[1] * g[7] * g[13] or dx.shape[1] != g[0] * g[6] * g[12] or dx.shape[0] != planes:
         raise ValueError("avg_pool_grad: buffer shapes disagree with the geometry")
+    if scale.shape[0] != dy.shape[1] or rd.shape[0] != g[2] or rh.shape[0] != g[8] or rw.shape[0] != g[14]:
+        raise ValueError("avg_pool_grad: scale or tap tables disagree with the geometry")
     if planes == 0 or dx.shape[1] == 0:
         return
     nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads)
-    # per-thread intermediates: (OD, OH, W), (OD, H, W) and one scaled row of OW
-    cdef Py_ssize_t size_w = g[1] * g[7] * g[12], size_h = g[1] * g[6] * g[12], size_row = g[13]
-    scratch = np.empty((nt, size_w + size_h + size_row + 1), dtype=np.float32 if real is float else np.float64)
+    # per-thread intermediates: scaled dY (OD, OH, OW), after W (OD, OH, W), after H (OD, H, W)
+    cdef Py_ssize_t size_s = dy.shape[1], size_w = g[1] * g[7] * g[12], size_h = g[1] * g[6] * g[12]
+    # buffers start GAP elements apart beyond their sizes so that no two share their address
+    # modulo 4 KiB (4K aliasing stalls the shifted adds between them)
+    cdef Py_ssize_t o1 = size_s + GAP, o2 = o1 + size_w + GAP, o3 = o2 + size_h + GAP
+    scratch = np.empty((nt, o3 + size_s + GAP), dtype=np.float32 if real is float else np.float64)
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         tid = threadid()
         base = &scratch[tid, 0]
-        _avg_pool_grad_plane(&dy[p, 0], &dx[p, 0], base, base + size_w, base + size_w + size_h, g,
-                             &inv_d[0], &inv_h[0], &inv_w[0])
+        _avg_pool_grad_plane(&dy[p, 0], &dx[p, 0], base, base + o1, base + o2, base + o3, &scale[0], g,
+                             &rd[0, 0], &rh[0, 0], &rw[0, 0])
 
 
 # --------------------------------------------------------------------------- global pooling

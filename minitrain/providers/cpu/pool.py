@@ -37,6 +37,22 @@ def _reciprocal_counts(g, table, count_include_pad):
     return 1.0 / counts.astype(np.float64)
 
 
+def _tap_ranges(g):
+    """(kernel, 2) int64: for tap t, the output positions [lo, hi) whose tap t lands inside
+    the input (the AveragePoolGrad scatter passes read these instead of dividing)."""
+    off = np.arange(g.kernel, dtype=np.int64) * g.dilation - g.pad_begin
+    lo = np.where(off < 0, (-off + g.stride - 1) // g.stride, 0)
+    last = g.size - 1 - off
+    hi = np.where(last >= 0, np.minimum(g.out, last // g.stride + 1), 0)
+    return np.ascontiguousarray(np.stack([lo, np.maximum(lo, hi)], axis=1))
+
+
+def _scale_plane(dims, inv, dtype):
+    """Reciprocal window count of every output position (outer product of the per-axis ones)."""
+    return np.ascontiguousarray((inv[0][:, None, None] * inv[1][None, :, None] * inv[2][None, None, :])
+                                .reshape(-1).astype(dtype))
+
+
 def _planes(shape):
     return int(shape[0]) * int(shape[1]), int(np.prod(shape[2:], dtype=np.int64))
 
@@ -140,7 +156,8 @@ def average_pool_grad(ctx):
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
     geometry = tuple((g.size, g.out, g.kernel, g.stride, g.dilation, g.pad_begin) for g in dims)
     _pool.avg_pool_grad(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), geometry,
-                        tuple(g.trivial for g in dims), *inv, get_num_threads())
+                        tuple(g.trivial for g in dims), _scale_plane(dims, inv, dy.dtype),
+                        *[_tap_ranges(g) for g in dims], get_num_threads())
     return {"dX": dx}
 
 
