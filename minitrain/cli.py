@@ -147,7 +147,12 @@ def main(argv=None):
         return gradcheck_command(args)
     module = load_example(args.example)
     options = {k: getattr(args, k) for k in EXAMPLE_OPTIONS}
-    module.run(**options)
+    try:
+        module.run(**options)
+    except ValueError as e:
+        if args.device == "cpu" or "provider" not in str(e):
+            raise
+        raise SystemExit(f"--device {args.device}: {e}") from None
     return 0
 
 

@@ -154,3 +154,8 @@ def test_a_parameter_the_loss_ignores_is_an_error():
             return self.used(x)
     with pytest.raises(GraphError, match="unused"):
         session(Unused())
+
+
+def test_only_the_cpu_provider_is_accepted():
+    with pytest.raises(ValueError, match="provider 'cuda'"):
+        session(mlp(), provider="cuda")

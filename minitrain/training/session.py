@@ -39,10 +39,15 @@ class TrainingSession:
     loss: a loss Module (nn.CrossEntropyLoss(), nn.MSELoss()) called as loss(output, target).
     target_shape/target_dtype: per-sample shape and dtype of the targets; by default the
     loss decides (class labels for cross-entropy, the output's shape for MSE).
+    provider: "cpu" (the only provider whose values are the host arrays updated in place).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, provider="cpu"):
+        if provider != "cpu":
+            raise ValueError(f"TrainingSession: provider {provider!r} is not supported yet; parameters and "
+                             "optimizer state are updated in place in host memory, which only the 'cpu' "
+                             "provider shares")
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.provider = provider
         self.params = model.parameters()
