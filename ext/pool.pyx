@@ -19,6 +19,12 @@ from libc.string cimport memset
 
 import numpy as np
 
+cdef extern from *:
+    """
+    #define MT_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 3)
+    """
+    void MT_PREFETCH(const void* p) noexcept nogil
+
 ctypedef fused real:
     float
     double
@@ -311,6 +317,141 @@ def avg_pool_grad(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple 
         base = &scratch[tid, 0]
         _avg_pool_grad_plane(&dy[p, 0], &dx[p, 0], base, base + o1, base + o2, base + o3, &scale[0], g,
                              &rd[0, 0], &rh[0, 0], &rw[0, 0])
+
+
+cdef void _sum_taps(real* out, const real* src, const Py_ssize_t* shift, Py_ssize_t k,
+                    Py_ssize_t n) noexcept nogil:
+    """out[j] = sum over t < k of src[j + shift[t]], for j < n (src may be read before its
+    pointer: the caller keeps j + shift[t] inside the buffer).  One store per element."""
+    cdef Py_ssize_t j, t
+    cdef Py_ssize_t s0 = shift[0], s1, s2
+    if k == 1:
+        for j in range(n):
+            out[j] = src[j + s0]
+    elif k == 2:
+        s1 = shift[1]
+        for j in range(n):
+            out[j] = src[j + s0] + src[j + s1]
+    elif k == 3:
+        s1 = shift[1]
+        s2 = shift[2]
+        for j in range(n):
+            out[j] = src[j + s0] + src[j + s1] + src[j + s2]
+    else:
+        for j in range(n):
+            out[j] = src[j + s0]
+        for t in range(1, k):
+            s1 = shift[t]
+            for j in range(n):
+                out[j] = out[j] + src[j + s1]
+
+
+cdef void _gather_pass(real* out, const real* src, Py_ssize_t size, Py_ssize_t pitch,
+                       const Py_ssize_t* shift, Py_ssize_t k) noexcept nogil:
+    """One stride-1 axis of AveragePoolGrad over a whole padded buffer: out[J] = sum_t
+    src[J + shift[t] * pitch].  Positions whose taps would leave the buffer are margins."""
+    cdef Py_ssize_t t, lo = 0, hi = size, s
+    cdef Py_ssize_t flat[64]
+    for t in range(k):
+        s = shift[t] * pitch
+        flat[t] = s
+        if -s > lo:
+            lo = -s
+        if size - s < hi:
+            hi = size - s
+    if hi > lo:
+        _sum_taps(out + lo, src + lo, flat, k, hi - lo)
+
+
+def avg_pool_grad_stride1(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple trivial,
+                          const real[::1] scale, int num_threads):
+    """AveragePoolGrad when every pooled axis has stride 1 (overlapping windows), as gathers.
+
+    Per plane, the scaled dY is written into a zero-margined buffer (margins L = (k-1)d - pb
+    before and R = in + pb - out after each axis, so every tap of a valid position lands in
+    its own row, slab, or a zero margin); then each pooled axis is one flat pass over the whole
+    buffer, dX[x] = sum_t S[x + pb - t d] with one store per element; the valid region is
+    copied out last.  Margins of the scaled buffer are zeroed once per thread and never
+    written.  geometry: per axis (D, H, W) (in, out, kernel, stride, dilation, pad_begin)."""
+    cdef Py_ssize_t n[3]
+    cdef Py_ssize_t m[3]
+    cdef Py_ssize_t kk[3]
+    cdef Py_ssize_t lm[3]
+    cdef Py_ssize_t ext[3]
+    cdef Py_ssize_t shifts[3][64]
+    cdef bint triv[3]
+    cdef Py_ssize_t a, t, planes = dy.shape[0], p, tid, size, r, w, rows_in, rows_out
+    cdef Py_ssize_t pitch_h, pitch_d, od, oh, d, h
+    cdef real* buf
+    cdef real* s_pad
+    cdef real* cur
+    cdef real* nxt
+    cdef real* tmp
+    cdef const real* drow
+    cdef const real* srow
+    cdef real* orow
+    cdef int nt
+    for a in range(3):
+        size_in, size_out, kernel, stride, dilation, pad_begin = geometry[a]
+        if stride != 1 or kernel > 64:
+            raise ValueError("avg_pool_grad_stride1: needs stride 1 and kernel <= 64 on every axis")
+        n[a] = size_in
+        m[a] = size_out
+        kk[a] = kernel
+        triv[a] = trivial[a]
+        lm[a] = max(0, (kernel - 1) * dilation - pad_begin)
+        ext[a] = lm[a] + size_out + max(0, size_in + pad_begin - size_out)
+        for t in range(kernel):
+            shifts[a][t] = pad_begin - t * dilation
+    if dy.shape[1] != m[0] * m[1] * m[2] or dx.shape[1] != n[0] * n[1] * n[2] or dx.shape[0] != planes \
+            or scale.shape[0] != dy.shape[1]:
+        raise ValueError("avg_pool_grad_stride1: buffer shapes disagree with the geometry")
+    if planes == 0 or dx.shape[1] == 0:
+        return
+    size = ext[0] * ext[1] * ext[2]
+    pitch_h = ext[2]
+    pitch_d = ext[1] * ext[2]
+    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads)
+    cdef Py_ssize_t stride_buf = 3 * size + 3 * GAP
+    scratch = np.zeros((nt, stride_buf), dtype=np.float32 if real is float else np.float64)
+    cdef real[:, ::1] sc = scratch
+    for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        tid = threadid()
+        buf = &sc[tid, 0]
+        s_pad = buf
+        if p + 1 < planes:       # the next plane's dY, while this one is in flight
+            for w in range(0, dy.shape[1], 16):
+                MT_PREFETCH(&dy[p + 1, w])
+        # scaled dY into the interior of the zero-margined buffer
+        for od in range(m[0]):
+            for oh in range(m[1]):
+                drow = &dy[p, 0] + (od * m[1] + oh) * m[2]
+                srow = &scale[0] + (od * m[1] + oh) * m[2]
+                orow = s_pad + ((od + lm[0]) * ext[1] + oh + lm[1]) * ext[2] + lm[2]
+                for w in range(m[2]):
+                    orow[w] = drow[w] * srow[w]
+        cur = s_pad
+        nxt = buf + size + GAP
+        tmp = buf + 2 * (size + GAP)
+        if not triv[2]:
+            _gather_pass(nxt, cur, size, 1, &shifts[2][0], kk[2])
+            cur = nxt
+            nxt = tmp
+        if not triv[1]:
+            _gather_pass(nxt, cur, size, pitch_h, &shifts[1][0], kk[1])
+            tmp = cur if cur != s_pad else tmp
+            cur = nxt
+            nxt = tmp
+        if not triv[0]:
+            _gather_pass(nxt, cur, size, pitch_d, &shifts[0][0], kk[0])
+            cur = nxt
+        # the valid region out
+        for d in range(n[0]):
+            for h in range(n[1]):
+                srow = cur + ((d + lm[0]) * ext[1] + h + lm[1]) * ext[2] + lm[2]
+                orow = &dx[p, 0] + (d * n[1] + h) * n[2]
+                for w in range(n[2]):
+                    orow[w] = srow[w]
 
 
 # --------------------------------------------------------------------------- global pooling

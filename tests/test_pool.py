@@ -122,8 +122,11 @@ def test_max_pool_gradcheck(spatial, kernel, stride, pad, ceil, dilation, rng):
     gradcheck("MaxPool", [x], onnx_attrs(kernel, stride, pad, ceil, dilation), outputs=["Y"])
 
 
-AVG_CASES = [  # spatial, kernel, stride, pad, ceil
+AVG_CASES = [  # spatial, kernel, stride, pad, ceil (stride 1 everywhere takes the gather path)
     ((9,), (3,), (2,), (1,), False),
+    ((9,), (4,), (1,), (2,), False),
+    ((5, 4, 6), (3, 2, 3), (1, 1, 1), (1, 1, 1), False),
+    ((4, 6, 5), (2, 5, 1), (1, 1, 1), (0, 2, 0), True),
     ((10,), (4,), (3,), (2,), True),
     ((7, 9), (3, 2), (2, 2), (1, 1), False),
     ((8, 7), (3, 3), (2, 2), (1, 1), True),
@@ -156,12 +159,13 @@ def test_average_pool_gradcheck(spatial, kernel, stride, pad, ceil, count_includ
     gradcheck("AveragePool", [x], onnx_attrs(kernel, stride, pad, ceil, count_include_pad=count_include_pad))
 
 
+@pytest.mark.parametrize("strides", [[1, 1, 2], [1, 1, 1]])
 @pytest.mark.parametrize("count_include_pad", [0, 1])
-def test_average_pool_3d_overlapping_windows_on_non_cubic_input(count_include_pad, rng):
+def test_average_pool_3d_overlapping_windows_on_non_cubic_input(count_include_pad, strides, rng):
     """Stride < kernel on a (3, 5, 7) volume: where ONNX Runtime's own 3D AveragePoolGrad
     assigns instead of adding and mixes up the axes.  Checked by finite differences and torch."""
     x = rng.standard_normal((1, 2, 3, 5, 7))
-    attrs = dict(kernel_shape=[2, 3, 3], strides=[1, 1, 2], pads=[1, 1, 0, 0, 1, 1],
+    attrs = dict(kernel_shape=[2, 3, 3], strides=strides, pads=[1, 1, 0, 0, 1, 1],
                  count_include_pad=count_include_pad)
     results = gradcheck("AveragePool", [x], attrs)
     analytic = results[0][0]
@@ -169,9 +173,9 @@ def test_average_pool_3d_overlapping_windows_on_non_cubic_input(count_include_pa
     # ONNX pads (begin d,h,w = 1,1,0; end = 0,1,1) are asymmetric: run torch on explicitly padded input
     tx = torch.from_numpy(x).requires_grad_()
     padded = torch.nn.functional.pad(tx, (0, 1, 1, 1, 1, 0))
-    window_sum = torch.nn.functional.avg_pool3d(padded, (2, 3, 3), (1, 1, 2), divisor_override=1)
+    window_sum = torch.nn.functional.avg_pool3d(padded, (2, 3, 3), tuple(strides), divisor_override=1)
     ones = torch.nn.functional.pad(torch.ones_like(tx), (0, 1, 1, 1, 1, 0), value=float(count_include_pad))
-    counts = torch.nn.functional.avg_pool3d(ones, (2, 3, 3), (1, 1, 2), divisor_override=1)
+    counts = torch.nn.functional.avg_pool3d(ones, (2, 3, 3), tuple(strides), divisor_override=1)
     ty = window_sum / counts
     (y,) = run_node("AveragePool", [x], attrs=attrs)
     np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-12, atol=1e-14)

@@ -155,9 +155,15 @@ def average_pool_grad(ctx):
     tables = [_window_table(g) for g in dims]
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
     geometry = tuple((g.size, g.out, g.kernel, g.stride, g.dilation, g.pad_begin) for g in dims)
-    _pool.avg_pool_grad(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), geometry,
-                        tuple(g.trivial for g in dims), _scale_plane(dims, inv, dy.dtype),
-                        *[_tap_ranges(g) for g in dims], get_num_threads())
+    flat_dy, flat_dx = dy.reshape(planes, dy.size // planes), dx.reshape(planes, size)
+    scale = _scale_plane(dims, inv, dy.dtype)
+    trivial = tuple(g.trivial for g in dims)
+    if all(g.stride == 1 and g.kernel <= 64 for g in dims):
+        # overlapping windows: gathers over zero-margined buffers, one store per element
+        _pool.avg_pool_grad_stride1(flat_dy, flat_dx, geometry, trivial, scale, get_num_threads())
+    else:
+        _pool.avg_pool_grad(flat_dy, flat_dx, geometry, trivial, scale, *[_tap_ranges(g) for g in dims],
+                            get_num_threads())
     return {"dX": dx}
 
 
