@@ -159,3 +159,11 @@ def test_a_parameter_the_loss_ignores_is_an_error():
 def test_only_the_cpu_provider_is_accepted():
     with pytest.raises(ValueError, match="provider 'cuda'"):
         session(mlp(), provider="cuda")
+
+
+def test_targets_are_cast_and_losses_must_be_scalar():
+    x, y = data(8)
+    s = session(mlp())
+    assert np.isfinite(s.train_step(x, y.astype(np.int32)))
+    with pytest.raises(ValueError, match="scalar loss"):
+        TrainingSession(mlp(), nn.CrossEntropyLoss("none"), SGD(0.1), input_shape=(6,))

@@ -82,8 +82,13 @@ class TrainingSession:
         output = self.model(builder.input(INPUT, *self.input_spec))
         loss_name = None
         if with_loss:
-            target = builder.input(TARGET, *self._target_spec(output))
-            loss_name = self.loss(output, target).name
+            self.target_spec = self._target_spec(output)
+            target = builder.input(TARGET, *self.target_spec)
+            loss = self.loss(output, target)
+            if loss.shape is not None and any(d != 1 for d in loss.shape):
+                raise ValueError(f"TrainingSession needs a scalar loss, got shape {loss.shape}; "
+                                 "use reduction 'mean' or 'sum'")
+            loss_name = loss.name
         builder.graph.outputs = [output.name] + ([loss_name] if loss_name else [])
         return builder.graph, output.name, loss_name, dict(builder.state_updates)
 
@@ -105,7 +110,7 @@ class TrainingSession:
     def _feeds(self, inputs, targets=None):
         feeds = {INPUT: np.asarray(inputs, dtype=self.input_spec[0])}
         if targets is not None:
-            feeds[TARGET] = np.asarray(targets)
+            feeds[TARGET] = np.asarray(targets, dtype=self.target_spec[0])
         return feeds
 
     def _apply_state_updates(self, results):
