@@ -40,12 +40,15 @@ def test_fit_logs_checkpoints_and_resumes_exactly(tmp_path):
         [{k: v for k, v in r.items() if k not in drop} for r in full]
 
 
-def test_plot_and_progress_bar(tmp_path, capsys):
+def test_plot(tmp_path):
     pytest.importorskip("matplotlib")
     history = [{"epoch": 1, "train_loss": 1.0, "test_loss": 1.2, "train_accuracy": 0.5, "test_accuracy": 0.4},
                {"epoch": 2, "train_loss": 0.5, "test_loss": 0.7, "train_accuracy": 0.8, "test_accuracy": 0.7}]
     path = plot_metrics(history, str(tmp_path / "m.png"))
     assert path and (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_progress_bar_with_or_without_tqdm(capsys):
     session, loader, test = setup()
     fit(session, loader, epochs=1, test=test, progress=True, log=print)
     assert "train_loss" in capsys.readouterr().out
