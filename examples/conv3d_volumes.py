@@ -18,7 +18,7 @@ SIZE = 16
 CLASSES = ("ball", "cube", "shell", "rod")
 
 
-def make_volumes(count, seed, noise=0.25):
+def make_volumes(count, seed, noise=0.4):
     """`count` volumes (count, 1, 16, 16, 16) float32 with balanced int64 labels."""
     rng = np.random.default_rng(seed)
     grid = np.stack(np.meshgrid(*(np.arange(SIZE),) * 3, indexing="ij")).astype(np.float32)  # (3, S, S, S)
