@@ -15,15 +15,51 @@ the first bad one per plane instead of writing out of bounds.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int64_t
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
 cdef extern from *:
     """
+    #include <string.h>
     #define MT_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 3)
+    /* Short row loops with restrict pointers: no aliasing checks or loop versioning, which
+       otherwise cost more than the 32-element rows of a typical pooling plane. */
+    static inline void mt_mul_row_f(float* __restrict o, const float* __restrict a,
+                                    const float* __restrict b, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] * b[i];
+    }
+    static inline void mt_mul_row_d(double* __restrict o, const double* __restrict a,
+                                    const double* __restrict b, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] * b[i];
+    }
+    #define MT_SUM_TAPS(NAME, T)                                                           \
+    static void NAME(T* __restrict out, const T* __restrict src, const Py_ssize_t* shift,      \
+                     Py_ssize_t k, Py_ssize_t n) {                                             \
+        const Py_ssize_t s0 = shift[0];                                                        \
+        if (k == 1) { for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0]; return; }       \
+        const Py_ssize_t s1 = shift[1];                                                        \
+        if (k == 2) { for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1]; return; } \
+        const Py_ssize_t s2 = shift[2];                                                        \
+        if (k == 3) {                                                                          \
+            for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1] + src[j + s2]; \
+            return;                                                                            \
+        }                                                                                      \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1] + src[j + s2];   \
+        for (Py_ssize_t t = 3; t < k; t++) {                                                   \
+            const Py_ssize_t st = shift[t];                                                    \
+            for (Py_ssize_t j = 0; j < n; j++) out[j] += src[j + st];                          \
+        }                                                                                      \
+    }
+    /* out[j] = sum over t < k of src[j + shift[t]]: out and src are distinct buffers */
+    MT_SUM_TAPS(mt_sum_taps_f, float)
+    MT_SUM_TAPS(mt_sum_taps_d, double)
     """
     void MT_PREFETCH(const void* p) noexcept nogil
+    void mt_sum_taps_f(float* out, const float* src, const Py_ssize_t* shift, Py_ssize_t k, Py_ssize_t n) noexcept nogil
+    void mt_sum_taps_d(double* out, const double* src, const Py_ssize_t* shift, Py_ssize_t k, Py_ssize_t n) noexcept nogil
+    void mt_mul_row_f(float* o, const float* a, const float* b, Py_ssize_t n) noexcept nogil
+    void mt_mul_row_d(double* o, const double* a, const double* b, Py_ssize_t n) noexcept nogil
 
 ctypedef fused real:
     float
@@ -319,31 +355,14 @@ def avg_pool_grad(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple 
                              &rd[0, 0], &rh[0, 0], &rw[0, 0])
 
 
-cdef void _sum_taps(real* out, const real* src, const Py_ssize_t* shift, Py_ssize_t k,
-                    Py_ssize_t n) noexcept nogil:
+cdef inline void _sum_taps(real* out, const real* src, const Py_ssize_t* shift, Py_ssize_t k,
+                           Py_ssize_t n) noexcept nogil:
     """out[j] = sum over t < k of src[j + shift[t]], for j < n (src may be read before its
     pointer: the caller keeps j + shift[t] inside the buffer).  One store per element."""
-    cdef Py_ssize_t j, t
-    cdef Py_ssize_t s0 = shift[0], s1, s2
-    if k == 1:
-        for j in range(n):
-            out[j] = src[j + s0]
-    elif k == 2:
-        s1 = shift[1]
-        for j in range(n):
-            out[j] = src[j + s0] + src[j + s1]
-    elif k == 3:
-        s1 = shift[1]
-        s2 = shift[2]
-        for j in range(n):
-            out[j] = src[j + s0] + src[j + s1] + src[j + s2]
+    if real is float:
+        mt_sum_taps_f(out, src, shift, k, n)
     else:
-        for j in range(n):
-            out[j] = src[j + s0]
-        for t in range(1, k):
-            s1 = shift[t]
-            for j in range(n):
-                out[j] = out[j] + src[j + s1]
+        mt_sum_taps_d(out, src, shift, k, n)
 
 
 cdef void _gather_pass(real* out, const real* src, Py_ssize_t size, Py_ssize_t pitch,
@@ -428,8 +447,10 @@ def avg_pool_grad_stride1(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry
                 drow = &dy[p, 0] + (od * m[1] + oh) * m[2]
                 srow = &scale[0] + (od * m[1] + oh) * m[2]
                 orow = s_pad + ((od + lm[0]) * ext[1] + oh + lm[1]) * ext[2] + lm[2]
-                for w in range(m[2]):
-                    orow[w] = drow[w] * srow[w]
+                if real is float:
+                    mt_mul_row_f(orow, drow, srow, m[2])
+                else:
+                    mt_mul_row_d(orow, drow, srow, m[2])
         cur = s_pad
         nxt = buf + size + GAP
         tmp = buf + 2 * (size + GAP)
@@ -450,8 +471,7 @@ def avg_pool_grad_stride1(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry
             for h in range(n[1]):
                 srow = cur + ((d + lm[0]) * ext[1] + h + lm[1]) * ext[2] + lm[2]
                 orow = &dx[p, 0] + (d * n[1] + h) * n[2]
-                for w in range(n[2]):
-                    orow[w] = srow[w]
+                memcpy(orow, srow, n[2] * sizeof(real))
 
 
 # --------------------------------------------------------------------------- global pooling
