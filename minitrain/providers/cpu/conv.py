@@ -18,6 +18,7 @@ import numpy as np
 
 from ..._ext import conv as _conv
 from ..._ext import conv_depthwise as _dw
+from ..._ext import conv_direct as _direct
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
@@ -26,6 +27,8 @@ from ...threads import get_num_threads
 # Bytes of im2col scratch per thread and tile: a tile of the column matrix stays in L2.
 TILE_BYTES = 256 * 1024
 MIN_TILE = 64
+# Bytes of direct-convolution scratch (shifted-grid image + output grid) per work item.
+DIRECT_BYTES = 384 * 1024
 
 
 # --------------------------------------------------------------------------- BLAS threads
@@ -130,6 +133,192 @@ def _scratch(nt, size, dtype):
 _NO_BIAS = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64): np.empty(0, np.float64)}
 
 
+# --------------------------------------------------------------------------- direct kernels
+_A_VARIANTS = _direct.a_variants()
+_MR2, _TBMAX = _direct.b_blocking()
+_SIMD = _direct.simd_bytes()
+
+
+def _a_variant(m):
+    """Kernel A's microkernel for m output rows: fewest padded rows, then the widest block."""
+    return min(range(len(_A_VARIANTS)),
+               key=lambda v: (-(-m // _A_VARIANTS[v][0]) * _A_VARIANTS[v][0], -_A_VARIANTS[v][0]))
+
+
+def _three(values, fill, rank):
+    return (fill,) * (3 - rank) + tuple(values)
+
+
+def _pack_weight_a(w, g, m, c, taps, mr):
+    """A conv-layout weight (G*M, C, taps) as kernel A reads it: [g][m block][c][tap][mr],
+    zero rows past M."""
+    blocks = -(-m // mr)
+    wp = np.zeros((g, blocks * mr, c, taps), dtype=w.dtype)
+    wp[:, :m] = w.reshape(g, m, c, taps)
+    return np.ascontiguousarray(wp.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
+
+
+def _assemble_plan(g, c, m, out, u, img, strides, pads, phases, offsets, placement, n, itemsize, slack,
+                   rows, nt):
+    """The int64 plan of conv_direct.pyx (see its docstring), with B samples per work item
+    chosen so that an item's scratch stays near DIRECT_BYTES while every thread gets items.
+    `rows`: output-grid rows per sample held in scratch.  Returns (plan, B, L)."""
+    plane = u[0] * u[1] * u[2]
+    pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
+    length = -(-(len(phases) * plane + slack) // 16) * 16
+    per_sample = (c + rows) * length * itemsize
+    b = max(1, min(n, DIRECT_BYTES // max(1, per_sample)))
+    if nt > 1:   # enough items for every thread, in whole rounds
+        chunks = max(-(-n // b), 1)
+        while chunks * g % nt and chunks < n:
+            chunks += 1
+        b = -(-n // chunks)
+    head = (g, c, m) + tuple(out) + tuple(u) + (length, b, pext, len(offsets), len(phases)) \
+        + tuple(img) + tuple(strides) + tuple(pads) + tuple(placement)
+    return np.array(head + tuple(x for ph in phases for x in ph) + tuple(offsets), dtype=np.int64), b, length
+
+
+def direct_plan(geom, n, itemsize, slack, rows, nt):
+    """The plan of a convolution (image -> columns): stride phases of the image, one offset per
+    tap (taps in W's order)."""
+    r = geom.rank
+    out = _three(geom.col_spatial, 1, r)
+    kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
+    dil = _three(geom.dilations, 1, r)
+    shifts = [[(k * d) // s for k in range(kk)] for kk, d, s in zip(kernel, dil, strides)]
+    residues = [[(k * d) % s for k in range(kk)] for kk, d, s in zip(kernel, dil, strides)]
+    used = [sorted(set(res)) for res in residues]
+    u = [o + max(q) for o, q in zip(out, shifts)]
+    phases = [(a, b, c) for a in used[0] for b in used[1] for c in used[2]]
+    index = {ph: i for i, ph in enumerate(phases)}
+    plane = u[0] * u[1] * u[2]
+    offsets = [index[(residues[0][kd], residues[1][kh], residues[2][kw])] * plane
+               + (shifts[0][kd] * u[1] + shifts[1][kh]) * u[2] + shifts[2][kw]
+               for kd in range(kernel[0]) for kh in range(kernel[1]) for kw in range(kernel[2])]
+    g = geom.group
+    placement = (_plane(out), out[1] * out[2], out[2], 1, 0)
+    return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, out, u,
+                          _three(geom.img_spatial, 1, r), strides, _three(geom.pads_begin, 0, r), phases,
+                          offsets, placement, n, itemsize, slack, rows, nt)
+
+
+def data_grad_phases(geom):
+    """The data gradient of a strided convolution, split by stride phase of the image: along an
+    axis, image points i with (i + pad) % stride == phi receive exactly the taps k with
+    (k * dilation) % stride == phi, from column o = u - (k * dilation) // stride where
+    u = (i + pad) // stride.  Each phase is a stride-1 correlation of the columns.  Returns
+    [(out grid, pack grid, pack pads, tap indices, tap offsets, placement)] for the phases
+    that hold image points and taps, and whether some image points receive no tap at all."""
+    r = geom.rank
+    kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
+    dil, pads = _three(geom.dilations, 1, r), _three(geom.pads_begin, 0, r)
+    img = _three(geom.img_spatial, 1, r)
+    axes = []
+    for a in range(3):
+        options = []
+        for phi in range(strides[a]):
+            u0 = -((phi - pads[a]) // strides[a])
+            u1 = (pads[a] + img[a] - 1 - phi) // strides[a] + 1
+            if u1 <= u0:
+                continue
+            taps = [k for k in range(kernel[a]) if (k * dil[a]) % strides[a] == phi]
+            q = [(k * dil[a]) // strides[a] for k in taps]
+            qmax = max(q, default=0)
+            options.append((u0, u1 - u0, phi, taps, [qmax - x for x in q], qmax))
+        axes.append(options)
+    phases, uncovered = [], False
+    for x, y, z in [(x, y, z) for x in axes[0] for y in axes[1] for z in axes[2]]:
+        (ud0, nd, pd, td, od, qd), (uh0, nh, ph, th, oh, qh), (uw0, nw, pw, tw, ow, qw) = x, y, z
+        if not (td and th and tw):
+            uncovered = True
+            continue
+        grid = (nd, nh, nw)
+        u = (nd + max(od), nh + max(oh), nw + max(ow))
+        tap_index = [(kd * kernel[1] + kh) * kernel[2] + kw for kd in td for kh in th for kw in tw]
+        offsets = [(a * u[1] + b) * u[2] + c for a in od for b in oh for c in ow]
+        i0 = [u0 * s + phi - p for u0, s, phi, p in zip((ud0, uh0, uw0), strides, (pd, ph, pw), pads)]
+        placement = (_plane(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
+                     (i0[0] * img[1] + i0[1]) * img[2] + i0[2])
+        pack_pads = (qd - ud0, qh - uh0, qw - uw0)
+        phases.append((grid, u, pack_pads, tap_index, offsets, placement))
+    return phases, uncovered
+
+
+def _direct_ok(geom, n, nt):
+    """The direct kernels take every convolution but 1x1 ones (plain GEMMs for BLAS) and
+    batches too small to give each thread a (sample, group) item."""
+    return not geom.is_pointwise and (nt == 1 or n * geom.group >= nt)
+
+
+def direct_forward(img, w, bias, geom, nt):
+    n = img.shape[0]
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    variant = _a_variant(m)
+    mr, nv = _A_VARIANTS[variant]
+    vw = _SIMD // img.itemsize
+    rows = -(-m // mr) * mr
+    plan, b, length = direct_plan(geom, n, img.itemsize, nv * vw + vw, rows, nt)
+    out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
+    xbuf = np.empty((nt, c * b * length), dtype=img.dtype)
+    ybuf = np.empty((nt, rows * b * length), dtype=img.dtype)
+    wp = _pack_weight_a(w, g, m, c, _plane(geom.kernel), mr)
+    _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
+                    out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, nt)
+    return out
+
+
+def direct_data_grad(cols, w, bias, geom, nt):
+    """The strided data gradient, one kernel-A pass per stride phase of the image."""
+    n = cols.shape[0]
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    phases, uncovered = data_grad_phases(geom)
+    shape = (n, geom.img_channels) + tuple(geom.img_spatial)
+    if uncovered:   # image points no tap reaches: zero (or the bias)
+        out = np.zeros(shape, dtype=cols.dtype)
+        if bias is not None:
+            out += bias.reshape((1, -1) + (1,) * geom.rank)
+    else:
+        out = np.empty(shape, dtype=cols.dtype)
+    variant = _a_variant(c)
+    mr, nv = _A_VARIANTS[variant]
+    vw = _SIMD // cols.itemsize
+    rows = -(-c // mr) * mr
+    wt = w.reshape(g, m, c, -1).transpose(0, 2, 1, 3)          # (G, C, M, taps)
+    b_arg = _NO_BIAS[cols.dtype] if bias is None else bias
+    cols_flat, out_flat = cols.reshape(-1), out.reshape(-1)
+    col3 = _three(geom.col_spatial, 1, geom.rank)
+    for grid, u, pack_pads, taps, offsets, placement in phases:
+        plan, b, length = _assemble_plan(g, m, c, grid, u, col3, (1, 1, 1), pack_pads, [(0, 0, 0)], offsets,
+                                         placement, n, cols.itemsize, nv * vw + vw, rows, nt)
+        wp = _pack_weight_a(np.ascontiguousarray(wt[..., taps]), g, c, m, len(taps), mr)
+        xbuf = np.empty((nt, m * b * length), dtype=cols.dtype)
+        ybuf = np.empty((nt, rows * b * length), dtype=cols.dtype)
+        _direct.forward(cols_flat, wp.reshape(-1), b_arg, out_flat, plan, n, variant, mr, nv, xbuf, ybuf, nt)
+    return out
+
+
+def direct_weight_grad(cols, img, w_shape, geom, nt):
+    n = img.shape[0]
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    rows = -(-m // _MR2) * _MR2
+    vw = _SIMD // img.itemsize
+    plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt)
+    xbuf = np.empty((nt, c * b * length), dtype=img.dtype)
+    dybuf = np.empty((nt, rows * b * length), dtype=img.dtype)
+    taps = _plane(geom.kernel)
+    acc = np.zeros((nt, g * rows * c * taps), dtype=img.dtype)
+    _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, xbuf, dybuf, nt)
+    if nt > 1:
+        total = np.empty(acc.shape[1], dtype=img.dtype)
+        _conv.sum_rows(acc, total, nt)
+    else:
+        total = acc[0]
+    return np.ascontiguousarray(total.reshape(g, rows, c * taps)[:, :m]).reshape(w_shape)
+
+
 # --------------------------------------------------------------------------- primitives
 def conv_forward(img, w, bias, geom):
     """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
@@ -144,6 +333,8 @@ def conv_forward(img, w, bias, geom):
         scratch = _scratch(nt, _dw.padded_size(geo), img.dtype)
         _dw.forward(img.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, scratch, nt)
         return out
+    if _direct_ok(geom, n, nt):
+        return direct_forward(img, w, bias, geom, nt)
     t = _tile(geom, img.itemsize)
     items = n * geom.group * -(-_plane(geom.col_spatial) // t)
     parallel = _schedule(items, nt)
@@ -181,6 +372,8 @@ def conv_data_grad(cols, w, bias, geom):
         if bias is not None:
             out += bias.reshape((1, -1) + (1,) * geom.rank)
         return out
+    if _direct_ok(geom, n, nt):
+        return direct_data_grad(cols, w, bias, geom, nt)
     t = _tile(geom, cols.itemsize)
     parallel = _schedule(n * geom.group, nt)
     k = geom.img_channels // geom.group * _plane(geom.kernel)
@@ -206,6 +399,8 @@ def conv_weight_grad(cols, img, w_shape, geom):
         acc = np.empty((nt, _plane(geom.kernel)), dtype=np.float64)
         _dw.backward_weight(cols.reshape(-1), img.reshape(-1), dw.reshape(-1), geo, n, scratch, acc, nt)
         return dw
+    if _direct_ok(geom, n, nt):
+        return direct_weight_grad(cols, img, w_shape, geom, nt)
     t = _tile(geom, dtype.itemsize)
     items = n * geom.group * -(-_plane(geom.col_spatial) // t)
     parallel = _schedule(items, nt)

@@ -1,0 +1,414 @@
+# cython: language_level=3
+"""Direct convolution with SIMD register-blocked microkernels: no im2col, no GEMM packing.
+
+The image of one (sample, group) is copied once into a "shifted grid" buffer: zero-padded,
+split into stride phases (phase r of an axis holds padded positions u * S + r), each phase a
+plane of U = (Ud, Uh, Uw) points.  Column position o = (od, oh, ow) then maps to grid position
+p = (od * Uh + oh) * Uw + ow, and kernel tap k reads the buffer at p + off[k] with one constant
+offset per tap (k * D = q * S + r per axis: phase r, shift q).  Grid positions with oh >= Oh or
+ow >= Ow are garbage: computed and dropped (forward), or fed zeros (weight gradient).
+
+  kernel A  y[m, p]  = sum over c, k of W[m, c, k] * x[c, p + off[k]]      (Conv forward, and the
+            stride-1 data gradient, which is a convolution with the flipped, transposed weight)
+  kernel B  dW[m, c, k] += sum over p of dy[m, p] * x[c, p + off[k]]     (weight gradient)
+
+A's microkernel keeps an MR x (NV vectors) block of y in registers and broadcasts MR weights per
+(c, k); B's keeps MR2 x TB dot products (TB taps of one channel) and reduces them at the end.
+The SIMD width follows the compiler's target (AVX-512, AVX, else 128-bit) through GCC vector
+extensions; float and double share the code.
+
+`plan` (int64) = [G, C, M, Od, Oh, Ow, Ud, Uh, Uw, L, B, Pext, taps, nph, ID, IH, IW,
+                  SD, SH, SW, PD, PH, PW, ycol, ysd, ysh, ysw, ybase] followed by nph phase
+triples (rd, rh, rw) and then the taps offsets.  L: buffer length per channel and sample; B:
+samples per work item; Pext: grid positions to compute per sample (the last valid one + 1);
+output point (od, oh, ow) of channel plane q goes to y[q * ycol + ybase + od * ysd + oh * ysh +
+ow * ysw] (the strided data gradient writes one stride phase of the image at a time).
+"""
+from cython.parallel cimport prange, threadid
+from libc.string cimport memset
+
+ctypedef fused real:
+    float
+    double
+
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #include <string.h>
+    #if defined(__AVX512F__)
+    #define MT_VBYTES 64
+    #elif defined(__AVX__)
+    #define MT_VBYTES 32
+    #else
+    #define MT_VBYTES 16
+    #endif
+    typedef float mt_vf __attribute__((vector_size(MT_VBYTES)));
+    typedef float mt_vfu __attribute__((vector_size(MT_VBYTES), aligned(4)));
+    typedef double mt_vd __attribute__((vector_size(MT_VBYTES)));
+    typedef double mt_vdu __attribute__((vector_size(MT_VBYTES), aligned(8)));
+    /* Keep a loaded vector in a register: without this GCC folds the load into every FMA
+       that uses it, and unaligned loads split across cache lines then bound the loop. */
+    #if defined(__x86_64__) || defined(__i386__)
+    #define MT_IN_REGISTER(v) __asm__("" : "+v"(v))
+    #else
+    #define MT_IN_REGISTER(v) ((void)0)
+    #endif
+    #define MT_VWF (MT_VBYTES / 4)
+    #define MT_VWD (MT_VBYTES / 8)
+
+    /* Kernel A microkernel: y[r, p] for r < mvalid, p in [p0, p1) stepping NV*VW. */
+    #define MT_KA(NAME, T, V, VU, VW, MR, NV)                                                  \\
+    static void NAME(const T* restrict x, ptrdiff_t ldx, const T* restrict wp,                 \\
+                     const ptrdiff_t* restrict off, ptrdiff_t C, ptrdiff_t taps,               \\
+                     T* restrict y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1, ptrdiff_t mvalid) \\
+    {                                                                                          \\
+        for (ptrdiff_t p = p0; p < p1; p += (NV) * (VW)) {                                     \\
+            V acc[MR][NV];                                                                     \\
+            _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++)                            \\
+                _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++) acc[r][v] = (V){0};    \\
+            const T* restrict wc = wp;                                                         \\
+            for (ptrdiff_t c = 0; c < C; c++) {                                                \\
+                const T* restrict xc = x + c * ldx + p;                                        \\
+                for (ptrdiff_t t = 0; t < taps; t++, wc += (MR)) {                             \\
+                    const T* restrict xp = xc + off[t];                                        \\
+                    V xv[NV];                                                                  \\
+                    _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                    \\
+                        xv[v] = *(const VU*)(xp + v * (VW));                                   \\
+                    _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++) {                  \\
+                        T w = wc[r];                                                           \\
+                        _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                \\
+                            acc[r][v] += xv[v] * w;                                            \\
+                    }                                                                          \\
+                }                                                                              \\
+            }                                                                                  \\
+            for (int r = 0; r < (MR); r++) {                                                   \\
+                if (r >= mvalid) break;                                                        \\
+                _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                        \\
+                    *(VU*)(y + r * ldy + p + v * (VW)) = acc[r][v];                            \\
+            }                                                                                  \\
+        }                                                                                      \\
+    }
+
+    /* Kernel B microkernel: out[r * ldo + t] += sum over the ranges of dy[r, p] x[p + off[t]]. */
+    #define MT_KB(NAME, T, V, VU, VW, MR2, TB)                                                 \\
+    static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,                 \\
+                     const ptrdiff_t* restrict off, ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, \\
+                     T* restrict out, ptrdiff_t ldo)                                           \\
+    {                                                                                          \\
+        V acc[MR2][TB];                                                                        \\
+        _Pragma("GCC unroll 16") for (int r = 0; r < (MR2); r++)                               \\
+            _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++) acc[r][t] = (V){0};        \\
+        for (ptrdiff_t b = 0; b < nb; b++) {                                                   \\
+            const T* restrict d0 = dy + b * L;                                                 \\
+            const T* restrict x0 = x + b * L;                                                  \\
+            for (ptrdiff_t p = 0; p < plen; p += (VW)) {                                       \\
+                V xv[TB];                                                                      \\
+                _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++) {                      \\
+                    xv[t] = *(const VU*)(x0 + p + off[t]);                                     \\
+                    MT_IN_REGISTER(xv[t]);                                                     \\
+                }                                                                              \\
+                _Pragma("GCC unroll 16") for (int r = 0; r < (MR2); r++) {                     \\
+                    V d = *(const VU*)(d0 + r * ldd + p);                                      \\
+                    MT_IN_REGISTER(d);                                                         \\
+                    _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++)                    \\
+                        acc[r][t] += d * xv[t];                                                \\
+                }                                                                              \\
+            }                                                                                  \\
+        }                                                                                      \\
+        for (int r = 0; r < (MR2); r++)                                                        \\
+            for (int t = 0; t < (TB); t++) {                                                   \\
+                T s = 0;                                                                       \\
+                for (int i = 0; i < (VW); i++) s += acc[r][t][i];                              \\
+                out[r * ldo + t] += s;                                                         \\
+            }                                                                                  \\
+    }
+
+    #if MT_VBYTES == 64
+    #define MT_A_VARIANTS(X, T, V, VU, VW) \\
+        X(T##_a8, T, V, VU, VW, 8, 3) X(T##_a6, T, V, VU, VW, 6, 4) X(T##_a4, T, V, VU, VW, 4, 6) \\
+        X(T##_a2, T, V, VU, VW, 2, 8) X(T##_a1, T, V, VU, VW, 1, 12)
+    #define MT_MR2 8
+    #define MT_TBMAX 3
+    static const int mt_a_mr[5] = {8, 6, 4, 2, 1};
+    static const int mt_a_nv[5] = {3, 4, 6, 8, 12};
+    #else
+    #define MT_A_VARIANTS(X, T, V, VU, VW) \\
+        X(T##_a8, T, V, VU, VW, 4, 3) X(T##_a6, T, V, VU, VW, 3, 3) X(T##_a4, T, V, VU, VW, 2, 5) \\
+        X(T##_a2, T, V, VU, VW, 2, 4) X(T##_a1, T, V, VU, VW, 1, 6)
+    #define MT_MR2 4
+    #define MT_TBMAX 2
+    static const int mt_a_mr[5] = {4, 3, 2, 2, 1};
+    static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
+    #endif
+
+    MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
+    MT_A_VARIANTS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
+    MT_KB(float_b1, float, mt_vf, mt_vfu, MT_VWF, MT_MR2, 1)
+    MT_KB(float_b2, float, mt_vf, mt_vfu, MT_VWF, MT_MR2, 2)
+    MT_KB(double_b1, double, mt_vd, mt_vdu, MT_VWD, MT_MR2, 1)
+    MT_KB(double_b2, double, mt_vd, mt_vdu, MT_VWD, MT_MR2, 2)
+    #if MT_TBMAX >= 3
+    MT_KB(float_b3, float, mt_vf, mt_vfu, MT_VWF, MT_MR2, 3)
+    MT_KB(double_b3, double, mt_vd, mt_vdu, MT_VWD, MT_MR2, 3)
+    #else
+    #define float_b3 float_b2
+    #define double_b3 double_b2
+    #endif
+
+    typedef void (*mt_ka_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
+                            float*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+    typedef void (*mt_ka_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
+                            double*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+    static const mt_ka_f mt_ka_float[5] = {float_a8, float_a6, float_a4, float_a2, float_a1};
+    static const mt_ka_d mt_ka_double[5] = {double_a8, double_a6, double_a4, double_a2, double_a1};
+    typedef void (*mt_kb_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
+                            ptrdiff_t, float*, ptrdiff_t);
+    typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
+                            ptrdiff_t, double*, ptrdiff_t);
+    static const mt_kb_f mt_kb_float[4] = {0, float_b1, float_b2, float_b3};
+    static const mt_kb_d mt_kb_double[4] = {0, double_b1, double_b2, double_b3};
+
+    static void mt_ka_call_float(int variant, const float* x, ptrdiff_t ldx, const float* wp,
+                                 const ptrdiff_t* off, ptrdiff_t C, ptrdiff_t taps, float* y,
+                                 ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1, ptrdiff_t mvalid)
+    { mt_ka_float[variant](x, ldx, wp, off, C, taps, y, ldy, p0, p1, mvalid); }
+    static void mt_ka_call_double(int variant, const double* x, ptrdiff_t ldx, const double* wp,
+                                  const ptrdiff_t* off, ptrdiff_t C, ptrdiff_t taps, double* y,
+                                  ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1, ptrdiff_t mvalid)
+    { mt_ka_double[variant](x, ldx, wp, off, C, taps, y, ldy, p0, p1, mvalid); }
+    static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
+                                 ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
+    { mt_kb_float[tb](dy, ldd, x, off, nb, L, plen, out, ldo); }
+    static void mt_kb_call_double(int tb, const double* dy, ptrdiff_t ldd, const double* x, const ptrdiff_t* off,
+                                  ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, double* out, ptrdiff_t ldo)
+    { mt_kb_double[tb](dy, ldd, x, off, nb, L, plen, out, ldo); }
+    static int mt_vbytes(void) { return MT_VBYTES; }
+    static int mt_a_mr_of(int v) { return mt_a_mr[v]; }
+    static int mt_a_nv_of(int v) { return mt_a_nv[v]; }
+    static int mt_mr2(void) { return MT_MR2; }
+    static int mt_tbmax(void) { return MT_TBMAX; }
+    """
+    void mt_ka_call_float(int variant, const float* x, ptrdiff_t ldx, const float* wp, const Py_ssize_t* off,
+                          Py_ssize_t C, Py_ssize_t taps, float* y, Py_ssize_t ldy, Py_ssize_t p0,
+                          Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil
+    void mt_ka_call_double(int variant, const double* x, ptrdiff_t ldx, const double* wp, const Py_ssize_t* off,
+                           Py_ssize_t C, Py_ssize_t taps, double* y, Py_ssize_t ldy, Py_ssize_t p0,
+                           Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil
+    void mt_kb_call_float(int tb, const float* dy, Py_ssize_t ldd, const float* x, const Py_ssize_t* off,
+                          Py_ssize_t nb, Py_ssize_t L, Py_ssize_t plen, float* out, Py_ssize_t ldo) noexcept nogil
+    void mt_kb_call_double(int tb, const double* dy, Py_ssize_t ldd, const double* x, const Py_ssize_t* off,
+                           Py_ssize_t nb, Py_ssize_t L, Py_ssize_t plen, double* out, Py_ssize_t ldo) noexcept nogil
+    int mt_vbytes()
+    int mt_a_mr_of(int v)
+    int mt_a_nv_of(int v)
+    int mt_mr2()
+    int mt_tbmax()
+
+
+def simd_bytes():
+    """Bytes of one SIMD vector in the microkernels (64: AVX-512, 32: AVX, 16: otherwise)."""
+    return mt_vbytes()
+
+
+def a_variants():
+    """[(MR, NV)] of kernel A's microkernels, by variant index."""
+    return [(mt_a_mr_of(v), mt_a_nv_of(v)) for v in range(5)]
+
+
+def b_blocking():
+    """(MR2, TBMAX) of kernel B."""
+    return mt_mr2(), mt_tbmax()
+
+
+cdef struct Plan:
+    Py_ssize_t G, C, M, Od, Oh, Ow, Ud, Uh, Uw, L, B, Pext, taps, nph
+    Py_ssize_t ID, IH, IW, SD, SH, SW, PD, PH, PW
+    Py_ssize_t ycol, ysd, ysh, ysw, ybase     # where output grid point (od, oh, ow) goes in y
+    Py_ssize_t plane, img, col
+    const long long* phases
+    const long long* off
+
+
+cdef Plan _plan(const long long[::1] p):
+    cdef Plan r
+    r.G, r.C, r.M = p[0], p[1], p[2]
+    r.Od, r.Oh, r.Ow, r.Ud, r.Uh, r.Uw = p[3], p[4], p[5], p[6], p[7], p[8]
+    r.L, r.B, r.Pext, r.taps, r.nph = p[9], p[10], p[11], p[12], p[13]
+    r.ID, r.IH, r.IW, r.SD, r.SH, r.SW, r.PD, r.PH, r.PW = p[14], p[15], p[16], p[17], p[18], p[19], p[20], p[21], p[22]
+    r.plane = r.Ud * r.Uh * r.Uw
+    r.img = r.ID * r.IH * r.IW
+    r.col = r.Od * r.Oh * r.Ow
+    r.ycol, r.ysd, r.ysh, r.ysw, r.ybase = p[23], p[24], p[25], p[26], p[27]
+    r.phases = &p[28]
+    r.off = &p[28 + 3 * r.nph]
+    return r
+
+
+cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
+    """buf[c, b, :] (channel stride nb * L, sample stride L) = the shifted grid of image
+    img[b, c] for b < nb; every one of the L entries is written (zeros outside the image)."""
+    cdef Py_ssize_t b, c, ph, ud, uh, uw, idd, ih, iw, lo, hi, rd, rh, rw
+    cdef real* dst
+    cdef real* row
+    cdef const real* src
+    for c in range(pl.C):
+        for b in range(nb):
+            dst = buf + (c * nb + b) * pl.L
+            src = img + (b * pl.G * pl.C + c) * pl.img
+            for ph in range(pl.nph):
+                rd, rh, rw = pl.phases[3 * ph], pl.phases[3 * ph + 1], pl.phases[3 * ph + 2]
+                # valid uw: 0 <= uw * SW + rw - PW < IW
+                lo = 0
+                if rw - pl.PW < 0:
+                    lo = (pl.PW - rw + pl.SW - 1) // pl.SW
+                hi = 0
+                if pl.IW - 1 + pl.PW - rw >= 0:
+                    hi = (pl.IW - 1 + pl.PW - rw) // pl.SW + 1
+                if hi > pl.Uw:
+                    hi = pl.Uw
+                if lo > hi:
+                    lo = hi
+                for ud in range(pl.Ud):
+                    idd = ud * pl.SD + rd - pl.PD
+                    for uh in range(pl.Uh):
+                        ih = uh * pl.SH + rh - pl.PH
+                        row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
+                        if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
+                            for uw in range(pl.Uw):
+                                row[uw] = 0
+                            continue
+                        for uw in range(lo):
+                            row[uw] = 0
+                        if pl.SW == 1:
+                            for uw in range(lo, hi):
+                                row[uw] = src[(idd * pl.IH + ih) * pl.IW + uw + rw - pl.PW]
+                        else:
+                            for uw in range(lo, hi):
+                                row[uw] = src[(idd * pl.IH + ih) * pl.IW + uw * pl.SW + rw - pl.PW]
+                        for uw in range(hi, pl.Uw):
+                            row[uw] = 0
+            for iw in range(pl.nph * pl.plane, pl.L):
+                dst[iw] = 0
+
+
+cdef inline Py_ssize_t _round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return (a + b - 1) // b * b
+
+
+def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::1] y,
+            const long long[::1] plan, Py_ssize_t N, int variant, Py_ssize_t mr, Py_ssize_t nv,
+            real[:, ::1] xbuf, real[:, ::1] ybuf, int num_threads):
+    """y (N, G*M, cols) = W (*) x [+ bias]; wp is the weight packed by pack_weight_a.
+    Items are (chunk of B samples, group); xbuf/ybuf are per-thread scratch of C*B*L and
+    ceil(M/mr)*mr*B*L entries."""
+    cdef Plan pl = _plan(plan)
+    cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
+    cdef Py_ssize_t it, chunk, gi, n0, nb, b, mb, m, od, oh, ow, mblocks = (pl.M + mr - 1) // mr
+    cdef Py_ssize_t pend = _round_up(pl.Pext, nv * (mt_vbytes() // sizeof(real)))
+    cdef bint has_bias = bias.shape[0] > 0
+    cdef real* xb
+    cdef real* yb
+    cdef real* dst
+    cdef const real* src
+    cdef const real* wg
+    cdef real bv
+    cdef int tid
+    for it in prange(nchunks * pl.G, nogil=True, schedule="static", num_threads=num_threads):
+        tid = threadid()
+        gi = it % pl.G
+        chunk = it // pl.G
+        n0 = chunk * pl.B
+        nb = pl.B
+        if n0 + nb > N:
+            nb = N - n0
+        xb = &xbuf[tid, 0]
+        yb = &ybuf[tid, 0]
+        pack(&x[0] + (n0 * pl.G + gi) * pl.C * pl.img, nb, xb, &pl)
+        wg = &wp[0] + gi * mblocks * mr * pl.C * pl.taps
+        for b in range(nb):
+            for mb in range(mblocks):
+                if real is float:
+                    mt_ka_call_float(variant, xb + b * pl.L, nb * pl.L, wg + mb * mr * pl.C * pl.taps,
+                                     <const Py_ssize_t*>pl.off, pl.C, pl.taps, yb + (mb * mr * nb + b) * pl.L,
+                                     nb * pl.L, 0, pend, pl.M - mb * mr)
+                else:
+                    mt_ka_call_double(variant, xb + b * pl.L, nb * pl.L, wg + mb * mr * pl.C * pl.taps,
+                                      <const Py_ssize_t*>pl.off, pl.C, pl.taps, yb + (mb * mr * nb + b) * pl.L,
+                                      nb * pl.L, 0, pend, pl.M - mb * mr)
+        # crop the grid into y (+ bias)
+        for b in range(nb):
+            for m in range(pl.M):
+                bv = bias[gi * pl.M + m] if has_bias else 0
+                dst = &y[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * pl.ycol + pl.ybase
+                src = yb + (m * nb + b) * pl.L
+                for od in range(pl.Od):
+                    for oh in range(pl.Oh):
+                        if pl.ysw == 1:
+                            for ow in range(pl.Ow):
+                                dst[od * pl.ysd + oh * pl.ysh + ow] = src[(od * pl.Uh + oh) * pl.Uw + ow] + bv
+                        else:
+                            for ow in range(pl.Ow):
+                                dst[od * pl.ysd + oh * pl.ysh + ow * pl.ysw] = src[(od * pl.Uh + oh) * pl.Uw + ow] + bv
+
+
+def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
+                const long long[::1] plan, Py_ssize_t N, real[:, ::1] xbuf, real[:, ::1] dybuf,
+                int num_threads):
+    """dw_acc[thread] (G, Mpad, C, taps) += dy . shifted(x), over items (chunk of B samples,
+    group); Mpad = M rounded up to MR2 (rows past M get zeros).  dybuf holds Mpad rows of B*L
+    entries per thread."""
+    cdef Plan pl = _plan(plan)
+    cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
+    cdef Py_ssize_t mr2 = mt_mr2(), tbmax = mt_tbmax()
+    cdef Py_ssize_t mpad = (pl.M + mr2 - 1) // mr2 * mr2
+    cdef Py_ssize_t vw = mt_vbytes() // sizeof(real)
+    cdef Py_ssize_t plen = _round_up(pl.Pext, vw)
+    cdef Py_ssize_t it, chunk, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb
+    cdef real* xb
+    cdef real* db
+    cdef real* row
+    cdef const real* src
+    cdef real* acc
+    cdef int tid
+    for it in prange(nchunks * pl.G, nogil=True, schedule="static", num_threads=num_threads):
+        tid = threadid()
+        gi = it % pl.G
+        chunk = it // pl.G
+        n0 = chunk * pl.B
+        nb = pl.B
+        if n0 + nb > N:
+            nb = N - n0
+        xb = &xbuf[tid, 0]
+        db = &dybuf[tid, 0]
+        pack(&x[0] + (n0 * pl.G + gi) * pl.C * pl.img, nb, xb, &pl)
+        # expand dy onto the grid: zeros at garbage positions, past the end and in padded rows
+        for m in range(mpad):
+            for b in range(nb):
+                row = db + (m * nb + b) * pl.L
+                memset(row, 0, plen * sizeof(real))
+                if m >= pl.M:
+                    continue
+                src = &dy[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * pl.col
+                for od in range(pl.Od):
+                    for oh in range(pl.Oh):
+                        for ow in range(pl.Ow):
+                            row[(od * pl.Uh + oh) * pl.Uw + ow] = src[(od * pl.Oh + oh) * pl.Ow + ow]
+        acc = &dw_acc[tid, 0] + gi * mpad * pl.C * pl.taps
+        for c in range(pl.C):
+            nblk = (pl.taps + tbmax - 1) // tbmax
+            t0 = 0
+            while t0 < pl.taps:
+                tb = (pl.taps - t0 + nblk - 1) // nblk
+                mb = 0
+                while mb < pl.M:
+                    if real is float:
+                        mt_kb_call_float(<int>tb, db + mb * nb * pl.L, nb * pl.L, xb + c * nb * pl.L,
+                                         <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
+                                         acc + (mb * pl.C + c) * pl.taps + t0, pl.C * pl.taps)
+                    else:
+                        mt_kb_call_double(<int>tb, db + mb * nb * pl.L, nb * pl.L, xb + c * nb * pl.L,
+                                          <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
+                                          acc + (mb * pl.C + c) * pl.taps + t0, pl.C * pl.taps)
+                    mb = mb + mr2
+                nblk = nblk - 1
+                t0 = t0 + tb
