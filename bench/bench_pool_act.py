@@ -154,16 +154,19 @@ def ort_case(ort, case, data):
 
 # --------------------------------------------------------------------------- main
 def machine():
-    model = "unknown CPU"
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+    model = fields.get("model name", "unknown CPU")
+    if "cpu family" in fields:
+        model += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    avx512 = " AVX-512" if "avx512f" in fields.get("flags", "") else ""
+    return f"{model},{avx512} {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
 def main():
