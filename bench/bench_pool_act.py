@@ -165,7 +165,7 @@ def machine():
     model = fields.get("model name", "unknown CPU")
     if "cpu family" in fields:
         model += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
-    avx512 = " AVX-512" if "avx512f" in fields.get("flags", "") else ""
+    avx512 = " AVX-512," if "avx512f" in fields.get("flags", "") else ""
     return f"{model},{avx512} {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
