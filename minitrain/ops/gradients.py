@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import GraphError
-from .schema import ONNX_DOMAIN
+from .schema import ONNX_DOMAIN, add_version, in_force
 
 
 @dataclass(frozen=True)
@@ -37,20 +37,14 @@ def gradient(op_type, *, domain=ONNX_DOMAIN, since=1, differentiable=(0,), emits
     def register(build):
         b = GradientBuilder(op_type, domain, since,
                             None if differentiable is None else tuple(differentiable), tuple(emits), build)
-        versions = _BUILDERS.setdefault((domain, op_type), [])
-        versions.append(b)
-        versions.sort(key=lambda v: v.since_version)
+        add_version(_BUILDERS, (domain, op_type), b)
         return build
     return register
 
 
 def get_gradient_builder(op_type, domain, opset):
     """The builder in force at `opset`, or None when the op has no gradient."""
-    chosen = None
-    for b in _BUILDERS.get((domain, op_type), []):
-        if b.since_version <= opset:
-            chosen = b
-    return chosen
+    return in_force(_BUILDERS.get((domain, op_type), []), opset)
 
 
 class GradContext:

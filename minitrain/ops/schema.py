@@ -88,6 +88,22 @@ class OpSchema:
 _SCHEMAS: dict = {}
 
 
+def add_version(table, key, entry):
+    """Add `entry` (anything with a since_version) to the versions of `key`, kept sorted."""
+    versions = table.setdefault(key, [])
+    versions.append(entry)
+    versions.sort(key=lambda v: v.since_version)
+
+
+def in_force(versions, opset):
+    """The newest entry whose since_version is at or below `opset`, or None."""
+    chosen = None
+    for entry in versions:
+        if entry.since_version <= opset:
+            chosen = entry
+    return chosen
+
+
 def schema(op_type, *, domain=ONNX_DOMAIN, since=1, inputs=(), outputs=("Y",), attrs=None,
            float_types=FLOAT_TYPES, optional_outputs=()):
     """Decorator registering `infer(ctx) -> list[TensorType]` as the schema of an op version.
@@ -99,9 +115,7 @@ def schema(op_type, *, domain=ONNX_DOMAIN, since=1, inputs=(), outputs=("Y",), a
         s = OpSchema(op_type, domain, since, formal, tuple(outputs), dict(attrs or {}), infer,
                      tuple(np.dtype(t) for t in float_types), frozenset(optional_outputs),
                      (infer.__doc__ or "").strip())
-        versions = _SCHEMAS.setdefault((domain, op_type), [])
-        versions.append(s)
-        versions.sort(key=lambda v: v.since_version)
+        add_version(_SCHEMAS, (domain, op_type), s)
         return infer
     return register
 
@@ -113,10 +127,7 @@ def get_schema(op_type, domain, opset):
         raise KernelNotFoundError(f"unknown op {op_type!r} in domain {domain or 'ai.onnx'!r}: no schema is registered")
     if opset is None:
         return versions[-1]
-    chosen = None
-    for s in versions:
-        if s.since_version <= opset:
-            chosen = s
+    chosen = in_force(versions, opset)
     if chosen is None:
         raise KernelNotFoundError(
             f"{op_type}: no schema at opset {opset} of domain {domain or 'ai.onnx'!r}; "
