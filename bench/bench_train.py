@@ -9,7 +9,8 @@ fresh subprocess per framework: the peak RSS of the first 8 steps over the RSS b
 (Linux VmHWM, reset through /proc/self/clear_refs: the same yardstick for both), and for
 minitrain also tracemalloc's peak during one step and the plan's own estimate.
 
-    python bench/bench_train.py [--threads 2] [--rounds 3] [--min-time 1.0] [--out bench/results/train.md]
+    python bench/bench_train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
+                                [--out bench/results/train.md]
 """
 import os
 import sys
@@ -18,6 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import fmt, interleaved, markdown_table, optional_torch, ratio, threads_from_argv  # noqa: E402
 
 THREADS = threads_from_argv()
+# --blas-threads K: OpenBLAS threads of NumPy/SciPy (minitrain's Gemm), default THREADS; the
+# OpenMP kernels keep THREADS.  Set before NumPy loads, like the harness's thread counts.
+BLAS_THREADS = int(sys.argv[sys.argv.index("--blas-threads") + 1]) if "--blas-threads" in sys.argv else THREADS
+os.environ["OPENBLAS_NUM_THREADS"] = str(BLAS_THREADS)
 
 import datetime  # noqa: E402
 import json  # noqa: E402
@@ -183,7 +188,8 @@ def memory_child(case_name, framework):
 def measure_memory(case_name, framework):
     env = dict(os.environ)
     result = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-child", case_name, framework,
-                             "--threads", str(THREADS)], capture_output=True, text=True, env=env, timeout=600)
+                             "--threads", str(THREADS), "--blas-threads", str(BLAS_THREADS)],
+                            capture_output=True, text=True, env=env, timeout=600)
     if result.returncode:
         raise RuntimeError(result.stderr)
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -248,7 +254,8 @@ def main():
     mem_header = ["model", "minitrain peak RSS growth MiB", "torch peak RSS growth MiB", "minitrain/torch",
                   "minitrain tracemalloc peak MiB", "minitrain planned peak MiB"]
     text = "\n".join([
-        f"# Training step: minitrain vs PyTorch ({datetime.date.today()}, {THREADS} threads, {rounds} rounds)",
+        f"# Training step: minitrain vs PyTorch ({datetime.date.today()}, {THREADS} threads, "
+        f"OpenBLAS {BLAS_THREADS} thread(s), {rounds} rounds)",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}"
         + (f", torch {torch.__version__}" if torch else "") + ".",
