@@ -6,7 +6,7 @@ import pytest
 import minitrain
 from minitrain import nn
 from minitrain.errors import GraphError
-from minitrain.optim import SGD, Adam
+from minitrain.optim import SGD, Adam, StepLR
 from minitrain.training import TrainingSession
 
 
@@ -167,3 +167,20 @@ def test_targets_are_cast_and_losses_must_be_scalar():
     assert np.isfinite(s.train_step(x, y.astype(np.int32)))
     with pytest.raises(ValueError, match="scalar loss"):
         TrainingSession(mlp(), nn.CrossEntropyLoss("none"), SGD(0.1), input_shape=(6,))
+
+
+def test_compiled_update_follows_the_schedule_and_clips():
+    x, y = data(16)
+    s = session(mlp(), SGD(0.5, schedule=StepLR(1, gamma=0.0)))     # factor 1, then 0
+    before = {k: p.copy() for k, p in s.model.parameters().items()}
+    s.train_step(x, y)
+    after_first = {k: p.copy() for k, p in s.model.parameters().items()}
+    assert any(not np.array_equal(after_first[k], before[k]) for k in before)
+    s.train_step(x, y)                       # the schedule's factor is now 0
+    for k, p in s.model.parameters().items():
+        np.testing.assert_array_equal(p, after_first[k])
+    clipped = session(mlp(), SGD(1.0, max_grad_norm=1e-3))
+    start = {k: p.copy() for k, p in clipped.model.parameters().items()}
+    clipped.train_step(x, y)
+    moved = np.sqrt(sum(np.sum((p - start[k]) ** 2) for k, p in clipped.model.parameters().items()))
+    assert moved == pytest.approx(1e-3, rel=1e-3) and clipped.last_grad_norm > 1e-3
