@@ -7,9 +7,12 @@ from .executor import Executor, run_node
 from .graph import DEFAULT_OPSETS, Graph, Node, Value
 from .registry import KernelDef, register_kernel, registered_kernels
 from .threads import get_num_threads, set_num_threads
+from .gradcheck import gradcheck, gradcheck_graph  # noqa: E402  (minitrain.gradcheck is the function)
+from . import data, nn, optim, random, training  # noqa: E402,F401  (the training front end)
 
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "Node", "Value", "DEFAULT_OPSETS", "Executor", "run_node", "KernelDef",
            "register_kernel", "registered_kernels", "errors", "ops", "get_num_threads",
-           "set_num_threads", "__version__"]
+           "set_num_threads", "gradcheck", "gradcheck_graph", "data", "nn", "optim", "random",
+           "training", "__version__"]
