@@ -197,3 +197,15 @@ def test_run_node_returns_requested_outputs_in_order(rng):
     assert log_prob.shape == (3, 4) and loss.shape == ()
     (only,) = run_node("SoftmaxCrossEntropyLoss", [scores, labels], outputs=["output"])
     assert only == loss
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((0, 4), (4, 5)), ((3, 0), (0, 5)), ((3, 4), (4, 0))])
+def test_gemm_with_empty_dims(a_shape, b_shape):
+    a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)
+    (y,) = run_node("Gemm", [a, b])
+    np.testing.assert_array_equal(y, a @ b)
+
+
+def test_gemm_large_enough_for_threaded_blas(rng):
+    a, b = rng.standard_normal((256, 300)), rng.standard_normal((300, 200))
+    np.testing.assert_allclose(run_node("Gemm", [a, b])[0], a @ b, rtol=1e-10)

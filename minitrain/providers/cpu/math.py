@@ -1,17 +1,15 @@
-"""CPU kernels of Gemm and MatMul: BLAS through NumPy's matmul (transposes are free views)."""
+"""CPU kernels of Gemm and MatMul: 2-D products on SciPy's BLAS (see blas.py), batched
+MatMul through NumPy's matmul."""
 import numpy as np
 
 from ...registry import register_kernel
+from .blas import gemm as blas_gemm
 
 
 @register_kernel("Gemm", since=9)
 def gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
-    a = a.T if ctx.attrs["transA"] else a
-    b = b.T if ctx.attrs["transB"] else b
-    y = np.matmul(a, b)
-    if ctx.attrs["alpha"] != 1.0:
-        y *= ctx.attrs["alpha"]
+    y = blas_gemm(a, b, ctx.attrs["transA"], ctx.attrs["transB"], ctx.attrs["alpha"])
     if c is not None and ctx.attrs["beta"] != 0.0:
         if ctx.attrs["beta"] == 1.0:
             y += c
@@ -22,4 +20,7 @@ def gemm(ctx):
 
 @register_kernel("MatMul", since=13)
 def matmul(ctx):
-    return {"Y": np.matmul(ctx.inputs[0], ctx.inputs[1])}
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    if a.ndim == 2 and b.ndim == 2:
+        return {"Y": blas_gemm(a, b)}
+    return {"Y": np.matmul(a, b)}

@@ -1,0 +1,82 @@
+"""BLAS for the CPU kernels: SciPy's OpenBLAS (the one scipy.linalg.cython_blas calls), with
+control of its thread count.
+
+Every BLAS call of minitrain goes to this one library, so one thread pool is in play besides
+OpenMP's.  Small products run on one BLAS thread: waking (and then spinning) a BLAS pool for
+a product of a few MFLOP costs more than it saves, and spinning BLAS threads starve the OpenMP
+threads of the next kernel on a 2-core machine.
+"""
+import ctypes
+import glob
+import os
+from contextlib import contextmanager
+
+import numpy as np
+import scipy.linalg
+from scipy.linalg import blas as _blas
+
+from ...threads import get_num_threads
+
+# Below this many multiply-adds a GEMM runs on one BLAS thread.
+PARALLEL_GEMM_MACS = 1 << 23
+
+
+class BlasThreads:
+    """Reads and sets the thread count of SciPy's OpenBLAS (a no-op when it is not found)."""
+
+    def __init__(self):
+        self._set = self._get = None
+        libs = os.path.join(os.path.dirname(os.path.dirname(scipy.linalg.__file__)), os.pardir, "scipy.libs")
+        for path in glob.glob(os.path.join(libs, "*openblas*.so*")):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix in ("scipy_openblas", "openblas"):
+                setter = getattr(lib, f"{prefix}_set_num_threads", None)
+                getter = getattr(lib, f"{prefix}_get_num_threads", None)
+                if setter is not None and getter is not None:
+                    setter.argtypes, setter.restype = [ctypes.c_int], None
+                    getter.argtypes, getter.restype = [], ctypes.c_int
+                    self._set, self._get = setter, getter
+                    return
+
+    def use(self, n):
+        """Set BLAS to n threads; return the previous count (None when unknown)."""
+        if self._set is None:
+            return None
+        old = self._get()
+        if old != n:
+            self._set(n)
+        return old
+
+    def restore(self, old):
+        if old is not None and self._set is not None and self._get() != old:
+            self._set(old)
+
+
+BLAS_THREADS = BlasThreads()
+
+
+@contextmanager
+def blas_threads(n):
+    """Run the body with SciPy's OpenBLAS at n threads."""
+    old = BLAS_THREADS.use(n)
+    try:
+        yield
+    finally:
+        BLAS_THREADS.restore(old)
+
+
+def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):
+    """alpha * op(a) @ op(b) for C-contiguous 2-D float32/float64 arrays, as a C-contiguous
+    array.  Row-major products are column-major products of the transposes: C^T = op(b)^T op(a)^T,
+    and a C-contiguous matrix read as Fortran-ordered is its transpose, so nothing is copied."""
+    m = a.shape[1] if trans_a else a.shape[0]
+    k = a.shape[0] if trans_a else a.shape[1]
+    n = b.shape[0] if trans_b else b.shape[1]
+    routine = _blas.sgemm if a.dtype == np.float32 else _blas.dgemm
+    threads = get_num_threads() if m * n * k >= PARALLEL_GEMM_MACS else 1
+    with blas_threads(threads):
+        c_t = routine(alpha, b.T, a.T, trans_a=int(trans_b), trans_b=int(trans_a))
+    return c_t.T
