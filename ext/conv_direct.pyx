@@ -89,7 +89,8 @@ cdef extern from *:
         }                                                                                      \\
     }
 
-    /* Kernel B microkernel: out[r * ldo + t] += sum over the ranges of dy[r, p] x[p + off[t]]. */
+    /* Kernel B microkernel: out[r * ldo + t] += sum over samples b and p < plen of
+       dy[r, b * L + p] x[b * L + p + off[t]]. */
     #define MT_KB(NAME, T, V, VU, VW, MR2, TB)                                                 \\
     static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,                 \\
                      const ptrdiff_t* restrict off, ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, \\
@@ -127,33 +128,38 @@ cdef extern from *:
     #define MT_A_VARIANTS(X, T, V, VU, VW) \\
         X(T##_a8, T, V, VU, VW, 8, 3) X(T##_a6, T, V, VU, VW, 6, 4) X(T##_a4, T, V, VU, VW, 4, 6) \\
         X(T##_a2, T, V, VU, VW, 2, 8) X(T##_a1, T, V, VU, VW, 1, 12)
-    #define MT_MR2 8
-    #define MT_TBMAX 3
     static const int mt_a_mr[5] = {8, 6, 4, 2, 1};
     static const int mt_a_nv[5] = {3, 4, 6, 8, 12};
+    /* kernel B: row blocks of 8 with up to 3 taps, or single rows with up to 8 taps */
+    #define MT_B_VARIANTS(X, T, V, VU, VW) \\
+        X(T##_b8_1, T, V, VU, VW, 8, 1) X(T##_b8_2, T, V, VU, VW, 8, 2) X(T##_b8_3, T, V, VU, VW, 8, 3) \\
+        X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \\
+        X(T##_b1_4, T, V, VU, VW, 1, 4) X(T##_b1_5, T, V, VU, VW, 1, 5) X(T##_b1_6, T, V, VU, VW, 1, 6) \\
+        X(T##_b1_7, T, V, VU, VW, 1, 7) X(T##_b1_8, T, V, VU, VW, 1, 8)
+    #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0, \\
+                           T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, T##_b1_5, T##_b1_6, T##_b1_7, T##_b1_8}
+    static const int mt_b_rows[2] = {8, 1};
+    static const int mt_b_tbmax[2] = {3, 8};
     #else
     #define MT_A_VARIANTS(X, T, V, VU, VW) \\
         X(T##_a8, T, V, VU, VW, 4, 3) X(T##_a6, T, V, VU, VW, 3, 3) X(T##_a4, T, V, VU, VW, 2, 5) \\
         X(T##_a2, T, V, VU, VW, 2, 4) X(T##_a1, T, V, VU, VW, 1, 6)
-    #define MT_MR2 4
-    #define MT_TBMAX 2
     static const int mt_a_mr[5] = {4, 3, 2, 2, 1};
     static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
+    #define MT_B_VARIANTS(X, T, V, VU, VW) \\
+        X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) \\
+        X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \\
+        X(T##_b1_4, T, V, VU, VW, 1, 4)
+    #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, 0, 0, 0, 0, 0, 0, \\
+                           T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0}
+    static const int mt_b_rows[2] = {4, 1};
+    static const int mt_b_tbmax[2] = {2, 4};
     #endif
 
     MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
     MT_A_VARIANTS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
-    MT_KB(float_b1, float, mt_vf, mt_vfu, MT_VWF, MT_MR2, 1)
-    MT_KB(float_b2, float, mt_vf, mt_vfu, MT_VWF, MT_MR2, 2)
-    MT_KB(double_b1, double, mt_vd, mt_vdu, MT_VWD, MT_MR2, 1)
-    MT_KB(double_b2, double, mt_vd, mt_vdu, MT_VWD, MT_MR2, 2)
-    #if MT_TBMAX >= 3
-    MT_KB(float_b3, float, mt_vf, mt_vfu, MT_VWF, MT_MR2, 3)
-    MT_KB(double_b3, double, mt_vd, mt_vdu, MT_VWD, MT_MR2, 3)
-    #else
-    #define float_b3 float_b2
-    #define double_b3 double_b2
-    #endif
+    MT_B_VARIANTS(MT_KB, float, mt_vf, mt_vfu, MT_VWF)
+    MT_B_VARIANTS(MT_KB, double, mt_vd, mt_vdu, MT_VWD)
 
     typedef void (*mt_ka_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
                             float*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t);
@@ -165,8 +171,8 @@ cdef extern from *:
                             ptrdiff_t, float*, ptrdiff_t);
     typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
                             ptrdiff_t, double*, ptrdiff_t);
-    static const mt_kb_f mt_kb_float[4] = {0, float_b1, float_b2, float_b3};
-    static const mt_kb_d mt_kb_double[4] = {0, double_b1, double_b2, double_b3};
+    static const mt_kb_f mt_kb_float[16] = MT_B_TABLE(float);
+    static const mt_kb_d mt_kb_double[16] = MT_B_TABLE(double);
 
     static void mt_ka_call_float(int variant, const float* x, ptrdiff_t ldx, const float* wp,
                                  const ptrdiff_t* off, ptrdiff_t C, ptrdiff_t taps, float* y,
@@ -178,15 +184,41 @@ cdef extern from *:
     { mt_ka_double[variant](x, ldx, wp, off, C, taps, y, ldy, p0, p1, mvalid); }
     static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
                                  ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
-    { mt_kb_float[tb](dy, ldd, x, off, nb, L, plen, out, ldo); }
+    { mt_kb_float[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
     static void mt_kb_call_double(int tb, const double* dy, ptrdiff_t ldd, const double* x, const ptrdiff_t* off,
                                   ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, double* out, ptrdiff_t ldo)
-    { mt_kb_double[tb](dy, ldd, x, off, nb, L, plen, out, ldo); }
+    { mt_kb_double[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
+    /* Row copies with restrict pointers, so that GCC vectorizes them. */
+    /* Rows are short: plain vectorized loops, never memcpy/memset calls. */
+    #define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+    #define MT_ROWOPS(T)                                                                       \\
+    static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, ptrdiff_t n, \\
+                                            ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)      \\
+    {                                                                                          \\
+        for (ptrdiff_t i = 0; i < lo; i++) row[i] = 0;                                         \\
+        if (stride == 1) for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[i];                  \\
+        else if (stride == 2) for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[2 * i];         \\
+        else for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[i * stride];                     \\
+        for (ptrdiff_t i = hi; i < n; i++) row[i] = 0;                                         \\
+    }                                                                                          \\
+    static MT_NO_LIBCALLS void T##_row_out(T* restrict dst, const T* restrict src, ptrdiff_t n,  \\
+                                           ptrdiff_t stride, T bias)                           \\
+    {                                                                                          \\
+        if (stride == 1) for (ptrdiff_t i = 0; i < n; i++) dst[i] = src[i] + bias;             \\
+        else if (stride == 2) for (ptrdiff_t i = 0; i < n; i++) dst[2 * i] = src[i] + bias;    \\
+        else for (ptrdiff_t i = 0; i < n; i++) dst[i * stride] = src[i] + bias;               \\
+    }                                                                                          \\
+    static MT_NO_LIBCALLS void T##_zero(T* restrict dst, ptrdiff_t n)                          \\
+    {                                                                                          \\
+        for (ptrdiff_t i = 0; i < n; i++) dst[i] = 0;                                          \\
+    }
+    MT_ROWOPS(float)
+    MT_ROWOPS(double)
     static int mt_vbytes(void) { return MT_VBYTES; }
     static int mt_a_mr_of(int v) { return mt_a_mr[v]; }
     static int mt_a_nv_of(int v) { return mt_a_nv[v]; }
-    static int mt_mr2(void) { return MT_MR2; }
-    static int mt_tbmax(void) { return MT_TBMAX; }
+    static int mt_b_rows_of(int v) { return mt_b_rows[v]; }
+    static int mt_b_tbmax_of(int v) { return mt_b_tbmax[v]; }
     """
     void mt_ka_call_float(int variant, const float* x, ptrdiff_t ldx, const float* wp, const Py_ssize_t* off,
                           Py_ssize_t C, Py_ssize_t taps, float* y, Py_ssize_t ldy, Py_ssize_t p0,
@@ -199,10 +231,18 @@ cdef extern from *:
     void mt_kb_call_double(int tb, const double* dy, Py_ssize_t ldd, const double* x, const Py_ssize_t* off,
                            Py_ssize_t nb, Py_ssize_t L, Py_ssize_t plen, double* out, Py_ssize_t ldo) noexcept nogil
     int mt_vbytes()
+    void float_row_pack(float* row, const float* src, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi,
+                        Py_ssize_t stride) noexcept nogil
+    void double_row_pack(double* row, const double* src, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi,
+                         Py_ssize_t stride) noexcept nogil
+    void float_row_out(float* dst, const float* src, Py_ssize_t n, Py_ssize_t stride, float bias) noexcept nogil
+    void float_zero(float* dst, Py_ssize_t n) noexcept nogil
+    void double_zero(double* dst, Py_ssize_t n) noexcept nogil
+    void double_row_out(double* dst, const double* src, Py_ssize_t n, Py_ssize_t stride, double bias) noexcept nogil
     int mt_a_mr_of(int v)
     int mt_a_nv_of(int v)
-    int mt_mr2()
-    int mt_tbmax()
+    int mt_b_rows_of(int v)
+    int mt_b_tbmax_of(int v)
 
 
 def simd_bytes():
@@ -215,9 +255,9 @@ def a_variants():
     return [(mt_a_mr_of(v), mt_a_nv_of(v)) for v in range(5)]
 
 
-def b_blocking():
-    """(MR2, TBMAX) of kernel B."""
-    return mt_mr2(), mt_tbmax()
+def b_variants():
+    """[(MR2, TBMAX)] of kernel B's two row blockings, by variant index."""
+    return [(mt_b_rows_of(v), mt_b_tbmax_of(v)) for v in range(2)]
 
 
 cdef struct Plan:
@@ -244,10 +284,34 @@ cdef Plan _plan(const long long[::1] p):
     return r
 
 
+cdef inline void row_pack(real* row, const real* src, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi,
+                          Py_ssize_t stride) noexcept nogil:
+    """row[i] = src[i * stride] for lo <= i < hi, zero for the rest of row[:n]."""
+    if real is float:
+        float_row_pack(row, src, n, lo, hi, stride)
+    else:
+        double_row_pack(row, src, n, lo, hi, stride)
+
+
+cdef inline void row_out(real* dst, const real* src, Py_ssize_t n, Py_ssize_t stride, real bias) noexcept nogil:
+    """dst[i * stride] = src[i] + bias for i < n."""
+    if real is float:
+        float_row_out(dst, src, n, stride, bias)
+    else:
+        double_row_out(dst, src, n, stride, bias)
+
+
+cdef inline void zero(real* dst, Py_ssize_t n) noexcept nogil:
+    if real is float:
+        float_zero(dst, n)
+    else:
+        double_zero(dst, n)
+
+
 cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
     """buf[c, b, :] (channel stride nb * L, sample stride L) = the shifted grid of image
     img[b, c] for b < nb; every one of the L entries is written (zeros outside the image)."""
-    cdef Py_ssize_t b, c, ph, ud, uh, uw, idd, ih, iw, lo, hi, rd, rh, rw
+    cdef Py_ssize_t b, c, ph, ud, uh, idd, ih, lo, hi, rd, rh, rw
     cdef real* dst
     cdef real* row
     cdef const real* src
@@ -274,21 +338,10 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
                         ih = uh * pl.SH + rh - pl.PH
                         row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
                         if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
-                            for uw in range(pl.Uw):
-                                row[uw] = 0
-                            continue
-                        for uw in range(lo):
-                            row[uw] = 0
-                        if pl.SW == 1:
-                            for uw in range(lo, hi):
-                                row[uw] = src[(idd * pl.IH + ih) * pl.IW + uw + rw - pl.PW]
+                            zero(row, pl.Uw)
                         else:
-                            for uw in range(lo, hi):
-                                row[uw] = src[(idd * pl.IH + ih) * pl.IW + uw * pl.SW + rw - pl.PW]
-                        for uw in range(hi, pl.Uw):
-                            row[uw] = 0
-            for iw in range(pl.nph * pl.plane, pl.L):
-                dst[iw] = 0
+                            row_pack(row, src + (idd * pl.IH + ih) * pl.IW + rw - pl.PW, pl.Uw, lo, hi, pl.SW)
+            memset(dst + pl.nph * pl.plane, 0, (pl.L - pl.nph * pl.plane) * sizeof(real))
 
 
 cdef inline Py_ssize_t _round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -343,23 +396,18 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
                 src = yb + (m * nb + b) * pl.L
                 for od in range(pl.Od):
                     for oh in range(pl.Oh):
-                        if pl.ysw == 1:
-                            for ow in range(pl.Ow):
-                                dst[od * pl.ysd + oh * pl.ysh + ow] = src[(od * pl.Uh + oh) * pl.Uw + ow] + bv
-                        else:
-                            for ow in range(pl.Ow):
-                                dst[od * pl.ysd + oh * pl.ysh + ow * pl.ysw] = src[(od * pl.Uh + oh) * pl.Uw + ow] + bv
+                        row_out(dst + od * pl.ysd + oh * pl.ysh, src + (od * pl.Uh + oh) * pl.Uw, pl.Ow, pl.ysw, bv)
 
 
 def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
-                const long long[::1] plan, Py_ssize_t N, real[:, ::1] xbuf, real[:, ::1] dybuf,
-                int num_threads):
+                const long long[::1] plan, Py_ssize_t N, int bvariant, real[:, ::1] xbuf,
+                real[:, ::1] dybuf, int num_threads):
     """dw_acc[thread] (G, Mpad, C, taps) += dy . shifted(x), over items (chunk of B samples,
     group); Mpad = M rounded up to MR2 (rows past M get zeros).  dybuf holds Mpad rows of B*L
     entries per thread."""
     cdef Plan pl = _plan(plan)
     cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
-    cdef Py_ssize_t mr2 = mt_mr2(), tbmax = mt_tbmax()
+    cdef Py_ssize_t mr2 = mt_b_rows_of(bvariant), tbmax = mt_b_tbmax_of(bvariant)
     cdef Py_ssize_t mpad = (pl.M + mr2 - 1) // mr2 * mr2
     cdef Py_ssize_t vw = mt_vbytes() // sizeof(real)
     cdef Py_ssize_t plen = _round_up(pl.Pext, vw)
@@ -385,30 +433,37 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
         for m in range(mpad):
             for b in range(nb):
                 row = db + (m * nb + b) * pl.L
-                memset(row, 0, plen * sizeof(real))
                 if m >= pl.M:
+                    memset(row, 0, plen * sizeof(real))
                     continue
                 src = &dy[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * pl.col
                 for od in range(pl.Od):
-                    for oh in range(pl.Oh):
-                        for ow in range(pl.Ow):
-                            row[(od * pl.Uh + oh) * pl.Uw + ow] = src[(od * pl.Oh + oh) * pl.Ow + ow]
+                    for oh in range(pl.Uh):
+                        if oh < pl.Oh:
+                            row_pack(row + (od * pl.Uh + oh) * pl.Uw, src + (od * pl.Oh + oh) * pl.Ow,
+                                     pl.Uw, 0, pl.Ow, 1)
+                        else:
+                            zero(row + (od * pl.Uh + oh) * pl.Uw, pl.Uw)
+                i = pl.Od * pl.Uh * pl.Uw
+                if i < plen:
+                    memset(row + i, 0, (plen - i) * sizeof(real))
         acc = &dw_acc[tid, 0] + gi * mpad * pl.C * pl.taps
-        for c in range(pl.C):
-            nblk = (pl.taps + tbmax - 1) // tbmax
-            t0 = 0
-            while t0 < pl.taps:
-                tb = (pl.taps - t0 + nblk - 1) // nblk
-                mb = 0
-                while mb < pl.M:
+        # a block of dy rows stays in cache while every channel's taps stream past it
+        mb = 0
+        while mb < pl.M:
+            for c in range(pl.C):
+                nblk = (pl.taps + tbmax - 1) // tbmax
+                t0 = 0
+                while t0 < pl.taps:
+                    tb = (pl.taps - t0 + nblk - 1) // nblk
                     if real is float:
-                        mt_kb_call_float(<int>tb, db + mb * nb * pl.L, nb * pl.L, xb + c * nb * pl.L,
-                                         <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
+                        mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * nb * pl.L, nb * pl.L,
+                                         xb + c * nb * pl.L, <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
                                          acc + (mb * pl.C + c) * pl.taps + t0, pl.C * pl.taps)
                     else:
-                        mt_kb_call_double(<int>tb, db + mb * nb * pl.L, nb * pl.L, xb + c * nb * pl.L,
-                                          <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
+                        mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * nb * pl.L, nb * pl.L,
+                                          xb + c * nb * pl.L, <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
                                           acc + (mb * pl.C + c) * pl.taps + t0, pl.C * pl.taps)
-                    mb = mb + mr2
-                nblk = nblk - 1
-                t0 = t0 + tb
+                    nblk = nblk - 1
+                    t0 = t0 + tb
+            mb = mb + mr2

@@ -335,6 +335,30 @@ def test_special_paths_against_reference(shape, kernel, attrs, rng):
             set_num_threads(old)
 
 
+@pytest.mark.parametrize("x_shape,w_shape,attrs,begin,out", [
+    # output_shape one past the natural size with SAME_UPPER: a negative begin pad
+    ((2, 2, 5), (2, 3, 3), {"strides": [2], "auto_pad": "SAME_UPPER", "output_shape": [12]}, [-1], [12]),
+    ((1, 4, 3, 4), (4, 1, 3, 2), {"strides": [2, 3], "group": 4, "auto_pad": "SAME_UPPER",
+                                  "output_shape": [9, 12]}, [-1, -1], [9, 12]),
+    ((2, 3, 4), (3, 2, 2), {"strides": [3], "output_padding": [2]}, [0], [13]),   # points no tap reaches
+])
+def test_conv_transpose_edge_geometry(x_shape, w_shape, attrs, begin, out, rng):
+    r = len(x_shape) - 2
+    strides, dilations = attrs["strides"], attrs.get("dilations", [1] * r)
+    group = attrs.get("group", 1)
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    b = rng.standard_normal(w_shape[1] * group)
+    y = run_node("ConvTranspose", [x, w, b], attrs=attrs)[0]
+    np.testing.assert_allclose(y, conv_transpose_reference(x, w, b, strides, dilations, begin, out, group),
+                               rtol=1e-10, atol=1e-10)
+    dy = rng.standard_normal(y.shape)
+    dx, dw, db = run_node("ConvTransposeGrad", [dy, x, w], attrs=attrs, domain=MS)
+
+    def loss(arrs):
+        return float(np.sum(dy * run_node("ConvTranspose", arrs, attrs=attrs)[0]))
+    directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
+
+
 def test_non_contiguous_inputs_are_not_written(rng):
     x = rng.standard_normal((2, 8, 7, 9))[:, ::2]
     w = rng.standard_normal((3, 4, 3, 3))

@@ -5,19 +5,24 @@ the work:
   * conv_forward:     columns = W (*) image          (Conv; ConvTransposeGrad's dX)
   * conv_data_grad:   image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
   * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
-and the bias gradient is a per-channel sum.  A group with a single image channel (depthwise,
-single-channel inputs) runs direct loops (_ext.conv_depthwise); the rest runs im2col + GEMM
-(_ext.conv).  At stride 1 the data gradient is itself a convolution (of the columns with the
-flipped, transposed weight), which avoids col2im and gives BLAS a deeper product.
+and the bias gradient is a per-channel sum.  Two implementations back them (`route` picks):
+  * direct (_ext.conv_direct): SIMD microkernels over a shifted-grid copy of the image, OpenMP
+    over (sample chunk, group) items, no BLAS.  At stride 1 the data gradient is the
+    convolution of the columns with the flipped, transposed weight; at larger strides it runs
+    one stride phase of the image at a time.
+  * gemm (_ext.conv): im2col / col2im tiles and BLAS sgemm/dgemm, for 1x1 convolutions (plain
+    GEMMs) and for batches too small to give every thread an item, where BLAS threads the
+    products instead.
 """
 import ctypes
 import glob
 import os
+import threading
+from functools import lru_cache
 
 import numpy as np
 
 from ..._ext import conv as _conv
-from ..._ext import conv_depthwise as _dw
 from ..._ext import conv_direct as _direct
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
@@ -122,12 +127,23 @@ class _Threads:
         _BLAS.restore(self.old)
 
 
-def _single_image_channel(geom):
-    return geom.img_channels == geom.group
+_LOCAL = threading.local()
 
 
-def _scratch(nt, size, dtype):
-    return np.empty((nt, max(1, size)), dtype=dtype)
+def _scratch(nt, size, dtype, name="scratch"):
+    """A (nt, size) work array, 64-byte aligned, kept per Python thread and reused across calls
+    (fresh large arrays cost a page fault per page on every call)."""
+    dtype = np.dtype(dtype)
+    need = nt * max(1, size)
+    cache = getattr(_LOCAL, "buffers", None)
+    if cache is None:
+        cache = _LOCAL.buffers = {}
+    key = (name, dtype)
+    buf = cache.get(key)
+    if buf is None or buf.size < need + 64:
+        buf = cache[key] = np.empty(need + 64, dtype=dtype)
+    start = (-buf.ctypes.data % 64) // dtype.itemsize
+    return buf[start:start + need].reshape(nt, max(1, size))
 
 
 _NO_BIAS = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64): np.empty(0, np.float64)}
@@ -135,7 +151,7 @@ _NO_BIAS = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64):
 
 # --------------------------------------------------------------------------- direct kernels
 _A_VARIANTS = _direct.a_variants()
-_MR2, _TBMAX = _direct.b_blocking()
+_B_VARIANTS = _direct.b_variants()
 _SIMD = _direct.simd_bytes()
 
 
@@ -159,15 +175,20 @@ def _pack_weight_a(w, g, m, c, taps, mr):
 
 
 def _assemble_plan(g, c, m, out, u, img, strides, pads, phases, offsets, placement, n, itemsize, slack,
-                   rows, nt):
+                   rows, nt, block_rows=None):
     """The int64 plan of conv_direct.pyx (see its docstring), with B samples per work item
-    chosen so that an item's scratch stays near DIRECT_BYTES while every thread gets items.
-    `rows`: output-grid rows per sample held in scratch.  Returns (plan, B, L)."""
+    chosen so that every thread gets items and, for kernel A, an item's scratch stays near
+    DIRECT_BYTES (`rows`: output-grid rows per sample held in scratch); for kernel B
+    (`block_rows`: dy rows one microkernel call streams) so that a call sums over about 1024
+    grid points while its dy rows stay in L2.  Returns (plan, B, L)."""
     plane = u[0] * u[1] * u[2]
     pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
     length = -(-(len(phases) * plane + slack) // 16) * 16
-    per_sample = (c + rows) * length * itemsize
-    b = max(1, min(n, DIRECT_BYTES // max(1, per_sample)))
+    if block_rows is None:
+        b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
+    else:
+        b = max(1, min(n, -(-1024 // pext), (256 << 10) // (block_rows * length * itemsize),
+                       (4 << 20) // ((c + rows) * length * itemsize)))
     if nt > 1:   # enough items for every thread, in whole rounds
         chunks = max(-(-n // b), 1)
         while chunks * g % nt and chunks < n:
@@ -178,7 +199,8 @@ def _assemble_plan(g, c, m, out, u, img, strides, pads, phases, offsets, placeme
     return np.array(head + tuple(x for ph in phases for x in ph) + tuple(offsets), dtype=np.int64), b, length
 
 
-def direct_plan(geom, n, itemsize, slack, rows, nt):
+@lru_cache(maxsize=256)
+def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
     tap (taps in W's order)."""
     r = geom.rank
@@ -199,9 +221,10 @@ def direct_plan(geom, n, itemsize, slack, rows, nt):
     placement = (_plane(out), out[1] * out[2], out[2], 1, 0)
     return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, out, u,
                           _three(geom.img_spatial, 1, r), strides, _three(geom.pads_begin, 0, r), phases,
-                          offsets, placement, n, itemsize, slack, rows, nt)
+                          offsets, placement, n, itemsize, slack, rows, nt, block_rows)
 
 
+@lru_cache(maxsize=256)
 def data_grad_phases(geom):
     """The data gradient of a strided convolution, split by stride phase of the image: along an
     axis, image points i with (i + pad) % stride == phi receive exactly the taps k with
@@ -260,12 +283,22 @@ def direct_forward(img, w, bias, geom, nt):
     rows = -(-m // mr) * mr
     plan, b, length = direct_plan(geom, n, img.itemsize, nv * vw + vw, rows, nt)
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
-    xbuf = np.empty((nt, c * b * length), dtype=img.dtype)
-    ybuf = np.empty((nt, rows * b * length), dtype=img.dtype)
+    xbuf = _scratch(nt, c * b * length, img.dtype, "x")
+    ybuf = _scratch(nt, rows * b * length, img.dtype, "y")
     wp = _pack_weight_a(w, g, m, c, _plane(geom.kernel), mr)
     _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                     out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, nt)
     return out
+
+
+@lru_cache(maxsize=256)
+def _phase_plans(geom, n, itemsize, slack, rows, nt):
+    """The plan of every phase of data_grad_phases(geom)."""
+    g = geom.group
+    col3 = _three(geom.col_spatial, 1, geom.rank)
+    return [_assemble_plan(g, geom.col_channels // g, geom.img_channels // g, grid, u, col3, (1, 1, 1), pack_pads,
+                           [(0, 0, 0)], offsets, placement, n, itemsize, slack, rows, nt)
+            for grid, u, pack_pads, taps, offsets, placement in data_grad_phases(geom)[0]]
 
 
 def direct_data_grad(cols, w, bias, geom, nt):
@@ -288,13 +321,11 @@ def direct_data_grad(cols, w, bias, geom, nt):
     wt = w.reshape(g, m, c, -1).transpose(0, 2, 1, 3)          # (G, C, M, taps)
     b_arg = _NO_BIAS[cols.dtype] if bias is None else bias
     cols_flat, out_flat = cols.reshape(-1), out.reshape(-1)
-    col3 = _three(geom.col_spatial, 1, geom.rank)
-    for grid, u, pack_pads, taps, offsets, placement in phases:
-        plan, b, length = _assemble_plan(g, m, c, grid, u, col3, (1, 1, 1), pack_pads, [(0, 0, 0)], offsets,
-                                         placement, n, cols.itemsize, nv * vw + vw, rows, nt)
+    for (grid, u, pack_pads, taps, offsets, placement), (plan, b, length) in zip(
+            phases, _phase_plans(geom, n, cols.itemsize, nv * vw + vw, rows, nt)):
         wp = _pack_weight_a(np.ascontiguousarray(wt[..., taps]), g, c, m, len(taps), mr)
-        xbuf = np.empty((nt, m * b * length), dtype=cols.dtype)
-        ybuf = np.empty((nt, rows * b * length), dtype=cols.dtype)
+        xbuf = _scratch(nt, m * b * length, cols.dtype, "x")
+        ybuf = _scratch(nt, rows * b * length, cols.dtype, "y")
         _direct.forward(cols_flat, wp.reshape(-1), b_arg, out_flat, plan, n, variant, mr, nv, xbuf, ybuf, nt)
     return out
 
@@ -303,14 +334,16 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     n = img.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
-    rows = -(-m // _MR2) * _MR2
+    bvariant = 1 if m == 1 else 0      # single rows (depthwise) or blocks of rows
+    mr2 = _B_VARIANTS[bvariant][0]
+    rows = -(-m // mr2) * mr2
     vw = _SIMD // img.itemsize
-    plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt)
-    xbuf = np.empty((nt, c * b * length), dtype=img.dtype)
-    dybuf = np.empty((nt, rows * b * length), dtype=img.dtype)
+    plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2)
+    xbuf = _scratch(nt, c * b * length, img.dtype, "x")
+    dybuf = _scratch(nt, rows * b * length, img.dtype, "y")
     taps = _plane(geom.kernel)
     acc = np.zeros((nt, g * rows * c * taps), dtype=img.dtype)
-    _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, xbuf, dybuf, nt)
+    _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, bvariant, xbuf, dybuf, nt)
     if nt > 1:
         total = np.empty(acc.shape[1], dtype=img.dtype)
         _conv.sum_rows(acc, total, nt)
@@ -320,6 +353,12 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
 
 
 # --------------------------------------------------------------------------- primitives
+def route(geom, n, nt):
+    """"direct" wherever every thread gets a (sample, group) item and the kernel is not 1x1,
+    else "gemm"."""
+    return "direct" if _direct_ok(geom, n, nt) else "gemm"
+
+
 def conv_forward(img, w, bias, geom):
     """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
     n = img.shape[0]
@@ -327,14 +366,11 @@ def conv_forward(img, w, bias, geom):
     if out.size == 0:
         return out
     nt = get_num_threads()
+    way = route(geom, n, nt)
+    if way == "direct":
+        return direct_forward(img, w, bias, geom, nt)
     geo = geo_array(geom)
     b = _NO_BIAS[img.dtype] if bias is None else bias
-    if _single_image_channel(geom):
-        scratch = _scratch(nt, _dw.padded_size(geo), img.dtype)
-        _dw.forward(img.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, scratch, nt)
-        return out
-    if _direct_ok(geom, n, nt):
-        return direct_forward(img, w, bias, geom, nt)
     t = _tile(geom, img.itemsize)
     items = n * geom.group * -(-_plane(geom.col_spatial) // t)
     parallel = _schedule(items, nt)
@@ -357,23 +393,19 @@ def flipped_weight(w, geom):
 
 
 def conv_data_grad(cols, w, bias, geom):
-    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
+    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given.  At stride 1
+    this is the convolution of cols with the flipped, transposed weight."""
     n = cols.shape[0]
-    if all(s == 1 for s in geom.strides) and not _single_image_channel(geom):
+    nt = get_num_threads()
+    way = route(geom, n, nt)
+    if all(s == 1 for s in geom.strides):
         return conv_forward(cols, flipped_weight(w, geom), bias, geom.transposed())
+    if way == "direct":
+        return direct_data_grad(cols, w, bias, geom, nt)
     out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
     if out.size == 0:
         return out
-    nt = get_num_threads()
     geo = geo_array(geom)
-    if _single_image_channel(geom):
-        scratch = _scratch(nt, _dw.padded_size(geo), cols.dtype)
-        _dw.backward_data(cols.reshape(-1), w.reshape(-1), out.reshape(-1), geo, n, scratch, nt)
-        if bias is not None:
-            out += bias.reshape((1, -1) + (1,) * geom.rank)
-        return out
-    if _direct_ok(geom, n, nt):
-        return direct_data_grad(cols, w, bias, geom, nt)
     t = _tile(geom, cols.itemsize)
     parallel = _schedule(n * geom.group, nt)
     k = geom.img_channels // geom.group * _plane(geom.kernel)
@@ -392,15 +424,11 @@ def conv_weight_grad(cols, img, w_shape, geom):
     nt = get_num_threads()
     if n == 0 or cols.size == 0:
         return np.zeros(w_shape, dtype=dtype)
+    way = route(geom, n, nt)
+    if way == "direct":
+        return direct_weight_grad(cols, img, w_shape, geom, nt)
     geo = geo_array(geom)
     dw = np.empty(w_shape, dtype=dtype)
-    if _single_image_channel(geom):
-        scratch = _scratch(nt, _dw.padded_size(geo), dtype)
-        acc = np.empty((nt, _plane(geom.kernel)), dtype=np.float64)
-        _dw.backward_weight(cols.reshape(-1), img.reshape(-1), dw.reshape(-1), geo, n, scratch, acc, nt)
-        return dw
-    if _direct_ok(geom, n, nt):
-        return direct_weight_grad(cols, img, w_shape, geom, nt)
     t = _tile(geom, dtype.itemsize)
     items = n * geom.group * -(-_plane(geom.col_spatial) // t)
     parallel = _schedule(items, nt)
