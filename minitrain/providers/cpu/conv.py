@@ -14,9 +14,6 @@ and the bias gradient is a per-channel sum.  Two implementations back them (`rou
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
 """
-import ctypes
-import glob
-import os
 import threading
 from functools import lru_cache
 
@@ -28,55 +25,13 @@ from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import get_num_threads
+from .blas import blas_threads
 
 # Bytes of im2col scratch per thread and tile: a tile of the column matrix stays in L2.
 TILE_BYTES = 256 * 1024
 MIN_TILE = 64
 # Bytes of direct-convolution scratch (shifted-grid image + output grid) per work item.
 DIRECT_BYTES = 384 * 1024
-
-
-# --------------------------------------------------------------------------- BLAS threads
-class _BlasThreads:
-    """Sets the thread count of the OpenBLAS that scipy.linalg.cython_blas calls into.
-
-    Work items parallelised with OpenMP call a single-threaded BLAS each; a single large
-    product lets BLAS use the threads.  Without a known OpenBLAS this does nothing."""
-
-    def __init__(self):
-        self._set = self._get = None
-        import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
-        libs_dir = os.path.join(os.path.dirname(os.path.dirname(scipy.linalg.__file__)), os.pardir, "scipy.libs")
-        candidates = glob.glob(os.path.join(libs_dir, "*openblas*.so*"))
-        for path in candidates:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for prefix in ("scipy_openblas", "openblas"):
-                setter = getattr(lib, f"{prefix}_set_num_threads", None)
-                getter = getattr(lib, f"{prefix}_get_num_threads", None)
-                if setter is not None and getter is not None:
-                    setter.argtypes, setter.restype = [ctypes.c_int], None
-                    getter.argtypes, getter.restype = [], ctypes.c_int
-                    self._set, self._get = setter, getter
-                    return
-
-    def use(self, n):
-        """Set BLAS to n threads; returns the previous count (None when unknown)."""
-        if self._set is None:
-            return None
-        old = self._get()
-        if old != n:
-            self._set(n)
-        return old
-
-    def restore(self, old):
-        if old is not None and self._set is not None and self._get() != old:
-            self._set(old)
-
-
-_BLAS = _BlasThreads()
 
 
 # --------------------------------------------------------------------------- geometry
@@ -112,19 +67,6 @@ def _schedule(work_items, nt):
     """True: OpenMP over work items with single-threaded BLAS; False: items in turn, BLAS
     threaded.  OpenMP over items wins as soon as every thread gets whole items to run."""
     return nt > 1 and work_items >= nt
-
-
-class _Threads:
-    """Context manager: BLAS at one thread for OpenMP-parallel items, at nt otherwise."""
-
-    def __init__(self, parallel, nt):
-        self.n = 1 if parallel else nt
-
-    def __enter__(self):
-        self.old = _BLAS.use(self.n)
-
-    def __exit__(self, *exc):
-        _BLAS.restore(self.old)
 
 
 _LOCAL = threading.local()
@@ -376,7 +318,7 @@ def conv_forward(img, w, bias, geom):
     parallel = _schedule(items, nt)
     k = geom.img_channels // geom.group * _plane(geom.kernel)
     scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, img.dtype)
-    with _Threads(parallel, nt):
+    with blas_threads(1 if parallel else nt):
         _conv.forward(img.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, t, scratch, parallel, nt)
     return out
 
@@ -411,7 +353,7 @@ def conv_data_grad(cols, w, bias, geom):
     k = geom.img_channels // geom.group * _plane(geom.kernel)
     scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, cols.dtype)
     b = _NO_BIAS[cols.dtype] if bias is None else bias
-    with _Threads(parallel, nt):
+    with blas_threads(1 if parallel else nt):
         _conv.backward_data(cols.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, t, scratch,
                             parallel, nt)
     return out
@@ -436,7 +378,7 @@ def conv_weight_grad(cols, img, w_shape, geom):
     k = geom.img_channels // geom.group * _plane(geom.kernel)
     scratch = _scratch(threads, 0 if geom.is_pointwise else k * t, dtype)
     acc = np.zeros((threads, dw.size), dtype=dtype)
-    with _Threads(parallel, nt):
+    with blas_threads(1 if parallel else nt):
         _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
     if threads == 1:
         return acc.reshape(w_shape)
