@@ -17,12 +17,15 @@ A's microkernel keeps an MR x (NV vectors) block of y in registers and broadcast
 The SIMD width follows the compiler's target (AVX-512, AVX, else 128-bit) through GCC vector
 extensions; float and double share the code.
 
-`plan` (int64) = [G, C, M, Od, Oh, Ow, Ud, Uh, Uw, L, B, Pext, taps, nph, ID, IH, IW,
-                  SD, SH, SW, PD, PH, PW, ycol, ysd, ysh, ysw, ybase] followed by nph phase
-triples (rd, rh, rw) and then the taps offsets.  L: buffer length per channel and sample; B:
-samples per work item; Pext: grid positions to compute per sample (the last valid one + 1);
-output point (od, oh, ow) of channel plane q goes to y[q * ycol + ybase + od * ysd + oh * ysh +
-ow * ysw] (the strided data gradient writes one stride phase of the image at a time).
+`plan` (int64) = [G, C, M, Ud, Uh, Uw, L, B, nph, ID, IH, IW, SD, SH, SW, PD, PH, PW, nsub],
+then nph phase triples (rd, rh, rw) of the packed image, then nsub sub-problem records
+[Od, Oh, Ow, Pext, taps, off_index, w_index, ycol, ysd, ysh, ysw, ybase], then the tap offsets.
+L: buffer length per channel and sample; B: samples per work item.  A sub-problem computes an
+Od x Oh x Ow output grid (Pext grid positions: the last valid one + 1) from `taps` taps whose
+offsets start at offsets[off_index] and whose packed weight starts at wp[w_index]; its point
+(od, oh, ow) of channel plane q goes to y[q * ycol + ybase + od * ysd + oh * ysh + ow * ysw].
+A convolution is one sub-problem; the data gradient of a strided convolution is one per stride
+phase of the image, all reading one packed copy of the columns.
 """
 from cython.parallel cimport prange, threadid
 from libc.string cimport memset
@@ -56,29 +59,28 @@ cdef extern from *:
     #define MT_VWF (MT_VBYTES / 4)
     #define MT_VWD (MT_VBYTES / 8)
 
-    /* Kernel A microkernel: y[r, p] for r < mvalid, p in [p0, p1) stepping NV*VW. */
+    /* Kernel A microkernel: y[r, p] for r < mvalid, p in [p0, p1) stepping NV*VW, summing
+       over the nct (channel, tap) pairs i: x[p + coff[i]] times the MR weights wp[i*MR ..]. */
     #define MT_KA(NAME, T, V, VU, VW, MR, NV)                                                  \\
-    static void NAME(const T* restrict x, ptrdiff_t ldx, const T* restrict wp,                 \\
-                     const ptrdiff_t* restrict off, ptrdiff_t C, ptrdiff_t taps,               \\
-                     T* restrict y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1, ptrdiff_t mvalid) \\
+    static void NAME(const T* restrict x, const ptrdiff_t* restrict coff, ptrdiff_t nct,       \\
+                     const T* restrict wp, T* restrict y, ptrdiff_t ldy, ptrdiff_t p0,         \\
+                     ptrdiff_t p1, ptrdiff_t mvalid)                                           \\
     {                                                                                          \\
         for (ptrdiff_t p = p0; p < p1; p += (NV) * (VW)) {                                     \\
             V acc[MR][NV];                                                                     \\
             _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++)                            \\
                 _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++) acc[r][v] = (V){0};    \\
             const T* restrict wc = wp;                                                         \\
-            for (ptrdiff_t c = 0; c < C; c++) {                                                \\
-                const T* restrict xc = x + c * ldx + p;                                        \\
-                for (ptrdiff_t t = 0; t < taps; t++, wc += (MR)) {                             \\
-                    const T* restrict xp = xc + off[t];                                        \\
-                    V xv[NV];                                                                  \\
+            const T* restrict xq = x + p;                                                      \\
+            for (ptrdiff_t i = 0; i < nct; i++, wc += (MR)) {                                  \\
+                const T* restrict xp = xq + coff[i];                                           \\
+                V xv[NV];                                                                      \\
+                _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                        \\
+                    xv[v] = *(const VU*)(xp + v * (VW));                                       \\
+                _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++) {                      \\
+                    T w = wc[r];                                                               \\
                     _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                    \\
-                        xv[v] = *(const VU*)(xp + v * (VW));                                   \\
-                    _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++) {                  \\
-                        T w = wc[r];                                                           \\
-                        _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                \\
-                            acc[r][v] += xv[v] * w;                                            \\
-                    }                                                                          \\
+                        acc[r][v] += xv[v] * w;                                                \\
                 }                                                                              \\
             }                                                                                  \\
             for (int r = 0; r < (MR); r++) {                                                   \\
@@ -161,10 +163,10 @@ cdef extern from *:
     MT_B_VARIANTS(MT_KB, float, mt_vf, mt_vfu, MT_VWF)
     MT_B_VARIANTS(MT_KB, double, mt_vd, mt_vdu, MT_VWD)
 
-    typedef void (*mt_ka_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
-                            float*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t);
-    typedef void (*mt_ka_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
-                            double*, ptrdiff_t, ptrdiff_t, ptrdiff_t, ptrdiff_t);
+    typedef void (*mt_ka_f)(const float*, const ptrdiff_t*, ptrdiff_t, const float*, float*, ptrdiff_t,
+                            ptrdiff_t, ptrdiff_t, ptrdiff_t);
+    typedef void (*mt_ka_d)(const double*, const ptrdiff_t*, ptrdiff_t, const double*, double*, ptrdiff_t,
+                            ptrdiff_t, ptrdiff_t, ptrdiff_t);
     static const mt_ka_f mt_ka_float[5] = {float_a8, float_a6, float_a4, float_a2, float_a1};
     static const mt_ka_d mt_ka_double[5] = {double_a8, double_a6, double_a4, double_a2, double_a1};
     typedef void (*mt_kb_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
@@ -174,14 +176,14 @@ cdef extern from *:
     static const mt_kb_f mt_kb_float[16] = MT_B_TABLE(float);
     static const mt_kb_d mt_kb_double[16] = MT_B_TABLE(double);
 
-    static void mt_ka_call_float(int variant, const float* x, ptrdiff_t ldx, const float* wp,
-                                 const ptrdiff_t* off, ptrdiff_t C, ptrdiff_t taps, float* y,
-                                 ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1, ptrdiff_t mvalid)
-    { mt_ka_float[variant](x, ldx, wp, off, C, taps, y, ldy, p0, p1, mvalid); }
-    static void mt_ka_call_double(int variant, const double* x, ptrdiff_t ldx, const double* wp,
-                                  const ptrdiff_t* off, ptrdiff_t C, ptrdiff_t taps, double* y,
-                                  ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1, ptrdiff_t mvalid)
-    { mt_ka_double[variant](x, ldx, wp, off, C, taps, y, ldy, p0, p1, mvalid); }
+    static void mt_ka_call_float(int variant, const float* x, const ptrdiff_t* coff, ptrdiff_t nct,
+                                 const float* wp, float* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
+                                 ptrdiff_t mvalid)
+    { mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+    static void mt_ka_call_double(int variant, const double* x, const ptrdiff_t* coff, ptrdiff_t nct,
+                                  const double* wp, double* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
+                                  ptrdiff_t mvalid)
+    { mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
     static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
                                  ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
     { mt_kb_float[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
@@ -220,12 +222,10 @@ cdef extern from *:
     static int mt_b_rows_of(int v) { return mt_b_rows[v]; }
     static int mt_b_tbmax_of(int v) { return mt_b_tbmax[v]; }
     """
-    void mt_ka_call_float(int variant, const float* x, ptrdiff_t ldx, const float* wp, const Py_ssize_t* off,
-                          Py_ssize_t C, Py_ssize_t taps, float* y, Py_ssize_t ldy, Py_ssize_t p0,
-                          Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil
-    void mt_ka_call_double(int variant, const double* x, ptrdiff_t ldx, const double* wp, const Py_ssize_t* off,
-                           Py_ssize_t C, Py_ssize_t taps, double* y, Py_ssize_t ldy, Py_ssize_t p0,
-                           Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil
+    void mt_ka_call_float(int variant, const float* x, const Py_ssize_t* coff, Py_ssize_t nct, const float* wp,
+                          float* y, Py_ssize_t ldy, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil
+    void mt_ka_call_double(int variant, const double* x, const Py_ssize_t* coff, Py_ssize_t nct, const double* wp,
+                           double* y, Py_ssize_t ldy, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil
     void mt_kb_call_float(int tb, const float* dy, Py_ssize_t ldd, const float* x, const Py_ssize_t* off,
                           Py_ssize_t nb, Py_ssize_t L, Py_ssize_t plen, float* out, Py_ssize_t ldo) noexcept nogil
     void mt_kb_call_double(int tb, const double* dy, Py_ssize_t ldd, const double* x, const Py_ssize_t* off,
@@ -261,26 +261,40 @@ def b_variants():
 
 
 cdef struct Plan:
-    Py_ssize_t G, C, M, Od, Oh, Ow, Ud, Uh, Uw, L, B, Pext, taps, nph
+    Py_ssize_t G, C, M, Ud, Uh, Uw, L, B, nph
     Py_ssize_t ID, IH, IW, SD, SH, SW, PD, PH, PW
-    Py_ssize_t ycol, ysd, ysh, ysw, ybase     # where output grid point (od, oh, ow) goes in y
-    Py_ssize_t plane, img, col
+    Py_ssize_t nsub, plane, img
     const long long* phases
+    const long long* subs
+    const long long* offsets
+
+
+cdef struct Sub:
+    Py_ssize_t Od, Oh, Ow, Pext, taps, w_index
+    Py_ssize_t ycol, ysd, ysh, ysw, ybase     # where output grid point (od, oh, ow) goes in y
     const long long* off
 
 
 cdef Plan _plan(const long long[::1] p):
     cdef Plan r
-    r.G, r.C, r.M = p[0], p[1], p[2]
-    r.Od, r.Oh, r.Ow, r.Ud, r.Uh, r.Uw = p[3], p[4], p[5], p[6], p[7], p[8]
-    r.L, r.B, r.Pext, r.taps, r.nph = p[9], p[10], p[11], p[12], p[13]
-    r.ID, r.IH, r.IW, r.SD, r.SH, r.SW, r.PD, r.PH, r.PW = p[14], p[15], p[16], p[17], p[18], p[19], p[20], p[21], p[22]
+    r.G, r.C, r.M, r.Ud, r.Uh, r.Uw, r.L, r.B, r.nph = p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+    r.ID, r.IH, r.IW, r.SD, r.SH, r.SW, r.PD, r.PH, r.PW = p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16], p[17]
+    r.nsub = p[18]
     r.plane = r.Ud * r.Uh * r.Uw
     r.img = r.ID * r.IH * r.IW
-    r.col = r.Od * r.Oh * r.Ow
-    r.ycol, r.ysd, r.ysh, r.ysw, r.ybase = p[23], p[24], p[25], p[26], p[27]
-    r.phases = &p[28]
-    r.off = &p[28 + 3 * r.nph]
+    r.phases = &p[19]
+    r.subs = &p[19 + 3 * r.nph]
+    r.offsets = &p[19 + 3 * r.nph + 12 * r.nsub]
+    return r
+
+
+cdef inline Sub _sub(const Plan* pl, Py_ssize_t k) noexcept nogil:
+    cdef Sub r
+    cdef const long long* q = pl.subs + 12 * k
+    r.Od, r.Oh, r.Ow, r.Pext, r.taps = q[0], q[1], q[2], q[3], q[4]
+    r.off = pl.offsets + q[5]
+    r.w_index = q[6]
+    r.ycol, r.ysd, r.ysh, r.ysw, r.ybase = q[7], q[8], q[9], q[10], q[11]
     return r
 
 
@@ -350,14 +364,17 @@ cdef inline Py_ssize_t _round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
 
 def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::1] y,
             const long long[::1] plan, Py_ssize_t N, int variant, Py_ssize_t mr, Py_ssize_t nv,
-            real[:, ::1] xbuf, real[:, ::1] ybuf, int num_threads):
-    """y (N, G*M, cols) = W (*) x [+ bias]; wp is the weight packed by pack_weight_a.
+            real[:, ::1] xbuf, real[:, ::1] ybuf, Py_ssize_t[:, ::1] coffs, int num_threads):
+    """y = sum over the plan's sub-problems of W_k (*) x [+ bias], each sub-problem writing its
+    own points of y (one for a convolution, one per stride phase for a strided data gradient).
+    wp holds each sub-problem's weight packed as kernel A reads it, from its w_index on.
     Items are (chunk of B samples, group); xbuf/ybuf are per-thread scratch of C*B*L and
-    ceil(M/mr)*mr*B*L entries."""
+    ceil(M/mr)*mr*B*L entries, coffs of C * (largest sub-problem's taps) (channel, tap) offsets."""
     cdef Plan pl = _plan(plan)
+    cdef Sub sb
     cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
-    cdef Py_ssize_t it, chunk, gi, n0, nb, b, mb, m, od, oh, ow, mblocks = (pl.M + mr - 1) // mr
-    cdef Py_ssize_t pend = _round_up(pl.Pext, nv * (mt_vbytes() // sizeof(real)))
+    cdef Py_ssize_t it, chunk, gi, n0, nb, b, mb, m, od, oh, k, c, t, pend, mblocks = (pl.M + mr - 1) // mr
+    cdef Py_ssize_t block = nv * (mt_vbytes() // sizeof(real))
     cdef bint has_bias = bias.shape[0] > 0
     cdef real* xb
     cdef real* yb
@@ -365,6 +382,7 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
     cdef const real* src
     cdef const real* wg
     cdef real bv
+    cdef Py_ssize_t* coff
     cdef int tid
     for it in prange(nchunks * pl.G, nogil=True, schedule="static", num_threads=num_threads):
         tid = threadid()
@@ -376,27 +394,33 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
             nb = N - n0
         xb = &xbuf[tid, 0]
         yb = &ybuf[tid, 0]
+        coff = &coffs[tid, 0]
         pack(&x[0] + (n0 * pl.G + gi) * pl.C * pl.img, nb, xb, &pl)
-        wg = &wp[0] + gi * mblocks * mr * pl.C * pl.taps
-        for b in range(nb):
-            for mb in range(mblocks):
-                if real is float:
-                    mt_ka_call_float(variant, xb + b * pl.L, nb * pl.L, wg + mb * mr * pl.C * pl.taps,
-                                     <const Py_ssize_t*>pl.off, pl.C, pl.taps, yb + (mb * mr * nb + b) * pl.L,
-                                     nb * pl.L, 0, pend, pl.M - mb * mr)
-                else:
-                    mt_ka_call_double(variant, xb + b * pl.L, nb * pl.L, wg + mb * mr * pl.C * pl.taps,
-                                      <const Py_ssize_t*>pl.off, pl.C, pl.taps, yb + (mb * mr * nb + b) * pl.L,
-                                      nb * pl.L, 0, pend, pl.M - mb * mr)
-        # crop the grid into y (+ bias)
-        for b in range(nb):
-            for m in range(pl.M):
-                bv = bias[gi * pl.M + m] if has_bias else 0
-                dst = &y[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * pl.ycol + pl.ybase
-                src = yb + (m * nb + b) * pl.L
-                for od in range(pl.Od):
-                    for oh in range(pl.Oh):
-                        row_out(dst + od * pl.ysd + oh * pl.ysh, src + (od * pl.Uh + oh) * pl.Uw, pl.Ow, pl.ysw, bv)
+        for k in range(pl.nsub):
+            sb = _sub(&pl, k)
+            pend = _round_up(sb.Pext, block)
+            wg = &wp[0] + sb.w_index + gi * mblocks * mr * pl.C * sb.taps
+            for c in range(pl.C):
+                for t in range(sb.taps):
+                    coff[c * sb.taps + t] = c * nb * pl.L + sb.off[t]
+            for b in range(nb):
+                for mb in range(mblocks):
+                    if real is float:
+                        mt_ka_call_float(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
+                                         yb + (mb * mr * nb + b) * pl.L, nb * pl.L, 0, pend, pl.M - mb * mr)
+                    else:
+                        mt_ka_call_double(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
+                                          yb + (mb * mr * nb + b) * pl.L, nb * pl.L, 0, pend, pl.M - mb * mr)
+            # crop the grid into y (+ bias)
+            for b in range(nb):
+                for m in range(pl.M):
+                    bv = bias[gi * pl.M + m] if has_bias else 0
+                    dst = &y[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * sb.ycol + sb.ybase
+                    src = yb + (m * nb + b) * pl.L
+                    for od in range(sb.Od):
+                        for oh in range(sb.Oh):
+                            row_out(dst + od * sb.ysd + oh * sb.ysh, src + (od * pl.Uh + oh) * pl.Uw, sb.Ow,
+                                    sb.ysw, bv)
 
 
 def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
@@ -406,11 +430,12 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
     group); Mpad = M rounded up to MR2 (rows past M get zeros).  dybuf holds Mpad rows of B*L
     entries per thread."""
     cdef Plan pl = _plan(plan)
+    cdef Sub sb = _sub(&pl, 0)
     cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
     cdef Py_ssize_t mr2 = mt_b_rows_of(bvariant), tbmax = mt_b_tbmax_of(bvariant)
     cdef Py_ssize_t mpad = (pl.M + mr2 - 1) // mr2 * mr2
     cdef Py_ssize_t vw = mt_vbytes() // sizeof(real)
-    cdef Py_ssize_t plen = _round_up(pl.Pext, vw)
+    cdef Py_ssize_t plen = _round_up(sb.Pext, vw)
     cdef Py_ssize_t it, chunk, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb
     cdef real* xb
     cdef real* db
@@ -436,34 +461,34 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                 if m >= pl.M:
                     memset(row, 0, plen * sizeof(real))
                     continue
-                src = &dy[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * pl.col
-                for od in range(pl.Od):
+                src = &dy[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * sb.ycol
+                for od in range(sb.Od):
                     for oh in range(pl.Uh):
-                        if oh < pl.Oh:
-                            row_pack(row + (od * pl.Uh + oh) * pl.Uw, src + (od * pl.Oh + oh) * pl.Ow,
-                                     pl.Uw, 0, pl.Ow, 1)
+                        if oh < sb.Oh:
+                            row_pack(row + (od * pl.Uh + oh) * pl.Uw, src + (od * sb.Oh + oh) * sb.Ow,
+                                     pl.Uw, 0, sb.Ow, 1)
                         else:
                             zero(row + (od * pl.Uh + oh) * pl.Uw, pl.Uw)
-                i = pl.Od * pl.Uh * pl.Uw
+                i = sb.Od * pl.Uh * pl.Uw
                 if i < plen:
                     memset(row + i, 0, (plen - i) * sizeof(real))
-        acc = &dw_acc[tid, 0] + gi * mpad * pl.C * pl.taps
+        acc = &dw_acc[tid, 0] + gi * mpad * pl.C * sb.taps
         # a block of dy rows stays in cache while every channel's taps stream past it
         mb = 0
         while mb < pl.M:
             for c in range(pl.C):
-                nblk = (pl.taps + tbmax - 1) // tbmax
+                nblk = (sb.taps + tbmax - 1) // tbmax
                 t0 = 0
-                while t0 < pl.taps:
-                    tb = (pl.taps - t0 + nblk - 1) // nblk
+                while t0 < sb.taps:
+                    tb = (sb.taps - t0 + nblk - 1) // nblk
                     if real is float:
                         mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * nb * pl.L, nb * pl.L,
-                                         xb + c * nb * pl.L, <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
-                                         acc + (mb * pl.C + c) * pl.taps + t0, pl.C * pl.taps)
+                                         xb + c * nb * pl.L, <const Py_ssize_t*>sb.off + t0, nb, pl.L, plen,
+                                         acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                     else:
                         mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * nb * pl.L, nb * pl.L,
-                                          xb + c * nb * pl.L, <const Py_ssize_t*>pl.off + t0, nb, pl.L, plen,
-                                          acc + (mb * pl.C + c) * pl.taps + t0, pl.C * pl.taps)
+                                          xb + c * nb * pl.L, <const Py_ssize_t*>sb.off + t0, nb, pl.L, plen,
+                                          acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                     nblk = nblk - 1
                     t0 = t0 + tb
             mb = mb + mr2

@@ -116,35 +116,41 @@ def _pack_weight_a(w, g, m, c, taps, mr):
     return np.ascontiguousarray(wp.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
 
 
-def _assemble_plan(g, c, m, out, u, img, strides, pads, phases, offsets, placement, n, itemsize, slack,
-                   rows, nt, block_rows=None):
-    """The int64 plan of conv_direct.pyx (see its docstring), with B samples per work item
-    chosen so that every thread gets items and, for kernel A, an item's scratch stays near
-    DIRECT_BYTES (`rows`: output-grid rows per sample held in scratch); for kernel B
-    (`block_rows`: dy rows one microkernel call streams) so that a call sums over about 1024
-    grid points while its dy rows stay in L2.  Returns (plan, B, L)."""
+def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, slack, rows, nt,
+                   block_rows=None):
+    """The int64 plan of conv_direct.pyx (see its docstring).  `subs`: (output grid, tap offsets,
+    w_index, placement) per sub-problem.  B samples per work item are chosen so that every
+    thread gets items and, for kernel A, an item's scratch stays near DIRECT_BYTES (`rows`:
+    output-grid rows per sample held in scratch); for kernel B (`block_rows`: dy rows one
+    microkernel call streams) so that a call sums over about 4096 grid points (its horizontal
+    sums then cost little) while its dy rows stay in L2.  Returns (plan, B, L)."""
     plane = u[0] * u[1] * u[2]
-    pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
     length = -(-(len(phases) * plane + slack) // 16) * 16
+    records, offsets = [], []
+    for out, offs, w_index, placement in subs:
+        pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
+        records.append(tuple(out) + (pext, len(offs), len(offsets), w_index) + tuple(placement))
+        offsets.extend(offs)
     if block_rows is None:
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
-        b = max(1, min(n, -(-1024 // pext), (256 << 10) // (block_rows * length * itemsize),
+        b = max(1, min(n, -(-4096 // records[0][3]), (256 << 10) // (block_rows * length * itemsize),
                        (4 << 20) // ((c + rows) * length * itemsize)))
     if nt > 1:   # enough items for every thread, in whole rounds
         chunks = max(-(-n // b), 1)
         while chunks * g % nt and chunks < n:
             chunks += 1
         b = -(-n // chunks)
-    head = (g, c, m) + tuple(out) + tuple(u) + (length, b, pext, len(offsets), len(phases)) \
-        + tuple(img) + tuple(strides) + tuple(pads) + tuple(placement)
-    return np.array(head + tuple(x for ph in phases for x in ph) + tuple(offsets), dtype=np.int64), b, length
+    head = (g, c, m) + tuple(u) + (length, b, len(phases)) + tuple(img) + tuple(strides) + tuple(pads) \
+        + (len(subs),)
+    flat = head + tuple(x for ph in phases for x in ph) + tuple(x for r in records for x in r) + tuple(offsets)
+    return np.array(flat, dtype=np.int64), b, length
 
 
 @lru_cache(maxsize=256)
 def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
-    tap (taps in W's order)."""
+    tap (taps in W's order), one sub-problem."""
     r = geom.rank
     out = _three(geom.col_spatial, 1, r)
     kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
@@ -161,52 +167,57 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
                for kd in range(kernel[0]) for kh in range(kernel[1]) for kw in range(kernel[2])]
     g = geom.group
     placement = (_plane(out), out[1] * out[2], out[2], 1, 0)
-    return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, out, u,
-                          _three(geom.img_spatial, 1, r), strides, _three(geom.pads_begin, 0, r), phases,
-                          offsets, placement, n, itemsize, slack, rows, nt, block_rows)
+    return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, u, _three(geom.img_spatial, 1, r),
+                          strides, _three(geom.pads_begin, 0, r), phases, [(out, offsets, 0, placement)],
+                          n, itemsize, slack, rows, nt, block_rows)
 
 
 @lru_cache(maxsize=256)
-def data_grad_phases(geom):
-    """The data gradient of a strided convolution, split by stride phase of the image: along an
-    axis, image points i with (i + pad) % stride == phi receive exactly the taps k with
-    (k * dilation) % stride == phi, from column o = u - (k * dilation) // stride where
-    u = (i + pad) // stride.  Each phase is a stride-1 correlation of the columns.  Returns
-    [(out grid, pack grid, pack pads, tap indices, tap offsets, placement)] for the phases
-    that hold image points and taps, and whether some image points receive no tap at all."""
+def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
+    """The data gradient of a strided convolution as kernel-A sub-problems, one per stride phase
+    of the image.  Along an axis, image points i with (i + pad) % stride == phi receive exactly
+    the taps k with (k * dilation) % stride == phi, from column o = u - (k * dilation) // stride
+    where u = (i + pad) // stride: a stride-1 correlation of the columns.  All phases read one
+    packed copy of the columns (pad Pc in front, so that every tap offset is >= 0).
+    Returns (plan, B, L, [tap indices per phase], whether some image points get no tap)."""
     r = geom.rank
     kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
     dil, pads = _three(geom.dilations, 1, r), _three(geom.pads_begin, 0, r)
-    img = _three(geom.img_spatial, 1, r)
-    axes = []
+    img, cols = _three(geom.img_spatial, 1, r), _three(geom.col_spatial, 1, r)
+    axes, pc, uncovered = [], [], False
     for a in range(3):
         options = []
         for phi in range(strides[a]):
             u0 = -((phi - pads[a]) // strides[a])
-            u1 = (pads[a] + img[a] - 1 - phi) // strides[a] + 1
-            if u1 <= u0:
-                continue
+            count = (pads[a] + img[a] - 1 - phi) // strides[a] + 1 - u0
             taps = [k for k in range(kernel[a]) if (k * dil[a]) % strides[a] == phi]
-            q = [(k * dil[a]) // strides[a] for k in taps]
-            qmax = max(q, default=0)
-            options.append((u0, u1 - u0, phi, taps, [qmax - x for x in q], qmax))
+            if count <= 0:
+                continue
+            if not taps:
+                uncovered = True
+                continue
+            options.append((u0, count, phi, taps, [(k * dil[a]) // strides[a] for k in taps]))
         axes.append(options)
-    phases, uncovered = [], False
-    for x, y, z in [(x, y, z) for x in axes[0] for y in axes[1] for z in axes[2]]:
-        (ud0, nd, pd, td, od, qd), (uh0, nh, ph, th, oh, qh), (uw0, nw, pw, tw, ow, qw) = x, y, z
-        if not (td and th and tw):
-            uncovered = True
-            continue
-        grid = (nd, nh, nw)
-        u = (nd + max(od), nh + max(oh), nw + max(ow))
-        tap_index = [(kd * kernel[1] + kh) * kernel[2] + kw for kd in td for kh in th for kw in tw]
-        offsets = [(a * u[1] + b) * u[2] + c for a in od for b in oh for c in ow]
+        pc.append(max((q - u0 for u0, _, _, _, qs in options for q in qs), default=0))
+    extent = [max((count + u0 - min(qs) + pc[a] for u0, count, _, _, qs in axes[a]), default=1)
+              for a in range(3)]
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    blocks = -(-c // mr)
+    subs, tap_lists, w_index = [], [], 0
+    for (ud0, nd, pd, td, qd), (uh0, nh, ph, th, qh), (uw0, nw, pw, tw, qw) in \
+            [(x, y, z) for x in axes[0] for y in axes[1] for z in axes[2]]:
+        offsets = [((ud0 - a + pc[0]) * extent[1] + uh0 - b + pc[1]) * extent[2] + uw0 - e + pc[2]
+                   for a in qd for b in qh for e in qw]
         i0 = [u0 * s + phi - p for u0, s, phi, p in zip((ud0, uh0, uw0), strides, (pd, ph, pw), pads)]
         placement = (_plane(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
                      (i0[0] * img[1] + i0[1]) * img[2] + i0[2])
-        pack_pads = (qd - ud0, qh - uh0, qw - uw0)
-        phases.append((grid, u, pack_pads, tap_index, offsets, placement))
-    return phases, uncovered
+        subs.append(((nd, nh, nw), offsets, w_index, placement))
+        tap_lists.append([(kd * kernel[1] + kh) * kernel[2] + kw for kd in td for kh in th for kw in tw])
+        w_index += g * blocks * mr * m * len(offsets)
+    plan, b, length = _assemble_plan(g, m, c, extent, cols, (1, 1, 1), pc, [(0, 0, 0)], subs, n, itemsize, slack,
+                                     rows, nt)
+    return plan, b, length, tap_lists, uncovered
 
 
 def _direct_ok(geom, n, nt):
@@ -228,47 +239,39 @@ def direct_forward(img, w, bias, geom, nt):
     xbuf = _scratch(nt, c * b * length, img.dtype, "x")
     ybuf = _scratch(nt, rows * b * length, img.dtype, "y")
     wp = _pack_weight_a(w, g, m, c, _plane(geom.kernel), mr)
+    coffs = _scratch(nt, c * _plane(geom.kernel), np.intp, "coff")
     _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
-                    out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, nt)
+                    out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, coffs, nt)
     return out
 
 
-@lru_cache(maxsize=256)
-def _phase_plans(geom, n, itemsize, slack, rows, nt):
-    """The plan of every phase of data_grad_phases(geom)."""
-    g = geom.group
-    col3 = _three(geom.col_spatial, 1, geom.rank)
-    return [_assemble_plan(g, geom.col_channels // g, geom.img_channels // g, grid, u, col3, (1, 1, 1), pack_pads,
-                           [(0, 0, 0)], offsets, placement, n, itemsize, slack, rows, nt)
-            for grid, u, pack_pads, taps, offsets, placement in data_grad_phases(geom)[0]]
-
-
 def direct_data_grad(cols, w, bias, geom, nt):
-    """The strided data gradient, one kernel-A pass per stride phase of the image."""
+    """The strided data gradient: kernel A over the stride phases of the image."""
     n = cols.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
-    phases, uncovered = data_grad_phases(geom)
+    variant = _a_variant(c)
+    mr, nv = _A_VARIANTS[variant]
+    vw = _SIMD // cols.itemsize
+    rows = -(-c // mr) * mr
+    plan, b, length, tap_lists, uncovered = data_grad_plan(geom, n, cols.itemsize, nv * vw + vw, rows, nt, mr)
     shape = (n, geom.img_channels) + tuple(geom.img_spatial)
     if uncovered:   # image points no tap reaches: zero (or the bias)
         out = np.zeros(shape, dtype=cols.dtype)
         if bias is not None:
             out += bias.reshape((1, -1) + (1,) * geom.rank)
+        if not tap_lists:
+            return out
     else:
         out = np.empty(shape, dtype=cols.dtype)
-    variant = _a_variant(c)
-    mr, nv = _A_VARIANTS[variant]
-    vw = _SIMD // cols.itemsize
-    rows = -(-c // mr) * mr
     wt = w.reshape(g, m, c, -1).transpose(0, 2, 1, 3)          # (G, C, M, taps)
-    b_arg = _NO_BIAS[cols.dtype] if bias is None else bias
-    cols_flat, out_flat = cols.reshape(-1), out.reshape(-1)
-    for (grid, u, pack_pads, taps, offsets, placement), (plan, b, length) in zip(
-            phases, _phase_plans(geom, n, cols.itemsize, nv * vw + vw, rows, nt)):
-        wp = _pack_weight_a(np.ascontiguousarray(wt[..., taps]), g, c, m, len(taps), mr)
-        xbuf = _scratch(nt, m * b * length, cols.dtype, "x")
-        ybuf = _scratch(nt, rows * b * length, cols.dtype, "y")
-        _direct.forward(cols_flat, wp.reshape(-1), b_arg, out_flat, plan, n, variant, mr, nv, xbuf, ybuf, nt)
+    wp = np.concatenate([_pack_weight_a(np.ascontiguousarray(wt[..., taps]), g, c, m, len(taps), mr).reshape(-1)
+                         for taps in tap_lists])
+    xbuf = _scratch(nt, m * b * length, cols.dtype, "x")
+    ybuf = _scratch(nt, rows * b * length, cols.dtype, "y")
+    coffs = _scratch(nt, m * max(len(taps) for taps in tap_lists), np.intp, "coff")
+    _direct.forward(cols.reshape(-1), wp, _NO_BIAS[cols.dtype] if bias is None else bias, out.reshape(-1), plan,
+                    n, variant, mr, nv, xbuf, ybuf, coffs, nt)
     return out
 
 
