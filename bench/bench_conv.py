@@ -4,7 +4,8 @@ ConvGrad, side by side in one process, interleaved round by round (harness.py's 
 For every case of cases.CONV_CASES: forward (Conv / ConvTranspose) and backward (dX + dW + dB
 in one call: ConvGrad / ConvTransposeGrad, torch's convolution_backward with an all-true
 output_mask, ORT's ConvGrad single-node model).  numpy's float32 GEMM (cases.GEMM_CASES) is
-timed in the same process as the machine's practical peak.
+timed first as the machine's practical peak, and gemm_1024 again within the rounds of the dense
+3x3 cases, against which their GFLOP/s are reported.
 
 Each round times every candidate in turn (median of its calls, harness.median_ms); a row reports
 the best round (--stat min, the default: on a machine shared with other work the slow rounds are
@@ -36,6 +37,9 @@ from minitrain.ops.schema import MS_DOMAIN, TensorType  # noqa: E402
 from minitrain.providers import get_provider  # noqa: E402
 
 from cases import CONV_CASES, GEMM_CASES, make_inputs  # noqa: E402
+
+
+DENSE_3X3 = ("resnet_3x3", "strided_3x3_s2", "dilated_3x3_d2")
 
 
 def arg(name, default):
@@ -167,7 +171,7 @@ def main():
     minitrain.set_num_threads(THREADS)
     cases = [c for c in CONV_CASES if not wanted or c.name in wanted.split(",")]
 
-    rows, bwd_ratios, dense_gfs = [], [], {}
+    rows, bwd_ratios, ort_ratios, dense_gfs = [], [], [], {}
     gemm_gfs = {}
     for g in GEMM_CASES:
         inp = make_inputs(g)
@@ -175,7 +179,11 @@ def main():
         ms = interleaved({"numpy": lambda: a @ b}, rounds, stat, min_time=min_time)["numpy"]
         gemm_gfs[g.name] = g.flops / ms / 1e6
         print(f"{g.name}: numpy {ms:.2f} ms, {gemm_gfs[g.name]:.0f} GFLOP/s", flush=True)
-    peak = max(gemm_gfs.values())
+    gemm = GEMM_CASES[0]
+    gemm_inp = make_inputs(gemm)
+
+    def gemm_fn():
+        return gemm_inp["a"] @ gemm_inp["b"]
 
     for case in cases:
         inp = make_inputs(case)
@@ -186,13 +194,17 @@ def main():
         for p, (m_fn, t_fn, o_fn, flops) in enumerate(((mt[0], th[0], ox[0], case.fwd_flops),
                                                        (mt[1], th[1], ox[1], case.bwd_flops))):
             pass_name = ("fwd", "bwd")[p]
-            res = interleaved({"minitrain": m_fn, "torch": t_fn, "ort": o_fn}, rounds, stat, min_time=min_time)
+            dense = case.name in DENSE_3X3
+            res = interleaved({"minitrain": m_fn, "torch": t_fn, "ort": o_fn, "gemm": gemm_fn if dense else None},
+                              rounds, stat, min_time=min_time)
             m, t, o = res["minitrain"], res["torch"], res["ort"]
             gf = flops / m / 1e6
             if pass_name == "bwd" and t is not None:
                 bwd_ratios.append(m / t)
-            if case.name in ("resnet_3x3", "strided_3x3_s2", "dilated_3x3_d2"):
-                dense_gfs[(case.name, pass_name)] = gf
+            if pass_name == "bwd" and o is not None:
+                ort_ratios.append((case.name, m / o))
+            if dense:
+                dense_gfs[(case.name, pass_name)] = (gf, gemm.flops / res["gemm"] / 1e6)
             rows.append([case.name, pass_name, f"{flops / 1e9:.3f}", fmt(m), f"{gf:.0f}", fmt(t),
                          "n/a" if t is None else f"{flops / t / 1e6:.0f}", fmt(o),
                          "n/a" if o is None else f"{flops / o / 1e6:.0f}", ratio(m, t), ratio(m, o)])
@@ -204,8 +216,12 @@ def main():
     geo = math.exp(sum(math.log(r) for r in bwd_ratios) / len(bwd_ratios)) if bwd_ratios else float("nan")
     summary = [f"numpy float32 GEMM: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in gemm_gfs.items()),
                f"backward mt/torch: geometric mean {geo:.2f}, worst {max(bwd_ratios, default=float('nan')):.2f}"]
-    summary += [f"{name} {p}: {gf:.0f} GFLOP/s = {100 * gf / peak:.0f}% of numpy GEMM peak"
-                for (name, p), gf in dense_gfs.items()]
+    if ort_ratios:
+        slower = [f"{name} ({r:.2f})" for name, r in ort_ratios if r >= 1]
+        summary.append(f"backward mt/ORT ConvGrad: faster on {len(ort_ratios) - len(slower)} of {len(ort_ratios)} "
+                       f"cases" + (f"; slower on {', '.join(slower)}" if slower else ""))
+    summary += [f"{name} {p}: {gf:.0f} GFLOP/s = {100 * gf / peak:.0f}% of numpy's {gemm.name} "
+                f"({peak:.0f} GFLOP/s in the same rounds)" for (name, p), (gf, peak) in dense_gfs.items()]
     print(table)
     print("\n".join(summary))
     if out_path:

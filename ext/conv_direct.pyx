@@ -192,7 +192,12 @@ cdef extern from *:
     { mt_kb_double[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
     /* Row copies with restrict pointers, so that GCC vectorizes them. */
     /* Rows are short: plain vectorized loops, never memcpy/memset calls. */
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+    #define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns"), \\
+                                          target("prefer-vector-width=512")))
+    #else
     #define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+    #endif
     #define MT_ROWOPS(T)                                                                       \\
     static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, ptrdiff_t n, \\
                                             ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)      \\

@@ -116,6 +116,17 @@ def _pack_weight_a(w, g, m, c, taps, mr):
     return np.ascontiguousarray(wp.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
 
 
+def _balanced_batch(n, g, most, nt):
+    """Samples per work item, at most `most`, that load the threads of a static schedule over
+    the (chunk, group) items most evenly (ties: the larger batch)."""
+    def busiest(b):
+        chunks = -(-n // b)
+        sizes = [min(b, n - (i // g) * b) for i in range(chunks * g)]
+        share = -(-len(sizes) // nt)
+        return max(sum(sizes[t * share:(t + 1) * share]) for t in range(nt))
+    return min(range(most, 0, -1), key=lambda b: (busiest(b), -b))
+
+
 def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, slack, rows, nt,
                    block_rows=None):
     """The int64 plan of conv_direct.pyx (see its docstring).  `subs`: (output grid, tap offsets,
@@ -136,11 +147,8 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     else:
         b = max(1, min(n, -(-4096 // records[0][3]), (256 << 10) // (block_rows * length * itemsize),
                        (4 << 20) // ((c + rows) * length * itemsize)))
-    if nt > 1:   # enough items for every thread, in whole rounds
-        chunks = max(-(-n // b), 1)
-        while chunks * g % nt and chunks < n:
-            chunks += 1
-        b = -(-n // chunks)
+    if nt > 1:
+        b = _balanced_batch(n, g, b, nt)
     head = (g, c, m) + tuple(u) + (length, b, len(phases)) + tuple(img) + tuple(strides) + tuple(pads) \
         + (len(subs),)
     flat = head + tuple(x for ph in phases for x in ph) + tuple(x for r in records for x in r) + tuple(offsets)
