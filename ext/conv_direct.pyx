@@ -126,6 +126,7 @@ cdef extern from *:
             }                                                                                  \\
     }
 
+    /* Register blocks: AVX-512 has 32 vector registers, the others 16 (all of them used). */
     #if MT_VBYTES == 64
     #define MT_A_VARIANTS(X, T, V, VU, VW) \\
         X(T##_a8, T, V, VU, VW, 8, 3) X(T##_a6, T, V, VU, VW, 6, 4) X(T##_a4, T, V, VU, VW, 4, 6) \\
@@ -149,13 +150,13 @@ cdef extern from *:
     static const int mt_a_mr[5] = {4, 3, 2, 2, 1};
     static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
     #define MT_B_VARIANTS(X, T, V, VU, VW) \\
-        X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) \\
+        X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) X(T##_b8_3, T, V, VU, VW, 4, 3) \\
         X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \\
         X(T##_b1_4, T, V, VU, VW, 1, 4)
-    #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, 0, 0, 0, 0, 0, 0, \\
+    #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0, \\
                            T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0}
     static const int mt_b_rows[2] = {4, 1};
-    static const int mt_b_tbmax[2] = {2, 4};
+    static const int mt_b_tbmax[2] = {3, 4};
     #endif
 
     MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
