@@ -359,6 +359,30 @@ def test_conv_transpose_edge_geometry(x_shape, w_shape, attrs, begin, out, rng):
     directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
 
 
+@pytest.mark.parametrize("op,x_shape,w_shape,attrs", [
+    ("Conv", (2, 4, 9, 8), (6, 2, 3, 2), {"group": 2, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ("Conv", (2, 3, 9, 8), (4, 3, 3, 3), {"strides": [2, 3], "pads": [1, 1, 1, 1]}),
+    ("Conv", (2, 3, 4, 5, 6), (4, 3, 2, 3, 2), {"strides": [1, 2, 1], "auto_pad": "SAME_LOWER"}),
+    ("ConvTranspose", (2, 4, 5, 6), (4, 3, 3, 2), {"group": 2, "strides": [2, 1], "pads": [1, 0, 0, 1],
+                                                   "output_padding": [1, 0]}),
+    ("ConvTranspose", (2, 3, 7), (3, 2, 4), {"strides": [3], "dilations": [2]}),
+])
+def test_gemm_and_direct_kernels_agree(op, x_shape, w_shape, attrs, rng, monkeypatch):
+    """im2col/col2im + BLAS (for 1x1 convolutions and batches too small for the threads) gives
+    what the direct kernels give, for every primitive."""
+    c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
+    y = run_node(op, [x, w, b], attrs=attrs)[0]
+    dy = rng.standard_normal(y.shape)
+    grads = run_node(op + "Grad", [dy, x, w], attrs=attrs, domain=MS)
+    assert cpu_conv.route(cpu_conv.geometry_for("conv" if op == "Conv" else "transpose", op, x_shape, w_shape,
+                                                attrs), 2, 2) == "direct"
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+    np.testing.assert_allclose(run_node(op, [x, w, b], attrs=attrs)[0], y, rtol=1e-10, atol=1e-10)
+    for got, want in zip(run_node(op + "Grad", [dy, x, w], attrs=attrs, domain=MS), grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
 def test_non_contiguous_inputs_are_not_written(rng):
     x = rng.standard_normal((2, 8, 7, 9))[:, ::2]
     w = rng.standard_normal((3, 4, 3, 3))

@@ -7,9 +7,9 @@ the work:
   * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
 and the bias gradient is a per-channel sum.  Two implementations back them (`route` picks):
   * direct (_ext.conv_direct): SIMD microkernels over a shifted-grid copy of the image, OpenMP
-    over (sample chunk, group) items, no BLAS.  At stride 1 the data gradient is the
-    convolution of the columns with the flipped, transposed weight; at larger strides it runs
-    one stride phase of the image at a time.
+    over (sample chunk, group) items, no BLAS.  The data gradient is a correlation of the
+    columns for each stride phase of the image (at stride 1, the convolution with the flipped,
+    transposed weight).
   * gemm (_ext.conv): im2col / col2im tiles and BLAS sgemm/dgemm, for 1x1 convolutions (plain
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
@@ -35,16 +35,17 @@ DIRECT_BYTES = 384 * 1024
 
 
 # --------------------------------------------------------------------------- geometry
+def _three(values, fill, rank):
+    """Per-axis values of a rank-`rank` geometry as three axes (leading axes of size 1)."""
+    return (fill,) * (3 - rank) + tuple(values)
+
+
 def geo_array(geom):
     """The geometry as conv.pyx reads it: every rank padded to 3D."""
-    pad = 3 - geom.rank
-
-    def three(values, fill):
-        return (fill,) * pad + tuple(values)
-    g = geom.group
+    r, g = geom.rank, geom.group
     return np.array((g, geom.img_channels // g, geom.col_channels // g)
-                    + three(geom.img_spatial, 1) + three(geom.col_spatial, 1) + three(geom.kernel, 1)
-                    + three(geom.strides, 1) + three(geom.dilations, 1) + three(geom.pads_begin, 0),
+                    + _three(geom.img_spatial, 1, r) + _three(geom.col_spatial, 1, r) + _three(geom.kernel, 1, r)
+                    + _three(geom.strides, 1, r) + _three(geom.dilations, 1, r) + _three(geom.pads_begin, 0, r),
                     dtype=np.int64)
 
 
@@ -101,10 +102,6 @@ def _a_variant(m):
     """Kernel A's microkernel for m output rows: fewest padded rows, then the widest block."""
     return min(range(len(_A_VARIANTS)),
                key=lambda v: (-(-m // _A_VARIANTS[v][0]) * _A_VARIANTS[v][0], -_A_VARIANTS[v][0]))
-
-
-def _three(values, fill, rank):
-    return (fill,) * (3 - rank) + tuple(values)
 
 
 def _pack_weight_a(w, g, m, c, taps, mr):
@@ -182,8 +179,8 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
 
 @lru_cache(maxsize=256)
 def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
-    """The data gradient of a strided convolution as kernel-A sub-problems, one per stride phase
-    of the image.  Along an axis, image points i with (i + pad) % stride == phi receive exactly
+    """The data gradient of a convolution as kernel-A sub-problems, one per stride phase of the
+    image (a single one at stride 1, where it is the convolution with the flipped kernel).  Along an axis, image points i with (i + pad) % stride == phi receive exactly
     the taps k with (k * dilation) % stride == phi, from column o = u - (k * dilation) // stride
     where u = (i + pad) // stride: a stride-1 correlation of the columns.  All phases read one
     packed copy of the columns (pad Pc in front, so that every tap offset is >= 0).
@@ -254,7 +251,7 @@ def direct_forward(img, w, bias, geom, nt):
 
 
 def direct_data_grad(cols, w, bias, geom, nt):
-    """The strided data gradient: kernel A over the stride phases of the image."""
+    """The data gradient: kernel A over the stride phases of the image (one at stride 1)."""
     n = cols.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
@@ -346,15 +343,13 @@ def flipped_weight(w, geom):
 
 
 def conv_data_grad(cols, w, bias, geom):
-    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given.  At stride 1
-    this is the convolution of cols with the flipped, transposed weight."""
+    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
     n = cols.shape[0]
     nt = get_num_threads()
-    way = route(geom, n, nt)
-    if all(s == 1 for s in geom.strides):
-        return conv_forward(cols, flipped_weight(w, geom), bias, geom.transposed())
-    if way == "direct":
+    if route(geom, n, nt) == "direct":
         return direct_data_grad(cols, w, bias, geom, nt)
+    if all(s == 1 for s in geom.strides):   # the convolution of cols with the flipped, transposed W
+        return conv_forward(cols, flipped_weight(w, geom), bias, geom.transposed())
     out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
     if out.size == 0:
         return out
