@@ -364,6 +364,10 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
             memset(dst + pl.nph * pl.plane, 0, (pl.L - pl.nph * pl.plane) * sizeof(real))
 
 
+cdef enum:
+    PIECE = 4096   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
+
+
 cdef inline Py_ssize_t _round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     return (a + b - 1) // b * b
 
@@ -442,7 +446,7 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
     cdef Py_ssize_t mpad = (pl.M + mr2 - 1) // mr2 * mr2
     cdef Py_ssize_t vw = mt_vbytes() // sizeof(real)
     cdef Py_ssize_t plen = _round_up(sb.Pext, vw)
-    cdef Py_ssize_t it, chunk, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb
+    cdef Py_ssize_t it, chunk, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb, piece, p0, pn
     cdef real* xb
     cdef real* db
     cdef real* row
@@ -479,22 +483,32 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                 if i < plen:
                     memset(row + i, 0, (plen - i) * sizeof(real))
         acc = &dw_acc[tid, 0] + gi * mpad * pl.C * sb.taps
-        # a block of dy rows stays in cache while every channel's taps stream past it
-        mb = 0
-        while mb < pl.M:
-            for c in range(pl.C):
-                nblk = (sb.taps + tbmax - 1) // tbmax
-                t0 = 0
-                while t0 < sb.taps:
-                    tb = (sb.taps - t0 + nblk - 1) // nblk
-                    if real is float:
-                        mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * nb * pl.L, nb * pl.L,
-                                         xb + c * nb * pl.L, <const Py_ssize_t*>sb.off + t0, nb, pl.L, plen,
-                                         acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
-                    else:
-                        mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * nb * pl.L, nb * pl.L,
-                                          xb + c * nb * pl.L, <const Py_ssize_t*>sb.off + t0, nb, pl.L, plen,
-                                          acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
-                    nblk = nblk - 1
-                    t0 = t0 + tb
-            mb = mb + mr2
+        # a block of dy rows stays in cache while every channel's taps stream past it; a long
+        # single sample is cut into pieces of PIECE grid points so that the block stays small
+        piece = plen
+        if nb == 1 and piece > PIECE:
+            piece = PIECE
+        p0 = 0
+        while p0 < plen:
+            pn = plen - p0
+            if pn > piece:
+                pn = piece
+            mb = 0
+            while mb < pl.M:
+                for c in range(pl.C):
+                    nblk = (sb.taps + tbmax - 1) // tbmax
+                    t0 = 0
+                    while t0 < sb.taps:
+                        tb = (sb.taps - t0 + nblk - 1) // nblk
+                        if real is float:
+                            mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * nb * pl.L + p0, nb * pl.L,
+                                             xb + c * nb * pl.L + p0, <const Py_ssize_t*>sb.off + t0, nb, pl.L, pn,
+                                             acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
+                        else:
+                            mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * nb * pl.L + p0, nb * pl.L,
+                                              xb + c * nb * pl.L + p0, <const Py_ssize_t*>sb.off + t0, nb, pl.L, pn,
+                                              acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
+                        nblk = nblk - 1
+                        t0 = t0 + tb
+                mb = mb + mr2
+            p0 = p0 + pn

@@ -308,6 +308,7 @@ def test_conv_transpose_matrix(rank, group_mode, stride, dilation, pad_mode, mon
     ((2, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),    # depthwise, multiplier 1
     ((2, 1, 12, 11), (5, 1, 5, 5), {"pads": [2, 2, 2, 2]}),              # single input channel
     ((2, 3, 5, 6, 7), (4, 3, 1, 1, 1), {}),
+    ((2, 3, 9000), (5, 3, 3), {"pads": [1, 1]}),                          # long samples: kernel B in pieces
 ])
 def test_special_paths_against_reference(shape, kernel, attrs, rng):
     x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
