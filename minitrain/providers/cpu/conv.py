@@ -114,14 +114,17 @@ def _pack_weight_a(w, g, m, c, taps, mr):
 
 
 def _balanced_batch(n, g, most, nt):
-    """Samples per work item, at most `most`, that load the threads of a static schedule over
-    the (chunk, group) items most evenly (ties: the larger batch)."""
+    """Samples per work item, between most/2 and `most`, that load the threads of a static
+    schedule over the (chunk, group) items most evenly (ties: the larger batch)."""
     def busiest(b):
         chunks = -(-n // b)
-        sizes = [min(b, n - (i // g) * b) for i in range(chunks * g)]
-        share = -(-len(sizes) // nt)
-        return max(sum(sizes[t * share:(t + 1) * share]) for t in range(nt))
-    return min(range(most, 0, -1), key=lambda b: (busiest(b), -b))
+        items, short = chunks * g, b - (n - b * (chunks - 1))   # the last chunk's items hold fewer
+        share = -(-items // nt)
+        last = (chunks - 1) * g
+        return max((min(items, (t + 1) * share) - t * share) * b
+                   - max(0, min(items, (t + 1) * share) - max(last, t * share)) * short
+                   for t in range(nt) if t * share < items)
+    return min(range(most, max(1, most // 2) - 1, -1), key=lambda b: (busiest(b), -b))
 
 
 def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, slack, rows, nt,
