@@ -152,12 +152,18 @@ def check(case, mt, th):
 
 # --------------------------------------------------------------------------- main
 def machine():
+    """CPU model, family/model, vector extensions, caches and core count, from lscpu."""
     try:
-        model = [line.split(":", 1)[1].strip() for line in subprocess.run(
-            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")][0]
-    except (OSError, IndexError):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
+        info = dict(line.split(":", 1) for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if ":" in line)
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        flags = info.get("Flags", "").split()
+        simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+        cpu = (f"{info.get('Model name', '?')} (family {info.get('CPU family', '?')}, model {info.get('Model', '?')}), "
+               f"{simd}, L2 {info.get('L2 cache', '?')}, L3 {info.get('L3 cache', '?')}")
+    except OSError:
+        cpu = platform.processor() or "unknown CPU"
+    return f"{cpu}; {os.cpu_count()} CPUs; {platform.system()} {platform.release()}"
 
 
 def main():

@@ -219,6 +219,24 @@ cdef extern from *:
     static MT_NO_LIBCALLS void T##_zero(T* restrict dst, ptrdiff_t n)                          \\
     {                                                                                          \\
         for (ptrdiff_t i = 0; i < n; i++) dst[i] = 0;                                          \\
+    }                                                                                          \\
+    /* Two stride-2 phase rows in one pass: r0[i] = src[2i] on [lo0, hi0), r1[i] = src[2i+1]  \\
+       on [lo1, hi1), zero elsewhere in r0[:n] and r1[:n]. */                                 \\
+    static MT_NO_LIBCALLS void T##_row_pack2(T* restrict r0, T* restrict r1, const T* restrict src, \\
+                                             ptrdiff_t n, ptrdiff_t lo0, ptrdiff_t hi0,        \\
+                                             ptrdiff_t lo1, ptrdiff_t hi1)                     \\
+    {                                                                                          \\
+        ptrdiff_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;                     \\
+        if (hi < lo) hi = lo;                                                                  \\
+        for (ptrdiff_t i = 0; i < lo; i++) {                                                   \\
+            r0[i] = (i >= lo0 && i < hi0) ? src[2 * i] : 0;                                    \\
+            r1[i] = (i >= lo1 && i < hi1) ? src[2 * i + 1] : 0;                                \\
+        }                                                                                      \\
+        for (ptrdiff_t i = lo; i < hi; i++) { r0[i] = src[2 * i]; r1[i] = src[2 * i + 1]; }    \\
+        for (ptrdiff_t i = hi; i < n; i++) {                                                   \\
+            r0[i] = (i >= lo0 && i < hi0) ? src[2 * i] : 0;                                    \\
+            r1[i] = (i >= lo1 && i < hi1) ? src[2 * i + 1] : 0;                                \\
+        }                                                                                      \\
     }
     MT_ROWOPS(float)
     MT_ROWOPS(double)
@@ -243,6 +261,10 @@ cdef extern from *:
                          Py_ssize_t stride) noexcept nogil
     void float_row_out(float* dst, const float* src, Py_ssize_t n, Py_ssize_t stride, float bias) noexcept nogil
     void float_zero(float* dst, Py_ssize_t n) noexcept nogil
+    void float_row_pack2(float* r0, float* r1, const float* src, Py_ssize_t n, Py_ssize_t lo0, Py_ssize_t hi0,
+                         Py_ssize_t lo1, Py_ssize_t hi1) noexcept nogil
+    void double_row_pack2(double* r0, double* r1, const double* src, Py_ssize_t n, Py_ssize_t lo0,
+                          Py_ssize_t hi0, Py_ssize_t lo1, Py_ssize_t hi1) noexcept nogil
     void double_zero(double* dst, Py_ssize_t n) noexcept nogil
     void double_row_out(double* dst, const double* src, Py_ssize_t n, Py_ssize_t stride, double bias) noexcept nogil
     int mt_a_mr_of(int v)
@@ -328,30 +350,43 @@ cdef inline void zero(real* dst, Py_ssize_t n) noexcept nogil:
         double_zero(dst, n)
 
 
+cdef inline void _valid_range(const Plan* pl, Py_ssize_t rw, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """[lo, hi): the uw with 0 <= uw * SW + rw - PW < IW, clipped to [0, Uw)."""
+    lo[0] = 0
+    if rw - pl.PW < 0:
+        lo[0] = (pl.PW - rw + pl.SW - 1) // pl.SW
+    hi[0] = 0
+    if pl.IW - 1 + pl.PW - rw >= 0:
+        hi[0] = (pl.IW - 1 + pl.PW - rw) // pl.SW + 1
+    if hi[0] > pl.Uw:
+        hi[0] = pl.Uw
+    if lo[0] > hi[0]:
+        lo[0] = hi[0]
+
+
 cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
     """buf[c, b, :] (channel stride nb * L, sample stride L) = the shifted grid of image
-    img[b, c] for b < nb; every one of the L entries is written (zeros outside the image)."""
-    cdef Py_ssize_t b, c, ph, ud, uh, idd, ih, lo, hi, rd, rh, rw
+    img[b, c] for b < nb; every one of the L entries is written (zeros outside the image).
+    At stride 2 the two phases of a row are split in one pass."""
+    cdef Py_ssize_t b, c, ph, ud, uh, idd, ih, lo, hi, lo1, hi1, rd, rh, rw, rows
+    cdef bint pair
     cdef real* dst
     cdef real* row
     cdef const real* src
+    cdef const real* line
+    rows = pl.Ud * pl.Uh * pl.Uw
     for c in range(pl.C):
         for b in range(nb):
             dst = buf + (c * nb + b) * pl.L
             src = img + (b * pl.G * pl.C + c) * pl.img
-            for ph in range(pl.nph):
+            ph = 0
+            while ph < pl.nph:
                 rd, rh, rw = pl.phases[3 * ph], pl.phases[3 * ph + 1], pl.phases[3 * ph + 2]
-                # valid uw: 0 <= uw * SW + rw - PW < IW
-                lo = 0
-                if rw - pl.PW < 0:
-                    lo = (pl.PW - rw + pl.SW - 1) // pl.SW
-                hi = 0
-                if pl.IW - 1 + pl.PW - rw >= 0:
-                    hi = (pl.IW - 1 + pl.PW - rw) // pl.SW + 1
-                if hi > pl.Uw:
-                    hi = pl.Uw
-                if lo > hi:
-                    lo = hi
+                pair = (pl.SW == 2 and rw == 0 and ph + 1 < pl.nph and pl.phases[3 * ph + 3] == rd
+                        and pl.phases[3 * ph + 4] == rh and pl.phases[3 * ph + 5] == 1)
+                _valid_range(pl, rw, &lo, &hi)
+                if pair:
+                    _valid_range(pl, 1, &lo1, &hi1)
                 for ud in range(pl.Ud):
                     idd = ud * pl.SD + rd - pl.PD
                     for uh in range(pl.Uh):
@@ -359,8 +394,17 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
                         row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
                         if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
                             zero(row, pl.Uw)
+                            if pair:
+                                zero(row + rows, pl.Uw)
+                            continue
+                        line = src + (idd * pl.IH + ih) * pl.IW + rw - pl.PW
+                        if not pair:
+                            row_pack(row, line, pl.Uw, lo, hi, pl.SW)
+                        elif real is float:
+                            float_row_pack2(row, row + rows, line, pl.Uw, lo, hi, lo1, hi1)
                         else:
-                            row_pack(row, src + (idd * pl.IH + ih) * pl.IW + rw - pl.PW, pl.Uw, lo, hi, pl.SW)
+                            double_row_pack2(row, row + rows, line, pl.Uw, lo, hi, lo1, hi1)
+                ph = ph + (2 if pair else 1)
             memset(dst + pl.nph * pl.plane, 0, (pl.L - pl.nph * pl.plane) * sizeof(real))
 
 
