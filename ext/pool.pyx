@@ -3,63 +3,409 @@
 
 Every tensor is contiguous and viewed as (planes, plane) with planes = N * C.  Spatial shapes
 are always 3-D (D, H, W): 1-D and 2-D pooling pass leading axes of size 1 with kernel 1.
-Window geometry comes from Python (minitrain/ops/pool_geometry.py) as per-axis tables
-`tab[a]` of shape (3, out_a): row 0 the input coordinate where window o starts, rows 1 and 2
-the first and one-past-last tap of that window that land inside the input; taps sit at
+Planes are independent and split over OpenMP threads, so no two threads write the same
+element; tensors under MIN_PARALLEL elements stay on one thread.
+
+General paths take window geometry from Python (minitrain/ops/pool_geometry.py) as per-axis
+tables `tab[a]` of shape (3, out_a): row 0 the input coordinate where window o starts, rows 1
+and 2 the first and one-past-last tap of that window that land inside the input; taps sit at
 start + t * dilation.  Average pooling also gets per-axis reciprocal window counts `inv[a]`
 (the count of a box window is the product of per-axis counts).
 
-Planes are independent and split over OpenMP threads, so no two threads write the same
-element.  MaxPoolGrad checks every index against its own plane before writing and reports
-the first bad one per plane instead of writing out of bounds.
+Fast paths, picked by minitrain/providers/cpu/pool.py:
+  max_pool_k2 / max_pool_grad_k2  kernel = stride = 2 along W (1 or 2 along H), no padding or
+                 dilation: one vectorised loop per output row; the gradient writes each window
+                 once (no zero-fill first).
+  avg_pool_rows / avg_pool_grad_rows  any geometry along D and H (Python lists, per row, the
+                 rows each row sums: `ptr`/`rows` in CSR form); along W stride 1 (shifted sums
+                 over a zero-margined row buffer), contiguous windows, or (gradient)
+                 non-overlapping windows spread back.
+MaxPoolGrad checks every index against its own plane before writing and reports the first bad
+one per plane instead of writing out of bounds.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 import numpy as np
 
 cdef extern from *:
     """
     #include <string.h>
-    #define MT_PREFETCH(p) __builtin_prefetch((const void*)(p), 0, 3)
-    /* Short row loops with restrict pointers: no aliasing checks or loop versioning, which
-       otherwise cost more than the 32-element rows of a typical pooling plane. */
-    static inline void mt_mul_row_f(float* __restrict o, const float* __restrict a,
-                                    const float* __restrict b, Py_ssize_t n) {
-        for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] * b[i];
-    }
-    static inline void mt_mul_row_d(double* __restrict o, const double* __restrict a,
-                                    const double* __restrict b, Py_ssize_t n) {
-        for (Py_ssize_t i = 0; i < n; i++) o[i] = a[i] * b[i];
-    }
-    #define MT_SUM_TAPS(NAME, T)                                                           \
+    #include <stdint.h>
+    /* Row loops over restrict pointers: no aliasing checks or loop versioning, which otherwise
+       cost more than the 32-element rows of a typical pooling plane.  Each macro is expanded
+       for float (suffix _f) and double (_d). */
+
+    /* out[j] = sum over t < k of src[j + shift[t]] (times scale[j] when SCALED), for j < n;
+       out and src are distinct buffers. */
+    #define MT_SUM_TAPS(NAME, T, SCALED)                                                        \
     static void NAME(T* __restrict out, const T* __restrict src, const Py_ssize_t* shift,      \
-                     Py_ssize_t k, Py_ssize_t n) {                                             \
-        const Py_ssize_t s0 = shift[0];                                                        \
-        if (k == 1) { for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0]; return; }       \
-        const Py_ssize_t s1 = shift[1];                                                        \
-        if (k == 2) { for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1]; return; } \
-        const Py_ssize_t s2 = shift[2];                                                        \
-        if (k == 3) {                                                                          \
-            for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1] + src[j + s2]; \
-            return;                                                                            \
-        }                                                                                      \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1] + src[j + s2];   \
-        for (Py_ssize_t t = 3; t < k; t++) {                                                   \
-            const Py_ssize_t st = shift[t];                                                    \
-            for (Py_ssize_t j = 0; j < n; j++) out[j] += src[j + st];                          \
-        }                                                                                      \
+                     Py_ssize_t k, Py_ssize_t n, const T* __restrict scale) {                   \
+        const Py_ssize_t s0 = shift[0];                                                         \
+        if (k == 1) {                                                                           \
+            for (Py_ssize_t j = 0; j < n; j++) out[j] = SCALED ? src[j + s0] * scale[j] : src[j + s0]; \
+            return;                                                                             \
+        }                                                                                       \
+        const Py_ssize_t s1 = shift[1];                                                         \
+        if (k == 2) {                                                                           \
+            for (Py_ssize_t j = 0; j < n; j++) {                                                \
+                T v = src[j + s0] + src[j + s1];                                                \
+                out[j] = SCALED ? v * scale[j] : v;                                             \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        const Py_ssize_t s2 = shift[2];                                                         \
+        if (k == 3) {                                                                           \
+            for (Py_ssize_t j = 0; j < n; j++) {                                                \
+                T v = src[j + s0] + src[j + s1] + src[j + s2];                                  \
+                out[j] = SCALED ? v * scale[j] : v;                                             \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1] + src[j + s2];    \
+        for (Py_ssize_t t = 3; t < k; t++) {                                                    \
+            const Py_ssize_t st = shift[t];                                                     \
+            for (Py_ssize_t j = 0; j < n; j++) out[j] += src[j + st];                           \
+        }                                                                                       \
+        if (SCALED) for (Py_ssize_t j = 0; j < n; j++) out[j] *= scale[j];                      \
     }
-    /* out[j] = sum over t < k of src[j + shift[t]]: out and src are distinct buffers */
-    MT_SUM_TAPS(mt_sum_taps_f, float)
-    MT_SUM_TAPS(mt_sum_taps_d, double)
+    MT_SUM_TAPS(mt_sum_taps_f, float, 0)
+    MT_SUM_TAPS(mt_sum_taps_d, double, 0)
+    MT_SUM_TAPS(mt_sum_taps_scaled_f, float, 1)
+    MT_SUM_TAPS(mt_sum_taps_scaled_d, double, 1)
+
+    /* out[j] = sum over r < R (R >= 1) of rows[r][j], rows[r] = base + idx[r] * pitch. */
+    #define MT_SUM_ROWS(NAME, T)                                                                \
+    static void NAME##_2(T* __restrict out, const T* __restrict a, const T* __restrict b,      \
+                         Py_ssize_t n) {                                                        \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = a[j] + b[j];                                \
+    }                                                                                           \
+    static void NAME##_3(T* __restrict out, const T* __restrict a, const T* __restrict b,      \
+                         const T* __restrict c, Py_ssize_t n) {                                 \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = a[j] + b[j] + c[j];                         \
+    }                                                                                           \
+    static void NAME##_acc(T* __restrict out, const T* __restrict a, Py_ssize_t n) {           \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] += a[j];                                      \
+    }                                                                                           \
+    static void NAME(T* out, const T* base, const Py_ssize_t* idx, Py_ssize_t R,               \
+                     Py_ssize_t pitch, Py_ssize_t n) {                                          \
+        const T* a = base + idx[0] * pitch;                                                     \
+        if (R == 1) { memcpy(out, a, n * sizeof(T)); return; }                                  \
+        const T* b = base + idx[1] * pitch;                                                     \
+        if (R == 2) { NAME##_2(out, a, b, n); return; }                                         \
+        NAME##_3(out, a, b, base + idx[2] * pitch, n);                                          \
+        for (Py_ssize_t r = 3; r < R; r++) NAME##_acc(out, base + idx[r] * pitch, n);           \
+    }
+    MT_SUM_ROWS(mt_sum_rows_f, float)
+    MT_SUM_ROWS(mt_sum_rows_d, double)
+
+    /* out[j] = cw[j] * sum over r < R (R >= 1) of w[r] * rows[r][j], rows[r] = base + idx[r]
+       * pitch: AveragePoolGrad's dY rows times the separable reciprocal counts (w: per row,
+       the D and H factors; cw: per column, the W factor). */
+    #define MT_WEIGHTED_ROWS(NAME, T)                                                           \
+    static void NAME##_1(T* __restrict out, const T* __restrict a, T wa,                       \
+                         const T* __restrict cw, Py_ssize_t n) {                                \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = cw[j] * (wa * a[j]);                        \
+    }                                                                                           \
+    static void NAME##_2(T* __restrict out, const T* __restrict a, T wa, const T* __restrict b, \
+                         T wb, const T* __restrict cw, Py_ssize_t n) {                          \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = cw[j] * (wa * a[j] + wb * b[j]);            \
+    }                                                                                           \
+    static void NAME##_3(T* __restrict out, const T* __restrict a, T wa, const T* __restrict b, \
+                         T wb, const T* __restrict c, T wc, const T* __restrict cw,             \
+                         Py_ssize_t n) {                                                        \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = cw[j] * (wa * a[j] + wb * b[j] + wc * c[j]); \
+    }                                                                                           \
+    static void NAME##_acc(T* __restrict out, const T* __restrict a, T wa, Py_ssize_t n) {     \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] += wa * a[j];                                 \
+    }                                                                                           \
+    static void NAME(T* out, const T* base, const Py_ssize_t* idx, const T* w, Py_ssize_t R,   \
+                     Py_ssize_t pitch, const T* cw, Py_ssize_t n) {                             \
+        const T* a = base + idx[0] * pitch;                                                     \
+        if (R == 1) { NAME##_1(out, a, w[0], cw, n); return; }                                  \
+        const T* b = base + idx[1] * pitch;                                                     \
+        if (R == 2) { NAME##_2(out, a, w[0], b, w[1], cw, n); return; }                         \
+        if (R == 3) { NAME##_3(out, a, w[0], b, w[1], base + idx[2] * pitch, w[2], cw, n); return; } \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = 0;                                          \
+        for (Py_ssize_t r = 0; r < R; r++) NAME##_acc(out, base + idx[r] * pitch, w[r], n);     \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] *= cw[j];                                     \
+    }
+    MT_WEIGHTED_ROWS(mt_weighted_rows_f, float)
+    MT_WEIGHTED_ROWS(mt_weighted_rows_d, double)
+
+    /* y[o] = scale[o] * (sum of v[lo[o]] .. v[hi[o] - 1]): windows of one row, dilation 1. */
+    #define MT_WINDOW_SUMS(NAME, T)                                                             \
+    static void NAME(T* __restrict y, const T* __restrict v, const Py_ssize_t* __restrict lo,  \
+                     const Py_ssize_t* __restrict hi, const T* __restrict scale, Py_ssize_t n) { \
+        for (Py_ssize_t o = 0; o < n; o++) {                                                    \
+            T acc = 0;                                                                          \
+            for (Py_ssize_t j = lo[o]; j < hi[o]; j++) acc += v[j];                             \
+            y[o] = acc * scale[o];                                                              \
+        }                                                                                       \
+    }                                                                                           \
+    static void NAME##_pairs(T* __restrict y, const T* __restrict v, const T* __restrict scale, \
+                             Py_ssize_t n) {                                                    \
+        for (Py_ssize_t o = 0; o < n; o++) y[o] = (v[2 * o] + v[2 * o + 1]) * scale[o];         \
+    }
+    MT_WINDOW_SUMS(mt_window_sums_f, float)
+    MT_WINDOW_SUMS(mt_window_sums_d, double)
+
+    /* out[w] = v[w / k] for w < min(W, n * k), 0 after: non-overlapping windows of k spread
+       back over the row (k == 2 as one vectorised loop). */
+    #define MT_SPREAD(NAME, T)                                                                  \
+    static void NAME(T* __restrict out, const T* __restrict v, Py_ssize_t k, Py_ssize_t n,     \
+                     Py_ssize_t W) {                                                            \
+        Py_ssize_t w = 0;                                                                       \
+        if (k == 2 && 2 * n <= W) {                                                             \
+            for (Py_ssize_t o = 0; o < n; o++) { out[2 * o] = v[o]; out[2 * o + 1] = v[o]; }    \
+            w = 2 * n;                                                                          \
+        } else {                                                                                \
+            for (Py_ssize_t o = 0; o < n && w < W; o++) {                                       \
+                const T x = v[o];                                                               \
+                const Py_ssize_t end = w + k < W ? w + k : W;                                   \
+                for (; w < end; w++) out[w] = x;                                                \
+            }                                                                                   \
+        }                                                                                       \
+        for (; w < W; w++) out[w] = 0;                                                          \
+    }
+    MT_SPREAD(mt_spread_f, float)
+    MT_SPREAD(mt_spread_d, double)
+
+    /* One plane of AveragePool by rows (see avg_pool_rows): output row r sums the input rows
+       rows[ptr[r]:ptr[r + 1]] (W wide) into buf + r * ext + lead, or reads the input row
+       itself when it is the only one and `direct`; then along W by `mode` (0 taps, 1 windows,
+       2 pairs) with the W table wt0 (taps or window starts), wt1 (window ends) and k taps.
+       All row sums come first: reading a row right after storing it at a shifted offset
+       would stall on store forwarding. */
+    #define MT_AVG_PLANE(NAME, T, SFX)                                                          \
+    static void NAME(T* y, const T* x, T* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows,  \
+                     Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead,  \
+                     Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1,  \
+                     Py_ssize_t k, const T* scale) {                                            \
+        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
+            const Py_ssize_t R = ptr[r + 1] - ptr[r];                                           \
+            if (R > 1 || !direct) mt_sum_rows_##SFX(buf + r * ext + lead, x, rows + ptr[r], R, W, W); \
+        }                                                                                       \
+        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
+            const T* v = ptr[r + 1] - ptr[r] == 1 && direct ? x + rows[ptr[r]] * W : buf + r * ext; \
+            T* out = y + r * OW;                                                                \
+            const T* s = scale + r * OW;                                                        \
+            if (mode == 0) mt_sum_taps_scaled_##SFX(out, v, wt0, k, OW, s);                     \
+            else if (mode == 1) mt_window_sums_##SFX(out, v, wt0, wt1, s, OW);                  \
+            else mt_window_sums_##SFX##_pairs(out, v, s, OW);                                   \
+        }                                                                                       \
+    }
+    MT_AVG_PLANE(mt_avg_plane_f, float, f)
+    MT_AVG_PLANE(mt_avg_plane_d, double, d)
+
+    /* One plane of AveragePoolGrad by rows (see avg_pool_grad_rows): dX row r gets the dY rows
+       rows[ptr[r]:ptr[r + 1]] (OW wide) weighted by w (per row) and cw (per column) in
+       buf + r * ext + lead, then along W taps (shift, kw) or, when `spread`, windows of kw
+       (all weighted rows first, as in MT_AVG_PLANE). */
+    #define MT_AVG_GRAD_PLANE(NAME, T, SFX)                                                     \
+    static void NAME(T* dx, const T* dy, T* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, \
+                     const T* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const T* cw,    \
+                     int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift,      \
+                     Py_ssize_t kw) {                                                           \
+        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
+            const Py_ssize_t R = ptr[r + 1] - ptr[r];                                           \
+            if (R) mt_weighted_rows_##SFX(buf + r * ext + lead, dy, rows + ptr[r], w + ptr[r], R, OW, cw, OW); \
+        }                                                                                       \
+        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
+            T* out = dx + r * W;                                                                \
+            const T* v = buf + r * ext + lead;                                                  \
+            if (ptr[r + 1] == ptr[r]) memset(out, 0, W * sizeof(T));                            \
+            else if (spread) mt_spread_##SFX(out, v, kw, OW, W);                                \
+            else mt_sum_taps_##SFX(out, v, shift, kw, W, NULL);                                 \
+        }                                                                                       \
+    }
+    MT_AVG_GRAD_PLANE(mt_avg_grad_plane_f, float, f)
+    MT_AVG_GRAD_PLANE(mt_avg_grad_plane_d, double, d)
+
+    /* MaxPool along one output row, kernel = stride = 2 along W over one input row (two_rows
+       0) or two (kernel 2 along H): taps in row-major order, a tap wins when it is greater than
+       the best so far or NaN (first maximum, last NaN, as the general loop).  ind (NULL when
+       not wanted) gets base + the row-major offset of the winner from r0. */
+    #define MT_MAXPOOL_K2(NAME, T)                                                              \
+    static void NAME(const T* __restrict r0, Py_ssize_t W, int two_rows, T* __restrict y,      \
+                     int64_t* __restrict ind, int64_t base, Py_ssize_t n) {                     \
+        const T* __restrict r1 = r0 + W;                                                        \
+        if (!two_rows && ind == NULL) {                                                         \
+            for (Py_ssize_t o = 0; o < n; o++) {                                                \
+                const T a = r0[2 * o], b = r0[2 * o + 1];                                       \
+                y[o] = ((b > a) | (b != b)) ? b : a;                                            \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        if (!two_rows) {                                                                        \
+            for (Py_ssize_t o = 0; o < n; o++) {                                                \
+                const T a = r0[2 * o], b = r0[2 * o + 1];                                       \
+                const int m = (b > a) | (b != b);                                               \
+                y[o] = m ? b : a;                                                               \
+                ind[o] = base + 2 * o + m;                                                      \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        for (Py_ssize_t o = 0; o < n; o++) {                                                    \
+            T best = r0[2 * o], v;                                                              \
+            int64_t off = 0;                                                                    \
+            int m;                                                                              \
+            v = r0[2 * o + 1]; m = (v > best) | (v != v); best = m ? v : best; off = m ? 1 : off; \
+            v = r1[2 * o];     m = (v > best) | (v != v); best = m ? v : best; off = m ? W : off; \
+            v = r1[2 * o + 1]; m = (v > best) | (v != v); best = m ? v : best;                  \
+            off = m ? W + 1 : off;                                                              \
+            y[o] = best;                                                                        \
+            if (ind != NULL) ind[o] = base + 2 * o + off;                                       \
+        }                                                                                       \
+    }                                                                                           \
+    /* Its gradient: every element of window o gets dy[o] where ind[o] points, else 0, one  \
+       store each.  Returns 0 (having written this row) when some index lies outside its own  \
+       window, which MaxPool never produces: the caller then redoes the plane by scattering. */ \
+    static int NAME##_grad(const T* __restrict dy, const int64_t* __restrict ind,              \
+                           T* __restrict r0, Py_ssize_t W, int two_rows, int64_t base,          \
+                           Py_ssize_t n) {                                                      \
+        T* __restrict r1 = r0 + W;                                                              \
+        uint64_t bad = 0;                                                                       \
+        if (!two_rows) {                                                                        \
+            for (Py_ssize_t o = 0; o < n; o++) {                                                \
+                const int64_t d = ind[o] - (base + 2 * o);                                      \
+                const T g = dy[o];                                                              \
+                r0[2 * o] = d == 0 ? g : 0;                                                     \
+                r0[2 * o + 1] = d == 1 ? g : 0;                                                 \
+                bad |= (uint64_t)d > 1;                                                         \
+            }                                                                                   \
+            return bad == 0;                                                                    \
+        }                                                                                       \
+        for (Py_ssize_t o = 0; o < n; o++) {                                                    \
+            const int64_t d = ind[o] - (base + 2 * o);                                          \
+            const T g = dy[o];                                                                  \
+            r0[2 * o] = d == 0 ? g : 0;                                                         \
+            r0[2 * o + 1] = d == 1 ? g : 0;                                                     \
+            r1[2 * o] = d == W ? g : 0;                                                         \
+            r1[2 * o + 1] = d == W + 1 ? g : 0;                                                 \
+            bad |= ((uint64_t)d > 1) & ((uint64_t)(d - W) > 1);                                 \
+        }                                                                                       \
+        return bad == 0;                                                                        \
+    }
+    MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
+    MT_MAXPOOL_K2(mt_maxpool_k2_d, double)
+    /* MaxPool k = s = 2 along W, float32 with AVX-512: 16 outputs per step and the row's tail
+       in one masked step, so short rows (14 or 5 outputs in LeNet) never run scalar code. */
+    #if defined(__AVX512F__)
+    #include <immintrin.h>
+    #define MT_HAVE_AVX512_K2 1
+    static inline __mmask16 mt_head16(Py_ssize_t r) {
+        return r >= 16 ? (__mmask16)0xFFFF : r <= 0 ? (__mmask16)0 : (__mmask16)((1u << r) - 1);
+    }
+    /* even and odd lanes of the 32 floats p[0..2r) (r outputs) */
+    static inline void mt_load_pairs(const float* p, Py_ssize_t r, __m512* even, __m512* odd) {
+        const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+        const __m512 a = _mm512_maskz_loadu_ps(mt_head16(2 * r), p);
+        const __m512 b = _mm512_maskz_loadu_ps(mt_head16(2 * r - 16), p + 16);
+        *even = _mm512_permutex2var_ps(a, ie, b);
+        *odd = _mm512_permutex2var_ps(a, io, b);
+    }
+    /* p[2i] = even[i], p[2i + 1] = odd[i] for i < r */
+    static inline void mt_store_pairs(float* p, Py_ssize_t r, __m512 even, __m512 odd) {
+        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+        _mm512_mask_storeu_ps(p, mt_head16(2 * r), _mm512_permutex2var_ps(even, lo, odd));
+        _mm512_mask_storeu_ps(p + 16, mt_head16(2 * r - 16), _mm512_permutex2var_ps(even, hi, odd));
+    }
+    /* lanes where v wins over best: greater, or NaN */
+    static inline __mmask16 mt_wins(__m512 v, __m512 best) {
+        return _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    static void mt_maxpool_k2_avx512(const float* r0, Py_ssize_t W, int two_rows, float* y,
+                                     int64_t* ind, int64_t base, Py_ssize_t n) {
+        const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        for (Py_ssize_t o = 0; o < n; o += 16) {
+            const Py_ssize_t r = n - o;
+            const __mmask16 m = mt_head16(r);
+            __m512 best, v, e1, o1;
+            mt_load_pairs(r0 + 2 * o, r, &best, &v);
+            __mmask16 k = mt_wins(v, best);
+            best = _mm512_mask_mov_ps(best, k, v);
+            __m512i off = _mm512_maskz_mov_epi32(k, _mm512_set1_epi32(1));
+            if (two_rows) {
+                mt_load_pairs(r0 + W + 2 * o, r, &e1, &o1);
+                k = mt_wins(e1, best);
+                best = _mm512_mask_mov_ps(best, k, e1);
+                off = _mm512_mask_mov_epi32(off, k, _mm512_set1_epi32((int)W));
+                k = mt_wins(o1, best);
+                best = _mm512_mask_mov_ps(best, k, o1);
+                off = _mm512_mask_mov_epi32(off, k, _mm512_set1_epi32((int)W + 1));
+            }
+            _mm512_mask_storeu_ps(y + o, m, best);
+            if (ind != NULL) {
+                const __m512i rel = _mm512_add_epi32(off, lane2);
+                const __m512i b = _mm512_set1_epi64(base + 2 * o);
+                _mm512_mask_storeu_epi64(ind + o, (__mmask8)m,
+                    _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(rel))));
+                _mm512_mask_storeu_epi64(ind + o + 8, (__mmask8)(m >> 8),
+                    _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(rel, 1))));
+            }
+        }
+    }
+    /* lanes of the 16 indices ind[0..r) equal to base + 2 lane + d */
+    static inline __mmask16 mt_points(__m512i lo, __m512i hi, int64_t d) {
+        const __m512i vd = _mm512_set1_epi64(d);
+        return (__mmask16)(_mm512_cmpeq_epi64_mask(lo, vd) | ((unsigned)_mm512_cmpeq_epi64_mask(hi, vd) << 8));
+    }
+    static int mt_maxpool_k2_grad_avx512(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W,
+                                         int two_rows, int64_t base, Py_ssize_t n) {
+        const __m512i lane2 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+        unsigned bad = 0;
+        for (Py_ssize_t o = 0; o < n; o += 16) {
+            const Py_ssize_t r = n - o;
+            const __mmask16 m = mt_head16(r);
+            const __m512 g = _mm512_maskz_loadu_ps(m, dy + o);
+            const __m512i b = _mm512_add_epi64(_mm512_set1_epi64(base + 2 * o), lane2);
+            /* offsets of the indices from their windows' first elements */
+            const __m512i lo = _mm512_sub_epi64(_mm512_maskz_loadu_epi64((__mmask8)m, ind + o), b);
+            const __m512i hi = _mm512_sub_epi64(_mm512_maskz_loadu_epi64((__mmask8)(m >> 8), ind + o + 8),
+                                                _mm512_add_epi64(b, _mm512_set1_epi64(16)));
+            const __mmask16 k0 = mt_points(lo, hi, 0), k1 = mt_points(lo, hi, 1);
+            __mmask16 hit = k0 | k1;
+            mt_store_pairs(r0 + 2 * o, r, _mm512_maskz_mov_ps(k0, g), _mm512_maskz_mov_ps(k1, g));
+            if (two_rows) {
+                const __mmask16 k2 = mt_points(lo, hi, W), k3 = mt_points(lo, hi, W + 1);
+                hit |= k2 | k3;
+                mt_store_pairs(r0 + W + 2 * o, r, _mm512_maskz_mov_ps(k2, g), _mm512_maskz_mov_ps(k3, g));
+            }
+            bad |= m & ~hit;
+        }
+        return bad == 0;
+    }
+    #endif
+
+    static void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind,
+                                int64_t base, Py_ssize_t n) {
+    #ifdef MT_HAVE_AVX512_K2
+        mt_maxpool_k2_avx512(r0, W, two_rows, y, ind, base, n);
+    #else
+        mt_maxpool_k2_c_f(r0, W, two_rows, y, ind, base, n);
+    #endif
+    }
+    static int mt_maxpool_k2_f_grad(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W,
+                                    int two_rows, int64_t base, Py_ssize_t n) {
+    #ifdef MT_HAVE_AVX512_K2
+        return mt_maxpool_k2_grad_avx512(dy, ind, r0, W, two_rows, base, n);
+    #else
+        return mt_maxpool_k2_c_f_grad(dy, ind, r0, W, two_rows, base, n);
+    #endif
+    }
     """
-    void MT_PREFETCH(const void* p) noexcept nogil
-    void mt_sum_taps_f(float* out, const float* src, const Py_ssize_t* shift, Py_ssize_t k, Py_ssize_t n) noexcept nogil
-    void mt_sum_taps_d(double* out, const double* src, const Py_ssize_t* shift, Py_ssize_t k, Py_ssize_t n) noexcept nogil
-    void mt_mul_row_f(float* o, const float* a, const float* b, Py_ssize_t n) noexcept nogil
-    void mt_mul_row_d(double* o, const double* a, const double* b, Py_ssize_t n) noexcept nogil
+    void mt_avg_plane_f(float* y, const float* x, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead, Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1, Py_ssize_t k, const float* scale) noexcept nogil
+    void mt_avg_plane_d(double* y, const double* x, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead, Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1, Py_ssize_t k, const double* scale) noexcept nogil
+    void mt_avg_grad_plane_f(float* dx, const float* dy, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const float* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const float* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw) noexcept nogil
+    void mt_avg_grad_plane_d(double* dx, const double* dy, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const double* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const double* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw) noexcept nogil
+    void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind, int64_t base, Py_ssize_t n) noexcept nogil
+    void mt_maxpool_k2_d(const double* r0, Py_ssize_t W, int two_rows, double* y, int64_t* ind, int64_t base, Py_ssize_t n) noexcept nogil
+    int mt_maxpool_k2_f_grad(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W, int two_rows, int64_t base, Py_ssize_t n) noexcept nogil
+    int mt_maxpool_k2_d_grad(const double* dy, const int64_t* ind, double* r0, Py_ssize_t W, int two_rows, int64_t base, Py_ssize_t n) noexcept nogil
 
 ctypedef fused real:
     float
@@ -176,6 +522,76 @@ def max_pool_grad(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, 
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         _max_pool_grad_plane(&dy[p, 0] if Q else NULL, &indices[p, 0] if Q else NULL, &dx[p, 0], Q, P,
                              p * P, col_major, D, H, W, &bad[p])
+
+
+# --------------------------------------------------------------------------- MaxPool, k = s = 2
+def max_pool_k2(const real[:, ::1] x, real[:, ::1] y, int64_t[:, ::1] indices, Py_ssize_t W,
+                Py_ssize_t kh, Py_ssize_t OH, int num_threads):
+    """MaxPool with kernel = stride = 2 along W and kh (1 or 2) along H, no padding or dilation,
+    every window inside the input and D untouched: one vectorised loop per output row, with
+    max_pool's results (indices: None, or row-major over the whole tensor)."""
+    cdef Py_ssize_t planes = x.shape[0], P = x.shape[1], Q = y.shape[1], OW, p, oh
+    cdef bint with_ind = indices is not None
+    cdef int nt = _threads(planes * P, planes, num_threads)
+    if planes == 0 or Q == 0:
+        return
+    OW = Q // OH
+    if kh < 1 or kh > 2 or OH * OW != Q or OH * kh > P // W or 2 * OW > W or y.shape[0] != planes \
+            or (with_ind and (indices.shape[0] != planes or indices.shape[1] != Q)):
+        raise ValueError("max_pool_k2: buffer shapes disagree with the geometry")
+    for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        for oh in range(OH):
+            if real is float:
+                mt_maxpool_k2_f(&x[p, oh * kh * W], W, kh == 2, &y[p, oh * OW],
+                                &indices[p, oh * OW] if with_ind else NULL, p * P + oh * kh * W, OW)
+            else:
+                mt_maxpool_k2_d(&x[p, oh * kh * W], W, kh == 2, &y[p, oh * OW],
+                                &indices[p, oh * OW] if with_ind else NULL, p * P + oh * kh * W, OW)
+
+
+def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, ::1] dx,
+                     Py_ssize_t H, Py_ssize_t W, Py_ssize_t kh, int64_t[::1] bad, int num_threads):
+    """MaxPoolGrad for max_pool_k2's geometry (input (H, W), D untouched): every window of dX
+    is written once, dY where its index points and 0 elsewhere, and the rows and columns no
+    window covers are zeroed, so dX is never zero-filled first.  A plane whose indices do not
+    all point into their own windows (MaxPool never makes such) is redone by max_pool_grad's
+    scatter-add, which also fills bad[p] as max_pool_grad does."""
+    cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], OH, OW, p, oh, c, covered
+    cdef int ok
+    cdef real* row
+    cdef int nt = _threads(planes * (P + Q), planes, num_threads)
+    if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes or bad.shape[0] != planes:
+        raise ValueError("max_pool_grad_k2: buffer shapes disagree")
+    if H * W != P or kh < 1 or kh > 2:
+        raise ValueError("max_pool_grad_k2: spatial shape does not match the plane size")
+    if planes == 0 or P == 0:
+        return
+    OH = H // kh
+    OW = Q // OH if OH else 0
+    if OH * OW != Q or 2 * OW > W:
+        raise ValueError("max_pool_grad_k2: dY's plane does not match the geometry")
+    covered = OH * kh * W
+    for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        ok = 1
+        for oh in range(OH):
+            row = &dx[p, oh * kh * W]
+            if real is float:
+                if not mt_maxpool_k2_f_grad(&dy[p, oh * OW], &indices[p, oh * OW], row, W, kh == 2,
+                                            p * P + oh * kh * W, OW):
+                    ok = 0
+            else:
+                if not mt_maxpool_k2_d_grad(&dy[p, oh * OW], &indices[p, oh * OW], row, W, kh == 2,
+                                            p * P + oh * kh * W, OW):
+                    ok = 0
+            for c in range(2 * OW, W):
+                row[c] = 0
+                if kh == 2:
+                    row[W + c] = 0
+        if covered < P:
+            memset(&dx[p, 0] + covered, 0, (P - covered) * sizeof(real))
+        bad[p] = -1
+        if not ok:
+            _max_pool_grad_plane(&dy[p, 0], &indices[p, 0], &dx[p, 0], Q, P, p * P, False, 1, H, W, &bad[p])
 
 
 # --------------------------------------------------------------------------- AveragePool
@@ -355,123 +771,118 @@ def avg_pool_grad(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple 
                              &rd[0, 0], &rh[0, 0], &rw[0, 0])
 
 
-cdef inline void _sum_taps(real* out, const real* src, const Py_ssize_t* shift, Py_ssize_t k,
-                           Py_ssize_t n) noexcept nogil:
-    """out[j] = sum over t < k of src[j + shift[t]], for j < n (src may be read before its
-    pointer: the caller keeps j + shift[t] inside the buffer).  One store per element."""
-    if real is float:
-        mt_sum_taps_f(out, src, shift, k, n)
-    else:
-        mt_sum_taps_d(out, src, shift, k, n)
+# --------------------------------------------------------------------------- AveragePool by rows
+cdef enum:
+    TAPS = 0        # along W: stride 1, shifted sums over a zero-margined row buffer
+    WINDOWS = 1     # along W: dilation 1, each window one contiguous sum (forward)
+    PAIRS = 2       # along W: kernel = stride = 2, no padding (forward)
+    SPREAD = 1      # along W: kernel = stride, no padding or dilation (gradient)
 
 
-cdef void _gather_pass(real* out, const real* src, Py_ssize_t size, Py_ssize_t pitch,
-                       const Py_ssize_t* shift, Py_ssize_t k) noexcept nogil:
-    """One stride-1 axis of AveragePoolGrad over a whole padded buffer: out[J] = sum_t
-    src[J + shift[t] * pitch].  Positions whose taps would leave the buffer are margins."""
-    cdef Py_ssize_t t, lo = 0, hi = size, s
-    cdef Py_ssize_t flat[64]
-    for t in range(k):
-        s = shift[t] * pitch
-        flat[t] = s
-        if -s > lo:
-            lo = -s
-        if size - s < hi:
-            hi = size - s
-    if hi > lo:
-        _sum_taps(out + lo, src + lo, flat, k, hi - lo)
+cdef _check_rows(const Py_ssize_t[::1] ptr, const Py_ssize_t[::1] rows, Py_ssize_t n_src, str who):
+    """The CSR row table: ptr non-decreasing from 0 to len(rows), every row below n_src."""
+    cdef Py_ssize_t i
+    if ptr.shape[0] < 2 or ptr[0] != 0 or ptr[ptr.shape[0] - 1] != rows.shape[0]:
+        raise ValueError(f"{who}: malformed row table")
+    for i in range(ptr.shape[0] - 1):
+        if ptr[i + 1] < ptr[i]:
+            raise ValueError(f"{who}: malformed row table")
+    for i in range(rows.shape[0]):
+        if rows[i] < 0 or rows[i] >= n_src:
+            raise ValueError(f"{who}: row table points outside the plane")
 
 
-def avg_pool_grad_stride1(const real[:, ::1] dy, real[:, ::1] dx, tuple geometry, tuple trivial,
-                          const real[::1] scale, int num_threads):
-    """AveragePoolGrad when every pooled axis has stride 1 (overlapping windows), as gathers.
-
-    Per plane, the scaled dY is written into a zero-margined buffer (margins L = (k-1)d - pb
-    before and R = in + pb - out after each axis, so every tap of a valid position lands in
-    its own row, slab, or a zero margin); then each pooled axis is one flat pass over the whole
-    buffer, dX[x] = sum_t S[x + pb - t d] with one store per element; the valid region is
-    copied out last.  Margins of the scaled buffer are zeroed once per thread and never
-    written.  geometry: per axis (D, H, W) (in, out, kernel, stride, dilation, pad_begin)."""
-    cdef Py_ssize_t n[3]
-    cdef Py_ssize_t m[3]
-    cdef Py_ssize_t kk[3]
-    cdef Py_ssize_t lm[3]
-    cdef Py_ssize_t ext[3]
-    cdef Py_ssize_t shifts[3][64]
-    cdef bint triv[3]
-    cdef Py_ssize_t a, t, planes = dy.shape[0], p, tid, size, r, w, rows_in, rows_out
-    cdef Py_ssize_t pitch_h, pitch_d, od, oh, d, h
+def avg_pool_rows(const real[:, ::1] x, real[:, ::1] y, const real[::1] scale,
+                  const Py_ssize_t[::1] ptr, const Py_ssize_t[::1] rows, Py_ssize_t W, Py_ssize_t OW,
+                  int mode, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t[:, ::1] wtab,
+                  int num_threads):
+    """AveragePool row by row.  Output row r (of OD * OH, OW wide) sums the input rows
+    rows[ptr[r]:ptr[r + 1]] (of D * H, W wide) into a row buffer of ext elements at offset
+    lead (or reads the input row itself when it is the only one and no margins are needed),
+    then pools along W, times scale (every output position's reciprocal window count):
+      TAPS     y[o] = sum over t of buf[o + wtab[0, t]], wtab[0, t] = t * dilation; the buffer
+               has lead = pad_begin zeros before the row and ext - lead - W after it
+      WINDOWS  y[o] = sum of buf[wtab[0, o] : wtab[1, o]] (the window clipped to the input)
+      PAIRS    y[o] = buf[2 o] + buf[2 o + 1]"""
+    cdef Py_ssize_t planes = x.shape[0], nrows = ptr.shape[0] - 1, p, r, k = wtab.shape[1]
+    cdef int direct = lead == 0 and ext == W
     cdef real* buf
-    cdef real* s_pad
-    cdef real* cur
-    cdef real* nxt
-    cdef real* tmp
-    cdef const real* drow
-    cdef const real* srow
-    cdef real* orow
     cdef int nt
-    for a in range(3):
-        size_in, size_out, kernel, stride, dilation, pad_begin = geometry[a]
-        if stride != 1 or kernel > 64:
-            raise ValueError("avg_pool_grad_stride1: needs stride 1 and kernel <= 64 on every axis")
-        n[a] = size_in
-        m[a] = size_out
-        kk[a] = kernel
-        triv[a] = trivial[a]
-        lm[a] = max(0, (kernel - 1) * dilation - pad_begin)
-        ext[a] = lm[a] + size_out + max(0, size_in + pad_begin - size_out)
-        for t in range(kernel):
-            shifts[a][t] = pad_begin - t * dilation
-    if dy.shape[1] != m[0] * m[1] * m[2] or dx.shape[1] != n[0] * n[1] * n[2] or dx.shape[0] != planes \
-            or scale.shape[0] != dy.shape[1]:
-        raise ValueError("avg_pool_grad_stride1: buffer shapes disagree with the geometry")
-    if planes == 0 or dx.shape[1] == 0:
+    if W < 1 or x.shape[1] % W or y.shape[0] != planes or y.shape[1] != nrows * OW \
+            or scale.shape[0] != y.shape[1] or ext < lead + W:
+        raise ValueError("avg_pool_rows: buffer shapes disagree with the geometry")
+    _check_rows(ptr, rows, x.shape[1] // W, "avg_pool_rows")
+    if (mode == TAPS and (wtab.shape[0] != 1 or k < 1 or OW + wtab[0, k - 1] > ext)) \
+            or (mode == WINDOWS and (wtab.shape[0] != 2 or k != OW)) or (mode == PAIRS and 2 * OW > W) \
+            or mode < TAPS or mode > PAIRS:
+        raise ValueError("avg_pool_rows: the W table disagrees with the row buffer")
+    if mode == WINDOWS:
+        for r in range(OW):
+            if wtab[0, r] < 0 or wtab[1, r] > W:
+                raise ValueError("avg_pool_rows: a window leaves the row")
+    if planes == 0 or OW == 0:
         return
-    size = ext[0] * ext[1] * ext[2]
-    pitch_h = ext[2]
-    pitch_d = ext[1] * ext[2]
-    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads)
-    cdef Py_ssize_t stride_buf = 3 * size + 3 * GAP
-    scratch = np.zeros((nt, stride_buf), dtype=np.float32 if real is float else np.float64)
+    nt = _threads(planes * (x.shape[1] + y.shape[1]), planes, num_threads)
+    # per-thread plane buffers of nrows rows of ext; their margins stay zero (only
+    # [lead, lead + W) of each row is ever written)
+    scratch = np.zeros((nt, nrows * ext + GAP), dtype=np.float32 if real is float else np.float64)
     cdef real[:, ::1] sc = scratch
+    cdef const Py_ssize_t* wt1 = &wtab[1, 0] if mode == WINDOWS else NULL
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
-        tid = threadid()
-        buf = &sc[tid, 0]
-        s_pad = buf
-        if p + 1 < planes:       # the next plane's dY, while this one is in flight
-            for w in range(0, dy.shape[1], 16):
-                MT_PREFETCH(&dy[p + 1, w])
-        # scaled dY into the interior of the zero-margined buffer
-        for od in range(m[0]):
-            for oh in range(m[1]):
-                drow = &dy[p, 0] + (od * m[1] + oh) * m[2]
-                srow = &scale[0] + (od * m[1] + oh) * m[2]
-                orow = s_pad + ((od + lm[0]) * ext[1] + oh + lm[1]) * ext[2] + lm[2]
-                if real is float:
-                    mt_mul_row_f(orow, drow, srow, m[2])
-                else:
-                    mt_mul_row_d(orow, drow, srow, m[2])
-        cur = s_pad
-        nxt = buf + size + GAP
-        tmp = buf + 2 * (size + GAP)
-        if not triv[2]:
-            _gather_pass(nxt, cur, size, 1, &shifts[2][0], kk[2])
-            cur = nxt
-            nxt = tmp
-        if not triv[1]:
-            _gather_pass(nxt, cur, size, pitch_h, &shifts[1][0], kk[1])
-            tmp = cur if cur != s_pad else tmp
-            cur = nxt
-            nxt = tmp
-        if not triv[0]:
-            _gather_pass(nxt, cur, size, pitch_d, &shifts[0][0], kk[0])
-            cur = nxt
-        # the valid region out
-        for d in range(n[0]):
-            for h in range(n[1]):
-                srow = cur + ((d + lm[0]) * ext[1] + h + lm[1]) * ext[2] + lm[2]
-                orow = &dx[p, 0] + (d * n[1] + h) * n[2]
-                memcpy(orow, srow, n[2] * sizeof(real))
+        buf = &sc[threadid(), 0]
+        if real is float:
+            mt_avg_plane_f(&y[p, 0], &x[p, 0], buf, &ptr[0], &rows[0], nrows, W, OW, mode, lead, ext, direct,
+                           &wtab[0, 0], wt1, k, &scale[0])
+        else:
+            mt_avg_plane_d(&y[p, 0], &x[p, 0], buf, &ptr[0], &rows[0], nrows, W, OW, mode, lead, ext, direct,
+                           &wtab[0, 0], wt1, k, &scale[0])
+
+
+def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] weights,
+                       const real[::1] col_weights, const Py_ssize_t[::1] ptr, const Py_ssize_t[::1] rows,
+                       int mode, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t[::1] shift,
+                       Py_ssize_t kw, int num_threads):
+    """AveragePoolGrad row by row, one store per dX element.  dX row r (of D * H, W wide)
+    gathers the dY rows rows[ptr[r]:ptr[r + 1]] (of OD * OH, OW = len(col_weights) wide),
+    each times its weights[] entry (the D and H reciprocal counts of that row), the sum times
+    col_weights (the W reciprocal counts), into a row buffer at offset lead; then along W:
+      TAPS    dx[w] = sum over t < kw of buf[lead + w + shift[t]], shift[t] = pad_begin -
+              t * dilation; the buffer is zero outside [lead, lead + OW)
+      SPREAD  dx[w] = buf[w // kw], 0 past the last window (lead = 0)
+    A row no window reaches is zeroed."""
+    cdef Py_ssize_t planes = dy.shape[0], nrows = ptr.shape[0] - 1, OW = col_weights.shape[0], W, p, t
+    cdef real* buf
+    cdef int nt
+    W = dx.shape[1] // nrows if nrows > 0 else 0
+    if nrows < 1 or dx.shape[1] != nrows * W or dx.shape[0] != planes or OW < 1 \
+            or dy.shape[1] % OW or weights.shape[0] != rows.shape[0] or ext < lead + OW or kw < 1:
+        raise ValueError("avg_pool_grad_rows: buffer shapes disagree with the geometry")
+    _check_rows(ptr, rows, dy.shape[1] // OW, "avg_pool_grad_rows")
+    if mode == TAPS:
+        if shift.shape[0] != kw:
+            raise ValueError("avg_pool_grad_rows: one shift per tap")
+        for t in range(kw):
+            if lead + shift[t] < 0 or lead + W + shift[t] > ext:
+                raise ValueError("avg_pool_grad_rows: a tap leaves the row buffer")
+    elif mode != SPREAD or lead != 0:
+        raise ValueError("avg_pool_grad_rows: unknown mode")
+    if planes == 0 or W == 0:
+        return
+    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads)
+    # per-thread plane buffers of nrows rows of ext; their margins stay zero (only
+    # [lead, lead + OW) of each row is ever written)
+    scratch = np.zeros((nt, nrows * ext + GAP), dtype=np.float32 if real is float else np.float64)
+    cdef real[:, ::1] sc = scratch
+    cdef const real* w = &weights[0] if weights.shape[0] else NULL
+    cdef const Py_ssize_t* rw = &rows[0] if rows.shape[0] else NULL
+    for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        buf = &sc[threadid(), 0]
+        if real is float:
+            mt_avg_grad_plane_f(&dx[p, 0], &dy[p, 0], buf, &ptr[0], rw, w, nrows, W, OW, &col_weights[0],
+                                mode == SPREAD, lead, ext, &shift[0], kw)
+        else:
+            mt_avg_grad_plane_d(&dx[p, 0], &dy[p, 0], buf, &ptr[0], rw, w, nrows, W, OW, &col_weights[0],
+                                mode == SPREAD, lead, ext, &shift[0], kw)
 
 
 # --------------------------------------------------------------------------- global pooling

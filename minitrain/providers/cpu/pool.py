@@ -1,8 +1,22 @@
 """CPU kernels of the pooling family (minitrain._ext.pool).
 
 Python settles the geometry (ops/pool_geometry.py), pads 1-D and 2-D pooling to 3-D with
-untouched leading axes, and builds the per-axis window tables; the Cython kernels loop over
-N * C planes in parallel."""
+untouched leading axes, picks a kernel and builds its tables; the Cython kernels loop over
+N * C planes in parallel.  All of that depends only on the shapes, dtype and attributes, so it
+is computed once per signature and kept in a small cache (`_plan`): a training step calls the
+same pooling nodes with the same shapes every time.
+
+Kernels, most specific first:
+  MaxPool / MaxPoolGrad    kernel = stride = 2 along W (1 or 2 along H), no padding or dilation,
+                           row-major indices: max_pool_k2 / max_pool_grad_k2; else the general
+                           window loop / scatter-add.
+  AveragePool              along W stride 1, or dilation 1: avg_pool_rows (row sums over the
+                           D and H taps, then along W); else the general window loop.
+  AveragePoolGrad          along W stride 1, or kernel = stride without padding or dilation:
+                           avg_pool_grad_rows; else the separable scatter passes.
+"""
+import math
+
 import numpy as np
 
 from ..._ext import pool as _pool
@@ -13,6 +27,25 @@ from ...registry import register_kernel
 from ...threads import get_num_threads
 
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
+_TAPS, _WINDOWS, _PAIRS, _SPREAD = 0, 1, 2, 1     # the W modes of ext/pool.pyx
+_PLANS = {}
+_MAX_PLANS = 256
+
+
+def _plan(ctx, kind, signature, build):
+    """build() -> plan, cached by (kind, signature, attributes); errors are raised, not cached."""
+    try:
+        key = (kind, signature, tuple(sorted(
+            (k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in ctx.attrs.items())))
+        plan = _PLANS.get(key)
+    except TypeError:           # an unhashable attribute value: no caching
+        return build()
+    if plan is None:
+        plan = build()
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
 
 
 def _as_3d(dims):
@@ -53,8 +86,48 @@ def _scale_plane(dims, inv, dtype):
                                 .reshape(-1).astype(dtype))
 
 
+def _axis_pairs(g, table):
+    """(o, x): every tap of every window along one axis that lands inside the input, as the
+    output position o and input coordinate x, in window then tap order."""
+    counts = table[2] - table[1]
+    o = np.repeat(np.arange(g.out, dtype=np.intp), counts)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    t = np.arange(o.size, dtype=np.intp) - first + np.repeat(table[1], counts)
+    return o, table[0][o] + t * g.dilation
+
+
+def _row_table(dims, tables, by_output):
+    """CSR table of the (D, H) rows each row sums: per output row od * OH + oh, the input rows
+    d * H + h its window covers (by_output), or per input row the output rows whose windows
+    cover it; ordered by D tap, then H tap."""
+    gd, gh = dims[0], dims[1]
+    od, d = _axis_pairs(gd, tables[0])
+    oh, h = _axis_pairs(gh, tables[1])
+    out_rows = (od[:, None] * gh.out + oh[None, :]).ravel()
+    in_rows = (d[:, None] * gh.size + h[None, :]).ravel()
+    keys, values, n = (out_rows, in_rows, gd.out * gh.out) if by_output else (in_rows, out_rows, gd.size * gh.size)
+    order = np.argsort(keys, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.intp)
+    ptr[1:] = np.cumsum(np.bincount(keys, minlength=n))
+    return ptr, np.ascontiguousarray(values[order], dtype=np.intp)
+
+
+def _k2_rows(dims):
+    """kh (1 or 2) when MaxPool can take max_pool_k2: kernel = stride = 2 along W, kernel =
+    stride = kh along H, D untouched, no padding or dilation, every window inside the input;
+    else 0."""
+    def plain(g, k):
+        return (g.kernel == k and g.stride == k and g.dilation == 1 and g.pad_begin == 0
+                and g.out * k <= g.size)
+    gd, gh, gw = dims
+    if not (gd.trivial and plain(gw, 2)):
+        return 0
+    return 1 if plain(gh, 1) else 2 if plain(gh, 2) else 0
+
+
 def _planes(shape):
-    return int(shape[0]) * int(shape[1]), int(np.prod(shape[2:], dtype=np.int64))
+    """(N * C, spatial size): the (planes, plane) view the kernels take."""
+    return int(shape[0]) * int(shape[1]), math.prod(int(d) for d in shape[2:])
 
 
 def _geometry(ctx, x_shape, what="input 'X'"):
@@ -81,48 +154,56 @@ def dx_shape(ctx, dy):
     return tuple(dy.shape[:2]) + tuple(s for s, _ in sizes)
 
 
+# --------------------------------------------------------------------------- MaxPool
+def _max_pool_plan(ctx, shape, with_indices):
+    dims = _as_3d(_geometry(ctx, shape))
+    col_major = ctx.attrs.get("storage_order", 0) == 1
+    out_shape = tuple(shape[:2]) + tuple(g.out for g in dims[3 - (len(shape) - 2):])
+    kh = 0 if (col_major and with_indices) else _k2_rows(dims)
+    if kh:
+        args = (dims[2].size, kh, dims[1].out)
+    else:
+        args = (tuple(g.size for g in dims), tuple(g.out for g in dims), tuple(g.dilation for g in dims),
+                *[_window_table(g) for g in dims], col_major)
+    return out_shape, kh, args
+
+
 def max_pool(ctx):
     x = ctx.inputs[0]
-    dims = _as_3d(_geometry(ctx, x.shape))
-    out_shape = tuple(x.shape[:2]) + tuple(g.out for g in dims[3 - (x.ndim - 2):])
+    want_indices = ctx.wants("Indices")
+    out_shape, k2, args = _plan(ctx, "MaxPool", (x.shape, want_indices),
+                                lambda: _max_pool_plan(ctx, x.shape, want_indices))
     planes, size = _planes(x.shape)
     y = np.empty(out_shape, dtype=x.dtype)
-    want_indices = ctx.wants("Indices")
     indices = np.empty(out_shape, dtype=np.int64) if want_indices else None
     if planes and size:
         out_size = y.size // planes
-        _pool.max_pool(x.reshape(planes, size), y.reshape(planes, out_size),
-                       indices.reshape(planes, out_size) if want_indices else None,
-                       tuple(g.size for g in dims), tuple(g.out for g in dims),
-                       tuple(g.dilation for g in dims), *[_window_table(g) for g in dims],
-                       ctx.attrs.get("storage_order", 0) == 1, get_num_threads())
+        flat = (x.reshape(planes, size), y.reshape(planes, out_size),
+                indices.reshape(planes, out_size) if want_indices else None)
+        if k2:
+            _pool.max_pool_k2(*flat, *args, get_num_threads())
+        else:
+            _pool.max_pool(*flat, *args, get_num_threads())
     result = {"Y": y}
     if want_indices:
         result["Indices"] = indices
     return result
 
 
-def average_pool(ctx):
-    x = ctx.inputs[0]
-    dims = _as_3d(_geometry(ctx, x.shape))
-    out_shape = tuple(x.shape[:2]) + tuple(g.out for g in dims[3 - (x.ndim - 2):])
-    planes, size = _planes(x.shape)
-    y = np.empty(out_shape, dtype=x.dtype)
-    if planes and size:
-        tables = [_window_table(g) for g in dims]
-        inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
-        _pool.avg_pool(x.reshape(planes, size), y.reshape(planes, y.size // planes),
-                       tuple(g.size for g in dims), tuple(g.out for g in dims),
-                       tuple(g.dilation for g in dims), *tables, *inv, get_num_threads())
-    return {"Y": y}
+def _max_pool_grad_plan(ctx, dy):
+    shape = dx_shape(ctx, dy)
+    dims = _as_3d(_geometry(ctx, shape, "dX"))
+    col_major = ctx.attrs.get("storage_order", 0) == 1
+    kh = 0 if col_major else _k2_rows(dims)
+    return shape, kh, col_major, tuple(g.size for g in dims)
 
 
 def max_pool_grad(ctx):
     dy, indices = ctx.inputs[0], ctx.inputs[1]
     if indices.shape != dy.shape:
         ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match dY {dy.shape}")
-    shape = dx_shape(ctx, dy)
-    dims = _as_3d(_geometry(ctx, shape, "dX"))
+    shape, k2, col_major, in3 = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
+                                      lambda: _max_pool_grad_plan(ctx, dy))
     planes, size = _planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes == 0 or size == 0:
@@ -130,9 +211,12 @@ def max_pool_grad(ctx):
     out_size = dy.size // planes
     bad = np.empty(planes, dtype=np.int64)
     flat_indices = indices.reshape(planes, out_size)
-    _pool.max_pool_grad(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
-                        ctx.attrs.get("storage_order", 0) == 1, tuple(g.size for g in dims), bad,
-                        get_num_threads())
+    if k2:
+        _pool.max_pool_grad_k2(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
+                               in3[1], in3[2], k2, bad, get_num_threads())
+    else:
+        _pool.max_pool_grad(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
+                            col_major, in3, bad, get_num_threads())
     wrong = np.flatnonzero(bad >= 0)
     if wrong.size:
         p = int(wrong[0])
@@ -144,29 +228,86 @@ def max_pool_grad(ctx):
     return {"dX": dx}
 
 
-def average_pool_grad(ctx):
-    dy = ctx.inputs[0]
+# --------------------------------------------------------------------------- AveragePool
+def _average_pool_plan(ctx, shape, dtype):
+    dims = _as_3d(_geometry(ctx, shape))
+    out_shape = tuple(shape[:2]) + tuple(g.out for g in dims[3 - (len(shape) - 2):])
+    tables = [_window_table(g) for g in dims]
+    inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
+    gw = dims[2]
+    if gw.stride == 1 and (gw.out >= 16 or gw.dilation > 1):
+        # shifted sums over a row buffer with pad_begin zeros before the row and enough after
+        ext = max(gw.pad_begin + gw.size, gw.out + (gw.kernel - 1) * gw.dilation)
+        wtab = (np.arange(gw.kernel, dtype=np.intp) * gw.dilation)[None, :]
+        mode, lead = _TAPS, gw.pad_begin
+    elif gw.dilation == 1:
+        ext, lead = gw.size, 0
+        full_pairs = gw.kernel == gw.stride == 2 and gw.pad_begin == 0 and 2 * gw.out <= gw.size
+        mode = _PAIRS if full_pairs else _WINDOWS
+        start = tables[2][0] + tables[2][1]
+        wtab = np.ascontiguousarray(np.stack([start, start - tables[2][1] + tables[2][2]]), dtype=np.intp)
+    else:
+        return out_shape, None, (tuple(g.size for g in dims), tuple(g.out for g in dims),
+                                 tuple(g.dilation for g in dims), *tables, *inv)
+    ptr, rows = _row_table(dims, tables, by_output=True)
+    return out_shape, (_scale_plane(dims, inv, dtype), ptr, rows, gw.size, gw.out, mode, lead, ext, wtab), None
+
+
+def average_pool(ctx):
+    x = ctx.inputs[0]
+    out_shape, rows, general = _plan(ctx, "AveragePool", (x.shape, x.dtype.char),
+                                     lambda: _average_pool_plan(ctx, x.shape, x.dtype))
+    planes, size = _planes(x.shape)
+    y = np.empty(out_shape, dtype=x.dtype)
+    if planes and size:
+        flat = (x.reshape(planes, size), y.reshape(planes, y.size // planes))
+        if rows is not None:
+            _pool.avg_pool_rows(*flat, *rows, get_num_threads())
+        else:
+            _pool.avg_pool(*flat, *general, get_num_threads())
+    return {"Y": y}
+
+
+def _average_pool_grad_plan(ctx, dy):
     shape = dx_shape(ctx, dy)
     dims = _as_3d(_geometry(ctx, shape, "dX"))
+    tables = [_window_table(g) for g in dims]
+    inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
+    gw = dims[2]
+    if gw.stride == 1:
+        # dx[w] gathers the scaled dY at w + pad_begin - t * dilation from a zero-margined row
+        lead = max(0, (gw.kernel - 1) * gw.dilation - gw.pad_begin)
+        ext = lead + max(gw.out, gw.size + gw.pad_begin)
+        shift = gw.pad_begin - np.arange(gw.kernel, dtype=np.intp) * gw.dilation
+        mode = _TAPS
+    elif gw.kernel == gw.stride and gw.dilation == 1 and gw.pad_begin == 0:
+        lead, ext, shift, mode = 0, gw.out, np.zeros(gw.kernel, dtype=np.intp), _SPREAD
+    else:
+        geometry = tuple((g.size, g.out, g.kernel, g.stride, g.dilation, g.pad_begin) for g in dims)
+        return shape, None, (geometry, tuple(g.trivial for g in dims), _scale_plane(dims, inv, dy.dtype),
+                             *[_tap_ranges(g) for g in dims])
+    ptr, rows = _row_table(dims, tables, by_output=False)
+    row_weights = (inv[0][:, None] * inv[1][None, :]).reshape(-1)[rows].astype(dy.dtype)
+    return shape, (row_weights, inv[2].astype(dy.dtype), ptr, rows, mode, lead, ext, shift, gw.kernel), None
+
+
+def average_pool_grad(ctx):
+    dy = ctx.inputs[0]
+    shape, rows, scatter = _plan(ctx, "AveragePoolGrad", (dy.shape, dy.dtype.char, ctx.output_shapes.get("dX")),
+                                 lambda: _average_pool_grad_plan(ctx, dy))
     planes, size = _planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes == 0 or size == 0:
         return {"dX": dx}
-    tables = [_window_table(g) for g in dims]
-    inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
-    geometry = tuple((g.size, g.out, g.kernel, g.stride, g.dilation, g.pad_begin) for g in dims)
     flat_dy, flat_dx = dy.reshape(planes, dy.size // planes), dx.reshape(planes, size)
-    scale = _scale_plane(dims, inv, dy.dtype)
-    trivial = tuple(g.trivial for g in dims)
-    if all(g.stride == 1 and g.kernel <= 64 for g in dims):
-        # overlapping windows: gathers over zero-margined buffers, one store per element
-        _pool.avg_pool_grad_stride1(flat_dy, flat_dx, geometry, trivial, scale, get_num_threads())
+    if rows is not None:
+        _pool.avg_pool_grad_rows(flat_dy, flat_dx, *rows, get_num_threads())
     else:
-        _pool.avg_pool_grad(flat_dy, flat_dx, geometry, trivial, scale, *[_tap_ranges(g) for g in dims],
-                            get_num_threads())
+        _pool.avg_pool_grad(flat_dy, flat_dx, *scatter, get_num_threads())
     return {"dX": dx}
 
 
+# --------------------------------------------------------------------------- global pooling
 def _global(is_max):
     def kernel(ctx):
         x = ctx.inputs[0]
