@@ -20,8 +20,8 @@ Fast paths, picked by minitrain/providers/cpu/pool.py:
                  rows each row sums: `ptr`/`rows` in CSR form); along W stride 1 (shifted sums
                  over a zero-margined row buffer), contiguous windows, or (gradient)
                  non-overlapping windows spread back.
-MaxPoolGrad checks every index against its own plane before writing and reports the first bad
-one per plane instead of writing out of bounds.
+MaxPoolGrad checks every index against its own plane before writing and returns the position
+of the first bad one instead of writing out of bounds.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int64_t
@@ -504,24 +504,34 @@ cdef void _max_pool_grad_plane(const real* dy, const int64_t* ind, real* dx, Py_
         dx[i] = dx[i] + dy[q]
 
 
+cdef Py_ssize_t _first_bad(const int64_t[::1] bad, Py_ssize_t Q):
+    """Flat position p * Q + q of the first out-of-plane index (bad[p] = q or -1), or -1."""
+    cdef Py_ssize_t p
+    for p in range(bad.shape[0]):
+        if bad[p] >= 0:
+            return p * Q + bad[p]
+    return -1
+
+
 def max_pool_grad(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, ::1] dx,
-                  bint col_major, tuple in3, int64_t[::1] bad, int num_threads):
+                  bint col_major, tuple in3, int num_threads):
     """dx[p] = scatter-add of dy[p] at indices[p] (flattened over the whole tensor, so plane p
-    owns [p * plane, (p + 1) * plane)).  An index outside its plane is skipped and the first
-    such position of plane p is stored in bad[p] (-1 when none); nothing is written out of
-    bounds."""
+    owns [p * plane, (p + 1) * plane)).  An index outside its plane is skipped, nothing is
+    written out of bounds; returns the flat position in dy of the first such index, or -1."""
     cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], p
     cdef Py_ssize_t D = in3[0], H = in3[1], W = in3[2]
     cdef int nt = _threads(planes * (P + Q), planes, num_threads)
-    if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes or bad.shape[0] != planes:
+    if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad: buffer shapes disagree")
     if D * H * W != P:
         raise ValueError("max_pool_grad: spatial shape does not match the plane size")
     if planes == 0 or P == 0:
-        return
+        return -1
+    cdef int64_t[::1] bad = np.empty(planes, dtype=np.int64)
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         _max_pool_grad_plane(&dy[p, 0] if Q else NULL, &indices[p, 0] if Q else NULL, &dx[p, 0], Q, P,
                              p * P, col_major, D, H, W, &bad[p])
+    return _first_bad(bad, Q)
 
 
 # --------------------------------------------------------------------------- MaxPool, k = s = 2
@@ -550,27 +560,28 @@ def max_pool_k2(const real[:, ::1] x, real[:, ::1] y, int64_t[:, ::1] indices, P
 
 
 def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, ::1] dx,
-                     Py_ssize_t H, Py_ssize_t W, Py_ssize_t kh, int64_t[::1] bad, int num_threads):
+                     Py_ssize_t H, Py_ssize_t W, Py_ssize_t kh, int num_threads):
     """MaxPoolGrad for max_pool_k2's geometry (input (H, W), D untouched): every window of dX
     is written once, dY where its index points and 0 elsewhere, and the rows and columns no
     window covers are zeroed, so dX is never zero-filled first.  A plane whose indices do not
     all point into their own windows (MaxPool never makes such) is redone by max_pool_grad's
-    scatter-add, which also fills bad[p] as max_pool_grad does."""
+    scatter-add; returns what max_pool_grad returns."""
     cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], OH, OW, p, oh, c, covered
     cdef int ok
     cdef real* row
     cdef int nt = _threads(planes * (P + Q), planes, num_threads)
-    if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes or bad.shape[0] != planes:
+    if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad_k2: buffer shapes disagree")
     if H * W != P or kh < 1 or kh > 2:
         raise ValueError("max_pool_grad_k2: spatial shape does not match the plane size")
     if planes == 0 or P == 0:
-        return
+        return -1
     OH = H // kh
     OW = Q // OH if OH else 0
     if OH * OW != Q or 2 * OW > W:
         raise ValueError("max_pool_grad_k2: dY's plane does not match the geometry")
     covered = OH * kh * W
+    cdef int64_t[::1] bad = np.empty(planes, dtype=np.int64)
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         ok = 1
         for oh in range(OH):
@@ -592,6 +603,7 @@ def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[
         bad[p] = -1
         if not ok:
             _max_pool_grad_plane(&dy[p, 0], &indices[p, 0], &dx[p, 0], Q, P, p * P, False, 1, H, W, &bad[p])
+    return _first_bad(bad, Q)
 
 
 # --------------------------------------------------------------------------- AveragePool

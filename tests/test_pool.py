@@ -396,3 +396,193 @@ def test_gradient_ops_reject_unknown_attributes():
     run_node("MaxPoolGrad", [np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 2, 2), np.int64)],
              attrs=dict(kernel_shape=[2, 2], strides=[2, 2], storage_order=0, ceil_mode=0, dilations=[1, 1],
                         auto_pad="NOTSET", pads=[0, 0, 0, 0]))
+
+
+# --------------------------------------------------------------------------- fast paths
+# MaxPool(Grad) with kernel = stride = 2 along W (max_pool_k2: AVX-512 rows for float32, plain
+# C for float64) and AveragePool(Grad) by rows (stride-1 taps, windows, pairs, spread) are
+# checked against exact references: a window-by-window MaxPool in numpy, the general window
+# loop of ext/pool.pyx, the adjoint identity <AveragePool(x), dy> = <x, AveragePoolGrad(dy)>,
+# finite differences and PyTorch.
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    from minitrain import get_num_threads, set_num_threads
+    old = get_num_threads()
+    set_num_threads(request.param)
+    yield request.param
+    set_num_threads(old)
+
+
+def reference_max_pool(x, kernel, stride):
+    """MaxPool without padding or dilation, window by window: taps in row-major order, a tap
+    wins when greater than the best so far or NaN; indices flattened over the whole tensor."""
+    rank = len(kernel)
+    out = tuple((s - k) // st + 1 for s, k, st in zip(x.shape[2:], kernel, stride))
+    y = np.empty(x.shape[:2] + out, x.dtype)
+    ind = np.empty(y.shape, np.int64)
+    flat = x.reshape(-1)
+    for pos in np.ndindex(*y.shape):
+        start = [p * s for p, s in zip(pos[2:], stride)]
+        best_k = -1
+        for tap in np.ndindex(*kernel):
+            k = np.ravel_multi_index(pos[:2] + tuple(a + t for a, t in zip(start, tap)), x.shape)
+            if best_k < 0 or flat[k] > flat[best_k] or np.isnan(flat[k]):
+                best_k = k
+        y[pos], ind[pos] = flat[best_k], best_k
+    assert rank == len(stride)
+    return y, ind
+
+
+K2_SHAPES = [  # (N, C, spatial...), kernel: rows of 1 to 40 outputs, odd sizes leave a tail
+    ((2, 3, 9), (2,)),
+    ((1, 2, 67), (2,)),
+    ((2, 3, 6, 10), (2, 2)),
+    ((1, 2, 7, 33), (2, 2)),
+    ((2, 2, 5, 80), (2, 2)),
+    ((2, 1, 4, 3), (2, 2)),
+    ((1, 2, 5, 30), (1, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,kernel", K2_SHAPES)
+def test_max_pool_k2_matches_reference(shape, kernel, dtype, rng):
+    # a few values: many ties (first maximum wins), some NaN (the last NaN of a window wins)
+    x = rng.integers(-3, 3, shape).astype(dtype)
+    x.reshape(-1)[rng.choice(x.size, x.size // 7, replace=False)] = np.nan
+    attrs = dict(kernel_shape=list(kernel), strides=list(kernel))
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    ref_y, ref_ind = reference_max_pool(x, kernel, kernel)
+    np.testing.assert_array_equal(y, ref_y)
+    np.testing.assert_array_equal(indices, ref_ind)
+    (y_only,) = run_node("MaxPool", [x], attrs=attrs, outputs=["Y"])
+    np.testing.assert_array_equal(y_only, ref_y)
+    # the general loop (column-major indices take it) agrees
+    y_cm, ind_cm = run_node("MaxPool", [x], attrs={**attrs, "storage_order": 1})
+    np.testing.assert_array_equal(y_cm, y)
+    (dx_cm,) = run_node("MaxPoolGrad", [y, ind_cm], attrs={**attrs, "storage_order": 1}, output_shapes={"dX": shape})
+    (dx,) = run_node("MaxPoolGrad", [y, indices], attrs=attrs, output_shapes={"dX": shape})
+    expected = np.zeros(x.size, dtype)
+    np.add.at(expected, ref_ind.reshape(-1), ref_y.reshape(-1))
+    np.testing.assert_array_equal(dx.reshape(-1), expected)
+    np.testing.assert_array_equal(dx_cm, dx)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_k2_threads_and_torch(dtype, threads, rng):
+    torch = torch_or_skip()
+    for shape in ((4, 8, 24, 40), (8, 16, 300)):       # above the threading threshold
+        x = rng.standard_normal(shape).astype(dtype)
+        rank = len(shape) - 2
+        attrs = dict(kernel_shape=[2] * rank, strides=[2] * rank)
+        y, indices = run_node("MaxPool", [x], attrs=attrs)
+        tx = torch.from_numpy(x).requires_grad_()
+        ty, tind = torch_pool(torch, "max", tx, [2] * rank, [2] * rank, [0] * rank)
+        np.testing.assert_array_equal(y, ty.detach().numpy())
+        np.testing.assert_array_equal(indices, plane_to_global(tind.numpy(), int(np.prod(shape[2:]))))
+        dy = rng.standard_normal(y.shape).astype(dtype)
+        ty.backward(torch.from_numpy(dy))
+        (dx,) = run_node("MaxPoolGrad", [dy, indices], attrs=attrs, output_shapes={"dX": shape})
+        np.testing.assert_array_equal(dx, tx.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_grad_k2_indices_outside_their_window(dtype, threads, rng):
+    """Indices inside the plane but not in their own window are still a scatter-add (the
+    plane falls back to it); other planes keep the one-pass result."""
+    x = rng.standard_normal((4, 8, 12, 34)).astype(dtype)
+    attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    moved = indices.copy()
+    moved[1, 2, 0, 0] = indices[1, 2, 5, 16]          # two windows send dY to one element
+    moved[3, 7, 4, 9] = indices[3, 7, 0, 0] + 1       # a position no window chose
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    (dx,) = run_node("MaxPoolGrad", [dy, moved], attrs=attrs, output_shapes={"dX": x.shape})
+    expected = np.zeros(x.size, dtype)
+    np.add.at(expected, moved.reshape(-1), dy.reshape(-1))
+    np.testing.assert_allclose(dx.reshape(-1), expected, rtol=1e-6)
+    assert dx[1, 2].reshape(-1)[moved[1, 2, 0, 0] - 10 * 408] == pytest.approx(dy[1, 2, 0, 0] + dy[1, 2, 5, 16], rel=1e-6)
+
+
+def general_average_pool(x, attrs):
+    """AveragePool through the general window loop of ext/pool.pyx (the fast paths' reference)."""
+    from minitrain._ext import pool as ext
+    from minitrain.ops.pool_geometry import pool_geometry
+    from minitrain.providers.cpu import pool as cpu
+
+    def fail(message, error=errors.ShapeError):
+        raise error(message)
+    dims = cpu._as_3d(pool_geometry(attrs, x.shape[2:], fail))
+    tables = [cpu._window_table(g) for g in dims]
+    inv = [cpu._reciprocal_counts(g, t, attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
+    y = np.empty(x.shape[:2] + tuple(g.out for g in dims[3 - (x.ndim - 2):]), x.dtype)
+    planes = x.shape[0] * x.shape[1]
+    ext.avg_pool(x.reshape(planes, -1), y.reshape(planes, -1), tuple(g.size for g in dims),
+                 tuple(g.out for g in dims), tuple(g.dilation for g in dims), *tables, *inv, 1)
+    return y
+
+
+ROW_CASES = [  # spatial, kernel, stride, pad, ceil, dilation: the W axis picks the mode
+    ((37,), (3,), (1,), (1,), False, 1),              # taps
+    ((40,), (5,), (1,), (0,), False, 2),              # taps, dilated
+    ((12, 40), (3, 3), (1, 1), (1, 1), False, 1),     # taps (the benchmark's 3x3 s1 p1)
+    ((9, 20), (3, 4), (2, 1), (1, 2), True, 1),       # taps, strided along H
+    ((5, 4, 18), (3, 2, 3), (1, 2, 1), (1, 0, 1), False, 1),   # taps over D and H rows
+    ((11, 9), (3, 3), (1, 1), (1, 1), False, 1),      # narrow: windows
+    ((64,), (64,), (64,), (0,), False, 1),            # one window per row (global style)
+    ((10, 31), (3, 4), (2, 3), (1, 1), True, 1),      # windows, ceil mode
+    ((8, 34), (2, 2), (2, 2), (0, 0), False, 1),      # pairs
+    ((7, 35), (1, 2), (1, 2), (0, 0), False, 1),      # pairs, direct rows
+    ((9, 30), (3, 3), (2, 3), (0, 0), True, 1),       # spread (gradient), partial last window
+    ((6, 21), (2, 3), (2, 2), (1, 1), False, 2),      # neither: the general loop and scatter
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("spatial,kernel,stride,pad,ceil,dilation", ROW_CASES)
+def test_average_pool_rows_match_general_loop_and_adjoint(spatial, kernel, stride, pad, ceil, dilation,
+                                                         count_include_pad, dtype, rng):
+    x = rng.standard_normal((2, 3) + spatial).astype(dtype)
+    attrs = onnx_attrs(kernel, stride, pad, ceil, dilation, count_include_pad=count_include_pad)
+    (y,) = run_node("AveragePool", [x], attrs=attrs, opset=19)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(y, general_average_pool(x, attrs), **tol)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    (dx,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": x.shape})
+    # AveragePoolGrad is AveragePool's adjoint: <AveragePool(x), dy> = <x, AveragePoolGrad(dy)>
+    lhs = np.vdot(y.astype(np.float64), dy.astype(np.float64))
+    rhs = np.vdot(x.astype(np.float64), dx.astype(np.float64))
+    assert lhs == pytest.approx(rhs, rel=1e-4 if dtype == np.float32 else 1e-12)
+    # and every dX element is the sum over the windows that hold it
+    if dtype == np.float64 and x.ndim == 4 and x.shape[2] * x.shape[3] <= 400:
+        basis = np.zeros_like(x[:1, :1])
+        for i in rng.choice(basis.size, 12, replace=False):
+            basis.reshape(-1)[:] = 0
+            basis.reshape(-1)[i] = 1
+            (column,) = run_node("AveragePool", [basis], attrs=attrs, opset=19)
+            assert dx[0, 0].reshape(-1)[i] == pytest.approx(np.vdot(column, dy[:1, :1]), rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("spatial,kernel,stride,pad,ceil,dilation", ROW_CASES[::3] + ROW_CASES[8:11])
+def test_average_pool_rows_gradcheck(spatial, kernel, stride, pad, ceil, dilation, rng):
+    x = rng.standard_normal((1, 2) + spatial)
+    gradcheck("AveragePool", [x], onnx_attrs(kernel, stride, pad, ceil, dilation, count_include_pad=1), opset=19)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_average_pool_rows_threads_and_torch(dtype, threads, rng):
+    torch = torch_or_skip()
+    for shape, k, s, p in (((4, 16, 20, 24), 3, 1, 1), ((8, 32, 256), 256, 256, 0), ((4, 16, 20, 24), 2, 2, 0)):
+        x = rng.standard_normal(shape).astype(dtype)
+        rank = len(shape) - 2
+        attrs = onnx_attrs((k,) * rank, (s,) * rank, (p,) * rank, count_include_pad=1)
+        (y,) = run_node("AveragePool", [x], attrs=attrs)
+        tx = torch.from_numpy(x).requires_grad_()
+        ty = torch_pool(torch, "avg", tx, k, s, p)
+        tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(y, ty.detach().numpy(), **tol)
+        dy = rng.standard_normal(y.shape).astype(dtype)
+        ty.backward(torch.from_numpy(dy))
+        (dx,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": shape})
+        np.testing.assert_allclose(dx, tx.grad.numpy(), **tol)

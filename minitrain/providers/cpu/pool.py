@@ -8,8 +8,8 @@ same pooling nodes with the same shapes every time.
 
 Kernels, most specific first:
   MaxPool / MaxPoolGrad    kernel = stride = 2 along W (1 or 2 along H), no padding or dilation,
-                           row-major indices: max_pool_k2 / max_pool_grad_k2; else the general
-                           window loop / scatter-add.
+                           row-major indices: max_pool_k2 / max_pool_grad_k2 (the gradient from
+                           8 windows per row); else the general window loop / scatter-add.
   AveragePool              along W stride 1, or dilation 1: avg_pool_rows (row sums over the
                            D and H taps, then along W); else the general window loop.
   AveragePoolGrad          along W stride 1, or kernel = stride without padding or dilation:
@@ -194,7 +194,8 @@ def _max_pool_grad_plan(ctx, dy):
     shape = dx_shape(ctx, dy)
     dims = _as_3d(_geometry(ctx, shape, "dX"))
     col_major = ctx.attrs.get("storage_order", 0) == 1
-    kh = 0 if col_major else _k2_rows(dims)
+    # rows under 8 windows: zero-filling the plane and scattering dY beats the per-row loop
+    kh = 0 if col_major or dims[2].out < 8 else _k2_rows(dims)
     return shape, kh, col_major, tuple(g.size for g in dims)
 
 
@@ -209,20 +210,17 @@ def max_pool_grad(ctx):
     if planes == 0 or size == 0:
         return {"dX": dx}
     out_size = dy.size // planes
-    bad = np.empty(planes, dtype=np.int64)
     flat_indices = indices.reshape(planes, out_size)
     if k2:
-        _pool.max_pool_grad_k2(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
-                               in3[1], in3[2], k2, bad, get_num_threads())
+        first_bad = _pool.max_pool_grad_k2(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
+                                           in3[1], in3[2], k2, get_num_threads())
     else:
-        _pool.max_pool_grad(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
-                            col_major, in3, bad, get_num_threads())
-    wrong = np.flatnonzero(bad >= 0)
-    if wrong.size:
-        p = int(wrong[0])
-        q = int(bad[p])
-        where = tuple(int(i) for i in np.unravel_index(p * out_size + q, dy.shape))
-        ctx.fail(f"input 'Indices' holds {int(flat_indices[p, q])} at {where}, outside "
+        first_bad = _pool.max_pool_grad(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
+                                        col_major, in3, get_num_threads())
+    if first_bad >= 0:
+        p = first_bad // out_size
+        where = tuple(int(i) for i in np.unravel_index(first_bad, dy.shape))
+        ctx.fail(f"input 'Indices' holds {int(flat_indices.reshape(-1)[first_bad])} at {where}, outside "
                  f"[{p * size}, {(p + 1) * size}): the positions of its (n, c) plane in dX {shape}",
                  ShapeError)
     return {"dX": dx}
