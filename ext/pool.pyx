@@ -412,12 +412,16 @@ ctypedef fused real:
     double
 
 cdef enum:
-    MIN_PARALLEL = 16384
+    MIN_PARALLEL = 16384       # elements of work below which the general loops stay on one thread
+    MIN_PARALLEL_FAST = 1 << 19    # the same for the streaming kernels (~50 us on one core)
     GAP = 80        # elements between per-thread buffers (see avg_pool_grad)
 
 
-cdef inline int _threads(Py_ssize_t work, Py_ssize_t planes, int num_threads) noexcept nogil:
-    if work < MIN_PARALLEL or planes < 2:
+cdef inline int _threads(Py_ssize_t work, Py_ssize_t planes, int num_threads,
+                         Py_ssize_t min_work=MIN_PARALLEL) noexcept nogil:
+    """Threads for `work` elements over `planes` planes: one below min_work, where waking a
+    second thread (10-20 us with passive OpenMP waiting) costs more than it saves."""
+    if work < min_work or planes < 2:
         return 1
     return <int>min(<Py_ssize_t>num_threads, planes)
 
@@ -520,7 +524,7 @@ def max_pool_grad(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, 
     written out of bounds; returns the flat position in dy of the first such index, or -1."""
     cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], p
     cdef Py_ssize_t D = in3[0], H = in3[1], W = in3[2]
-    cdef int nt = _threads(planes * (P + Q), planes, num_threads)
+    cdef int nt = _threads(planes * (P + Q), planes, num_threads, MIN_PARALLEL_FAST)
     if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad: buffer shapes disagree")
     if D * H * W != P:
@@ -542,7 +546,7 @@ def max_pool_k2(const real[:, ::1] x, real[:, ::1] y, int64_t[:, ::1] indices, P
     max_pool's results (indices: None, or row-major over the whole tensor)."""
     cdef Py_ssize_t planes = x.shape[0], P = x.shape[1], Q = y.shape[1], OW, p, oh
     cdef bint with_ind = indices is not None
-    cdef int nt = _threads(planes * P, planes, num_threads)
+    cdef int nt = _threads(planes * P, planes, num_threads, MIN_PARALLEL_FAST)
     if planes == 0 or Q == 0:
         return
     OW = Q // OH
@@ -569,7 +573,7 @@ def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[
     cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], OH, OW, p, oh, c, covered
     cdef int ok
     cdef real* row
-    cdef int nt = _threads(planes * (P + Q), planes, num_threads)
+    cdef int nt = _threads(planes * (P + Q), planes, num_threads, MIN_PARALLEL_FAST)
     if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad_k2: buffer shapes disagree")
     if H * W != P or kh < 1 or kh > 2:
@@ -834,7 +838,7 @@ def avg_pool_rows(const real[:, ::1] x, real[:, ::1] y, const real[::1] scale,
                 raise ValueError("avg_pool_rows: a window leaves the row")
     if planes == 0 or OW == 0:
         return
-    nt = _threads(planes * (x.shape[1] + y.shape[1]), planes, num_threads)
+    nt = _threads(planes * (x.shape[1] + y.shape[1]), planes, num_threads, MIN_PARALLEL_FAST)
     # per-thread plane buffers of nrows rows of ext; their margins stay zero (only
     # [lead, lead + W) of each row is ever written)
     scratch = np.zeros((nt, nrows * ext + GAP), dtype=np.float32 if real is float else np.float64)
@@ -880,7 +884,7 @@ def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] w
         raise ValueError("avg_pool_grad_rows: unknown mode")
     if planes == 0 or W == 0:
         return
-    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads)
+    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads, MIN_PARALLEL_FAST)
     # per-thread plane buffers of nrows rows of ext; their margins stay zero (only
     # [lead, lead + OW) of each row is ever written)
     scratch = np.zeros((nt, nrows * ext + GAP), dtype=np.float32 if real is float else np.float64)

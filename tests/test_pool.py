@@ -471,7 +471,7 @@ def test_max_pool_k2_matches_reference(shape, kernel, dtype, rng):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_pool_k2_threads_and_torch(dtype, threads, rng):
     torch = torch_or_skip()
-    for shape in ((4, 8, 24, 40), (8, 16, 300)):       # above the threading threshold
+    for shape in ((8, 16, 64, 66), (16, 32, 1030)):    # above the kernels' threading threshold
         x = rng.standard_normal(shape).astype(dtype)
         rank = len(shape) - 2
         attrs = dict(kernel_shape=[2] * rank, strides=[2] * rank)
@@ -490,7 +490,7 @@ def test_max_pool_k2_threads_and_torch(dtype, threads, rng):
 def test_max_pool_grad_k2_indices_outside_their_window(dtype, threads, rng):
     """Indices inside the plane but not in their own window are still a scatter-add (the
     plane falls back to it); other planes keep the one-pass result."""
-    x = rng.standard_normal((4, 8, 12, 34)).astype(dtype)
+    x = rng.standard_normal((4, 32, 64, 66)).astype(dtype)     # threaded when asked
     attrs = dict(kernel_shape=[2, 2], strides=[2, 2])
     y, indices = run_node("MaxPool", [x], attrs=attrs)
     moved = indices.copy()
@@ -501,7 +501,8 @@ def test_max_pool_grad_k2_indices_outside_their_window(dtype, threads, rng):
     expected = np.zeros(x.size, dtype)
     np.add.at(expected, moved.reshape(-1), dy.reshape(-1))
     np.testing.assert_allclose(dx.reshape(-1), expected, rtol=1e-6)
-    assert dx[1, 2].reshape(-1)[moved[1, 2, 0, 0] - 10 * 408] == pytest.approx(dy[1, 2, 0, 0] + dy[1, 2, 5, 16], rel=1e-6)
+    assert dx[1, 2].reshape(-1)[moved[1, 2, 0, 0] - 34 * 64 * 66] == pytest.approx(dy[1, 2, 0, 0] + dy[1, 2, 5, 16],
+                                                                          rel=1e-6)
 
 
 def general_average_pool(x, attrs):
@@ -573,7 +574,8 @@ def test_average_pool_rows_gradcheck(spatial, kernel, stride, pad, ceil, dilatio
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_average_pool_rows_threads_and_torch(dtype, threads, rng):
     torch = torch_or_skip()
-    for shape, k, s, p in (((4, 16, 20, 24), 3, 1, 1), ((8, 32, 256), 256, 256, 0), ((4, 16, 20, 24), 2, 2, 0)):
+    # above the kernels' threading threshold: 3x3 s1 p1 (taps), a global-style window, 2x2 s2 (pairs)
+    for shape, k, s, p in (((4, 16, 64, 66), 3, 1, 1), ((32, 64, 256), 256, 256, 0), ((8, 16, 64, 66), 2, 2, 0)):
         x = rng.standard_normal(shape).astype(dtype)
         rank = len(shape) - 2
         attrs = onnx_attrs((k,) * rank, (s,) * rank, (p,) * rank, count_include_pad=1)
