@@ -288,7 +288,6 @@ cdef extern from *:
         }                                                                                       \
         return bad == 0;                                                                        \
     }
-    MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
     MT_MAXPOOL_K2(mt_maxpool_k2_d, double)
     /* MaxPool k = s = 2 along W, float32 with AVX-512: 16 outputs per step and the row's tail
        in one masked step, so short rows (14 or 5 outputs in LeNet) never run scalar code. */
@@ -381,6 +380,9 @@ cdef extern from *:
     }
     #endif
 
+    #ifndef MT_HAVE_AVX512_K2
+    MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
+    #endif
     static void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind,
                                 int64_t base, Py_ssize_t n) {
     #ifdef MT_HAVE_AVX512_K2
