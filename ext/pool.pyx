@@ -201,22 +201,27 @@ cdef extern from *:
 
     /* One plane of AveragePoolGrad by rows (see avg_pool_grad_rows): dX row r gets the dY rows
        rows[ptr[r]:ptr[r + 1]] (OW wide) weighted by w (per row) and cw (per column) in
-       buf + r * ext + lead, then along W taps (shift, kw) or, when `spread`, windows of kw
-       (all weighted rows first, as in MT_AVG_PLANE). */
+       buf + r * ext + lead, then along W taps (shift, kw) or, when `spread`, windows of kw.
+       With `post` (taps, every window counting the same) the rows are summed unweighted and
+       the taps' sums times post (that count's reciprocal, W long): fewer loads and products.
+       All weighted rows come first, as in MT_AVG_PLANE. */
     #define MT_AVG_GRAD_PLANE(NAME, T, SFX)                                                     \
     static void NAME(T* dx, const T* dy, T* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, \
                      const T* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const T* cw,    \
                      int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift,      \
-                     Py_ssize_t kw) {                                                           \
+                     Py_ssize_t kw, const T* post) {                                            \
         for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
             const Py_ssize_t R = ptr[r + 1] - ptr[r];                                           \
-            if (R) mt_weighted_rows_##SFX(buf + r * ext + lead, dy, rows + ptr[r], w + ptr[r], R, OW, cw, OW); \
+            if (R == 0) continue;                                                               \
+            if (post) mt_sum_rows_##SFX(buf + r * ext + lead, dy, rows + ptr[r], R, OW, OW);    \
+            else mt_weighted_rows_##SFX(buf + r * ext + lead, dy, rows + ptr[r], w + ptr[r], R, OW, cw, OW); \
         }                                                                                       \
         for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
             T* out = dx + r * W;                                                                \
             const T* v = buf + r * ext + lead;                                                  \
             if (ptr[r + 1] == ptr[r]) memset(out, 0, W * sizeof(T));                            \
             else if (spread) mt_spread_##SFX(out, v, kw, OW, W);                                \
+            else if (post) mt_sum_taps_scaled_##SFX(out, v, shift, kw, W, post);                \
             else mt_sum_taps_##SFX(out, v, shift, kw, W, NULL);                                 \
         }                                                                                       \
     }
@@ -402,8 +407,8 @@ cdef extern from *:
     """
     void mt_avg_plane_f(float* y, const float* x, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead, Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1, Py_ssize_t k, const float* scale) noexcept nogil
     void mt_avg_plane_d(double* y, const double* x, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead, Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1, Py_ssize_t k, const double* scale) noexcept nogil
-    void mt_avg_grad_plane_f(float* dx, const float* dy, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const float* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const float* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw) noexcept nogil
-    void mt_avg_grad_plane_d(double* dx, const double* dy, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const double* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const double* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw) noexcept nogil
+    void mt_avg_grad_plane_f(float* dx, const float* dy, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const float* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const float* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw, const float* post) noexcept nogil
+    void mt_avg_grad_plane_d(double* dx, const double* dy, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const double* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const double* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw, const double* post) noexcept nogil
     void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind, int64_t base, Py_ssize_t n) noexcept nogil
     void mt_maxpool_k2_d(const double* r0, Py_ssize_t W, int two_rows, double* y, int64_t* ind, int64_t base, Py_ssize_t n) noexcept nogil
     int mt_maxpool_k2_f_grad(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W, int two_rows, int64_t base, Py_ssize_t n) noexcept nogil
@@ -859,7 +864,7 @@ def avg_pool_rows(const real[:, ::1] x, real[:, ::1] y, const real[::1] scale,
 def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] weights,
                        const real[::1] col_weights, const Py_ssize_t[::1] ptr, const Py_ssize_t[::1] rows,
                        int mode, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t[::1] shift,
-                       Py_ssize_t kw, int num_threads):
+                       Py_ssize_t kw, const real[::1] uniform, int num_threads):
     """AveragePoolGrad row by row, one store per dX element.  dX row r (of D * H, W wide)
     gathers the dY rows rows[ptr[r]:ptr[r + 1]] (of OD * OH, OW = len(col_weights) wide),
     each times its weights[] entry (the D and H reciprocal counts of that row), the sum times
@@ -867,7 +872,8 @@ def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] w
       TAPS    dx[w] = sum over t < kw of buf[lead + w + shift[t]], shift[t] = pad_begin -
               t * dilation; the buffer is zero outside [lead, lead + OW)
       SPREAD  dx[w] = buf[w // kw], 0 past the last window (lead = 0)
-    A row no window reaches is zeroed."""
+    A row no window reaches is zeroed.  uniform (TAPS, when every window counts the same; else
+    empty): W copies of that count's reciprocal, applied after the taps instead."""
     cdef Py_ssize_t planes = dy.shape[0], nrows = ptr.shape[0] - 1, OW = col_weights.shape[0], W, p, t
     cdef real* buf
     cdef int nt
@@ -884,6 +890,8 @@ def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] w
                 raise ValueError("avg_pool_grad_rows: a tap leaves the row buffer")
     elif mode != SPREAD or lead != 0:
         raise ValueError("avg_pool_grad_rows: unknown mode")
+    if uniform.shape[0] and (mode != TAPS or uniform.shape[0] != W):
+        raise ValueError("avg_pool_grad_rows: a uniform scale needs the taps and one value per column")
     if planes == 0 or W == 0:
         return
     nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads, MIN_PARALLEL_FAST)
@@ -893,14 +901,15 @@ def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] w
     cdef real[:, ::1] sc = scratch
     cdef const real* w = &weights[0] if weights.shape[0] else NULL
     cdef const Py_ssize_t* rw = &rows[0] if rows.shape[0] else NULL
+    cdef const real* post = &uniform[0] if uniform.shape[0] else NULL
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         buf = &sc[threadid(), 0]
         if real is float:
             mt_avg_grad_plane_f(&dx[p, 0], &dy[p, 0], buf, &ptr[0], rw, w, nrows, W, OW, &col_weights[0],
-                                mode == SPREAD, lead, ext, &shift[0], kw)
+                                mode == SPREAD, lead, ext, &shift[0], kw, post)
         else:
             mt_avg_grad_plane_d(&dx[p, 0], &dy[p, 0], buf, &ptr[0], rw, w, nrows, W, OW, &col_weights[0],
-                                mode == SPREAD, lead, ext, &shift[0], kw)
+                                mode == SPREAD, lead, ext, &shift[0], kw, post)
 
 
 # --------------------------------------------------------------------------- global pooling

@@ -286,7 +286,11 @@ def _average_pool_grad_plan(ctx, dy):
                              *[_tap_ranges(g) for g in dims])
     ptr, rows = _row_table(dims, tables, by_output=False)
     row_weights = (inv[0][:, None] * inv[1][None, :]).reshape(-1)[rows].astype(dy.dtype)
-    return shape, (row_weights, inv[2].astype(dy.dtype), ptr, rows, mode, lead, ext, shift, gw.kernel), None
+    # every window counting the same (count_include_pad, or no window reaching the padding):
+    # one product after the taps instead of one per dY row and column
+    uniform = mode == _TAPS and all(np.all(v == v[0]) for v in inv)
+    post = np.full(gw.size if uniform else 0, inv[0][0] * inv[1][0] * inv[2][0], dtype=dy.dtype)
+    return shape, (row_weights, inv[2].astype(dy.dtype), ptr, rows, mode, lead, ext, shift, gw.kernel, post), None
 
 
 def average_pool_grad(ctx):
