@@ -4,7 +4,8 @@
 Every tensor is contiguous and viewed as (planes, plane) with planes = N * C.  Spatial shapes
 are always 3-D (D, H, W): 1-D and 2-D pooling pass leading axes of size 1 with kernel 1.
 Planes are independent and split over OpenMP threads, so no two threads write the same
-element; tensors under MIN_PARALLEL elements stay on one thread.
+element; small tensors stay on one thread (MIN_PARALLEL elements of work for the general loops,
+MIN_PARALLEL_FAST for the streaming kernels).
 
 General paths take window geometry from Python (minitrain/ops/pool_geometry.py) as per-axis
 tables `tab[a]` of shape (3, out_a): row 0 the input coordinate where window o starts, rows 1
@@ -14,8 +15,9 @@ start + t * dilation.  Average pooling also gets per-axis reciprocal window coun
 
 Fast paths, picked by minitrain/providers/cpu/pool.py:
   max_pool_k2 / max_pool_grad_k2  kernel = stride = 2 along W (1 or 2 along H), no padding or
-                 dilation: one vectorised loop per output row; the gradient writes each window
-                 once (no zero-fill first).
+                 dilation: one vectorised loop per output row (float32 with AVX-512: masked
+                 16-output steps, so short rows have no scalar tail); the gradient writes each
+                 window once (no zero-fill first).
   avg_pool_rows / avg_pool_grad_rows  any geometry along D and H (Python lists, per row, the
                  rows each row sums: `ptr`/`rows` in CSR form); along W stride 1 (shifted sums
                  over a zero-margined row buffer), contiguous windows, or (gradient)
