@@ -228,13 +228,8 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     return plan, b, length, tap_lists, uncovered
 
 
-def _direct_ok(geom, n, nt):
-    """The direct kernels take every convolution but 1x1 ones (plain GEMMs for BLAS) and
-    batches too small to give each thread a (sample, group) item."""
-    return not geom.is_pointwise and (nt == 1 or n * geom.group >= nt)
-
-
 def direct_forward(img, w, bias, geom, nt):
+    """conv_forward on the direct kernels."""
     n = img.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
@@ -284,6 +279,7 @@ def direct_data_grad(cols, w, bias, geom, nt):
 
 
 def direct_weight_grad(cols, img, w_shape, geom, nt):
+    """conv_weight_grad on the direct kernels: per-thread accumulators, summed at the end."""
     n = img.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
@@ -307,21 +303,21 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
 
 # --------------------------------------------------------------------------- primitives
 def route(geom, n, nt):
-    """"direct" wherever every thread gets a (sample, group) item and the kernel is not 1x1,
-    else "gemm"."""
-    return "direct" if _direct_ok(geom, n, nt) else "gemm"
+    """"direct" for every convolution but 1x1 ones (plain GEMMs, for BLAS) and batches too
+    small to give each thread a (sample, group) item; else "gemm"."""
+    direct = not geom.is_pointwise and n > 0 and (nt == 1 or n * geom.group >= nt)
+    return "direct" if direct else "gemm"
 
 
 def conv_forward(img, w, bias, geom):
     """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
     n = img.shape[0]
+    nt = get_num_threads()
+    if route(geom, n, nt) == "direct":
+        return direct_forward(img, w, bias, geom, nt)
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
     if out.size == 0:
         return out
-    nt = get_num_threads()
-    way = route(geom, n, nt)
-    if way == "direct":
-        return direct_forward(img, w, bias, geom, nt)
     geo = geo_array(geom)
     b = _NO_BIAS[img.dtype] if bias is None else bias
     t = _tile(geom, img.itemsize)
@@ -375,8 +371,7 @@ def conv_weight_grad(cols, img, w_shape, geom):
     nt = get_num_threads()
     if n == 0 or cols.size == 0:
         return np.zeros(w_shape, dtype=dtype)
-    way = route(geom, n, nt)
-    if way == "direct":
+    if route(geom, n, nt) == "direct":
         return direct_weight_grad(cols, img, w_shape, geom, nt)
     geo = geo_array(geom)
     dw = np.empty(w_shape, dtype=dtype)
