@@ -60,7 +60,7 @@ def extensions():
         stem = os.path.splitext(os.path.basename(pyx))[0]
         exts.append(Extension(
             f"minitrain._ext.{stem}", [pyx],
-            include_dirs=[numpy.get_include()],
+            include_dirs=[numpy.get_include(), "ext"],
             extra_compile_args=compile_args, extra_link_args=link_args,
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         ))

@@ -9,54 +9,7 @@ vectorisable exp/tanh below (clamped, so large |x| never overflows); float64 use
 from cython.parallel cimport prange
 from libc.math cimport exp, fabsf, tanh
 
-cdef extern from *:
-    """
-    #include <string.h>
-    #include <stdint.h>
-    /* exp(x) for float, about 1 ulp on [-87.3, 88.3]; x is clamped to that range first so
-       2^n stays a normal float: below it the result is 0, above it 2e38 (never inf).
-       Cephes' polynomial on [-ln2/2, ln2/2]; branch-free so loops over it vectorise. */
-    static inline float mt_expf(float x) {
-        const float xin = x;
-        x = x < -87.3f ? -87.3f : x;
-        x = x > 88.3f ? 88.3f : x;
-        float n = __builtin_rintf(x * 1.44269504088896341f);
-        float r = x - n * 0.693359375f;
-        r = r + n * 2.12194440e-4f;
-        float p = 1.9875691500E-4f;
-        p = p * r + 1.3981999507E-3f;
-        p = p * r + 8.3334519073E-3f;
-        p = p * r + 4.1665795894E-2f;
-        p = p * r + 1.6666665459E-1f;
-        p = p * r + 5.0000001201E-1f;
-        p = p * r * r + r + 1.0f;
-        int32_t bits = ((int32_t)n + 127) << 23;
-        float scale;
-        memcpy(&scale, &bits, sizeof scale);
-        return xin < -87.3f ? 0.0f : p * scale;
-    }
-    /* tanh(x) for float: Eigen's rational approximation on [-7.9, 7.9] (a few ulp), which
-       is exact to float precision outside that range once clamped; tiny |x| returns x. */
-    static inline float mt_tanhf(float x) {
-        float c = x < -7.90531110763549805f ? -7.90531110763549805f : x;
-        c = c > 7.90531110763549805f ? 7.90531110763549805f : c;
-        float x2 = c * c;
-        float p = -2.76076847742355e-16f;
-        p = p * x2 + 2.00018790482477e-13f;
-        p = p * x2 + -8.60467152213735e-11f;
-        p = p * x2 + 5.12229709037114e-08f;
-        p = p * x2 + 1.48572235717979e-05f;
-        p = p * x2 + 6.37261928875436e-04f;
-        p = p * x2 + 4.89352455891786e-03f;
-        p = p * c;
-        float q = 1.19825839466702e-06f;
-        q = q * x2 + 1.18534705686654e-04f;
-        q = q * x2 + 2.26843463243900e-03f;
-        q = q * x2 + 4.89352518554385e-03f;
-        float t = p / q;
-        return (x < 0.0004f && x > -0.0004f) ? x : t;
-    }
-    """
+cdef extern from "fastmath.h":
     float mt_expf(float x) noexcept nogil
     float mt_tanhf(float x) noexcept nogil
 

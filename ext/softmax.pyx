@@ -12,32 +12,8 @@ vectorisable exp, float64 uses libm."""
 from cython.parallel cimport prange
 from libc.math cimport exp, log, logf
 
-cdef extern from *:
-    """
-    #include <string.h>
-    #include <stdint.h>
-    /* exp(x) for float, about 1 ulp on [-87.3, 88.3], 0 below that range, 2e38 above it; Cephes' polynomial, branch-free so loops over it vectorise. */
-    static inline float mt_sm_expf(float x) {
-        const float xin = x;
-        x = x < -87.3f ? -87.3f : x;
-        x = x > 88.3f ? 88.3f : x;
-        float n = __builtin_rintf(x * 1.44269504088896341f);
-        float r = x - n * 0.693359375f;
-        r = r + n * 2.12194440e-4f;
-        float p = 1.9875691500E-4f;
-        p = p * r + 1.3981999507E-3f;
-        p = p * r + 8.3334519073E-3f;
-        p = p * r + 4.1665795894E-2f;
-        p = p * r + 1.6666665459E-1f;
-        p = p * r + 5.0000001201E-1f;
-        p = p * r * r + r + 1.0f;
-        int32_t bits = ((int32_t)n + 127) << 23;
-        float scale;
-        memcpy(&scale, &bits, sizeof scale);
-        return xin < -87.3f ? 0.0f : p * scale;
-    }
-    """
-    float mt_sm_expf(float x) noexcept nogil
+cdef extern from "fastmath.h":
+    float mt_expf(float x) noexcept nogil
 
 ctypedef fused real:
     float
@@ -50,7 +26,7 @@ cdef enum:
 
 cdef inline real _exp(real v) noexcept nogil:
     if real is float:
-        return mt_sm_expf(v)
+        return mt_expf(v)
     else:
         return exp(v)
 
