@@ -309,25 +309,58 @@ def route(geom, n, nt):
     return "direct" if direct else "gemm"
 
 
-def conv_forward(img, w, bias, geom):
-    """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
+def _gemm_setup(geom, items, nt, dtype):
+    """(geometry array, tile width, OpenMP-over-items?, im2col scratch) for the GEMM path."""
+    t = _tile(geom, np.dtype(dtype).itemsize)
+    parallel = _schedule(items(t), nt)
+    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, dtype)
+    return geo_array(geom), t, parallel, scratch
+
+
+def gemm_forward(img, w, bias, geom, nt):
+    """conv_forward by im2col tiles and GEMM, items (sample, group, tile)."""
     n = img.shape[0]
-    nt = get_num_threads()
-    if route(geom, n, nt) == "direct":
-        return direct_forward(img, w, bias, geom, nt)
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
     if out.size == 0:
         return out
-    geo = geo_array(geom)
-    b = _NO_BIAS[img.dtype] if bias is None else bias
-    t = _tile(geom, img.itemsize)
-    items = n * geom.group * -(-_plane(geom.col_spatial) // t)
-    parallel = _schedule(items, nt)
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
-    scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, img.dtype)
+    geo, t, parallel, scratch = _gemm_setup(
+        geom, lambda t: n * geom.group * -(-_plane(geom.col_spatial) // t), nt, img.dtype)
     with blas_threads(1 if parallel else nt):
-        _conv.forward(img.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, t, scratch, parallel, nt)
+        _conv.forward(img.reshape(-1), w.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
+                      out.reshape(-1), geo, n, t, scratch, parallel, nt)
     return out
+
+
+def gemm_data_grad(cols, w, bias, geom, nt):
+    """conv_data_grad by GEMM and col2im, items (sample, group); at stride 1 the convolution of
+    cols with the flipped, transposed weight instead (im2col of cols, a deeper product)."""
+    if all(s == 1 for s in geom.strides):
+        return gemm_forward(cols, flipped_weight(w, geom), bias, geom.transposed(), nt)
+    n = cols.shape[0]
+    out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
+    if out.size == 0:
+        return out
+    geo, t, parallel, scratch = _gemm_setup(geom, lambda t: n * geom.group, nt, cols.dtype)
+    with blas_threads(1 if parallel else nt):
+        _conv.backward_data(cols.reshape(-1), w.reshape(-1), _NO_BIAS[cols.dtype] if bias is None else bias,
+                            out.reshape(-1), geo, n, t, scratch, parallel, nt)
+    return out
+
+
+def gemm_weight_grad(cols, img, w_shape, geom, nt):
+    """conv_weight_grad by im2col tiles and GEMM; per-thread accumulators when parallel."""
+    n = img.shape[0]
+    geo, t, parallel, scratch = _gemm_setup(
+        geom, lambda t: n * geom.group * -(-_plane(geom.col_spatial) // t), nt, img.dtype)
+    acc = np.zeros((nt if parallel else 1, _plane(w_shape)), dtype=img.dtype)
+    with blas_threads(1 if parallel else nt):
+        _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
+    if not parallel:
+        return acc.reshape(w_shape)
+    dw = np.empty(w_shape, dtype=img.dtype)
+    _conv.sum_rows(acc, dw.reshape(-1), nt)
+    return dw
 
 
 def flipped_weight(w, geom):
@@ -341,53 +374,27 @@ def flipped_weight(w, geom):
     return np.ascontiguousarray(wg).reshape((g * c, m) + k)
 
 
+def conv_forward(img, w, bias, geom):
+    """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
+    nt = get_num_threads()
+    fn = direct_forward if route(geom, img.shape[0], nt) == "direct" else gemm_forward
+    return fn(img, w, bias, geom, nt)
+
+
 def conv_data_grad(cols, w, bias, geom):
     """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
-    n = cols.shape[0]
     nt = get_num_threads()
-    if route(geom, n, nt) == "direct":
-        return direct_data_grad(cols, w, bias, geom, nt)
-    if all(s == 1 for s in geom.strides):   # the convolution of cols with the flipped, transposed W
-        return conv_forward(cols, flipped_weight(w, geom), bias, geom.transposed())
-    out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
-    if out.size == 0:
-        return out
-    geo = geo_array(geom)
-    t = _tile(geom, cols.itemsize)
-    parallel = _schedule(n * geom.group, nt)
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
-    scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, cols.dtype)
-    b = _NO_BIAS[cols.dtype] if bias is None else bias
-    with blas_threads(1 if parallel else nt):
-        _conv.backward_data(cols.reshape(-1), w.reshape(-1), b, out.reshape(-1), geo, n, t, scratch,
-                            parallel, nt)
-    return out
+    fn = direct_data_grad if route(geom, cols.shape[0], nt) == "direct" else gemm_data_grad
+    return fn(cols, w, bias, geom, nt)
 
 
 def conv_weight_grad(cols, img, w_shape, geom):
     """dW (w_shape) = sum over the batch of cols . im2col(img)^T."""
-    n = img.shape[0]
-    dtype = img.dtype
+    if img.shape[0] == 0 or cols.size == 0:
+        return np.zeros(w_shape, dtype=img.dtype)
     nt = get_num_threads()
-    if n == 0 or cols.size == 0:
-        return np.zeros(w_shape, dtype=dtype)
-    if route(geom, n, nt) == "direct":
-        return direct_weight_grad(cols, img, w_shape, geom, nt)
-    geo = geo_array(geom)
-    dw = np.empty(w_shape, dtype=dtype)
-    t = _tile(geom, dtype.itemsize)
-    items = n * geom.group * -(-_plane(geom.col_spatial) // t)
-    parallel = _schedule(items, nt)
-    threads = nt if parallel else 1
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
-    scratch = _scratch(threads, 0 if geom.is_pointwise else k * t, dtype)
-    acc = np.zeros((threads, dw.size), dtype=dtype)
-    with blas_threads(1 if parallel else nt):
-        _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
-    if threads == 1:
-        return acc.reshape(w_shape)
-    _conv.sum_rows(acc, dw.reshape(-1), nt)
-    return dw
+    fn = direct_weight_grad if route(geom, img.shape[0], nt) == "direct" else gemm_weight_grad
+    return fn(cols, img, w_shape, geom, nt)
 
 
 def bias_grad(dy):
