@@ -9,7 +9,8 @@ offset per tap (k * D = q * S + r per axis: phase r, shift q).  Grid positions w
 ow >= Ow are garbage: computed and dropped (forward), or fed zeros (weight gradient).
 
   kernel A  y[m, p]  = sum over c, k of W[m, c, k] * x[c, p + off[k]]      (Conv forward, and the
-            stride-1 data gradient, which is a convolution with the flipped, transposed weight)
+            data gradient: per stride phase of the image, a correlation of dY with the taps
+            that reach that phase; at stride 1 the convolution with the flipped weight)
   kernel B  dW[m, c, k] += sum over p of dy[m, p] * x[c, p + off[k]]     (weight gradient)
 
 A's microkernel keeps an MR x (NV vectors) block of y in registers and broadcasts MR weights per
@@ -24,8 +25,8 @@ L: buffer length per channel and sample; B: samples per work item.  A sub-proble
 Od x Oh x Ow output grid (Pext grid positions: the last valid one + 1) from `taps` taps whose
 offsets start at offsets[off_index] and whose packed weight starts at wp[w_index]; its point
 (od, oh, ow) of channel plane q goes to y[q * ycol + ybase + od * ysd + oh * ysh + ow * ysw].
-A convolution is one sub-problem; the data gradient of a strided convolution is one per stride
-phase of the image, all reading one packed copy of the columns.
+A convolution is one sub-problem; the data gradient is one per stride phase of the image, all
+reading one packed copy of the columns.
 """
 from cython.parallel cimport prange, threadid
 from libc.string cimport memset
