@@ -165,6 +165,39 @@ cdef void col2im_tile(const real* col, Py_ssize_t ldcol, real* img, const Geo* g
                     j += ow1 - ow0
 
 
+cdef struct TileItem:
+    Py_ssize_t n, gi, j0, j1
+
+
+cdef inline TileItem _tile_item(Py_ssize_t it, Py_ssize_t ntiles, Py_ssize_t T, const Geo* g) noexcept nogil:
+    """Work item it = (sample n, group gi, tile): its columns [j0, j1).  (A struct result: values
+    assigned in a prange body are thread-private, values written through pointers are not.)"""
+    cdef TileItem r
+    cdef Py_ssize_t t = it % ntiles
+    r.gi = (it // ntiles) % g.G
+    r.n = it // (ntiles * g.G)
+    r.j0 = t * T
+    r.j1 = r.j0 + T
+    if r.j1 > g.col:
+        r.j1 = g.col
+    return r
+
+
+cdef inline Py_ssize_t _ldcol(const Geo* g, bint direct, Py_ssize_t j0, Py_ssize_t j1) noexcept nogil:
+    """Leading dimension of the column matrix of columns [j0, j1) (see _columns)."""
+    return g.col if direct else j1 - j0
+
+
+cdef inline real* _columns(const real* xg, real* scratch, const Geo* g, bint direct, Py_ssize_t j0,
+                           Py_ssize_t j1) noexcept nogil:
+    """The column matrix of columns [j0, j1) of image block xg: the image itself for a 1x1
+    convolution, else its im2col tile in scratch (leading dimension: _ldcol)."""
+    if direct:
+        return <real*>xg + j0
+    im2col_tile(xg, scratch, j1 - j0, g, j0, j1)
+    return scratch
+
+
 cdef inline int _pointwise(const Geo* g) noexcept nogil:
     """1x1, stride 1, no padding: the column matrix is the image itself (P == image plane)."""
     return (g.KD == 1 and g.KH == 1 and g.KW == 1 and g.SD == 1 and g.SH == 1 and g.SW == 1
@@ -178,7 +211,8 @@ def forward(const real[::1] x, const real[::1] w, const real[::1] bias, real[::1
     cdef Geo g = _geo(geo)
     cdef Py_ssize_t ntiles = (g.col + T - 1) // T
     cdef Py_ssize_t items = N * g.G * ntiles
-    cdef Py_ssize_t it, n, gi, t, j0, j1, m, j, ldcol
+    cdef Py_ssize_t it, n, gi, j0, j1, m, j, ldcol
+    cdef TileItem item
     cdef bint direct = _pointwise(&g)
     cdef bint has_bias = bias.shape[0] > 0
     cdef int tid
@@ -188,21 +222,10 @@ def forward(const real[::1] x, const real[::1] w, const real[::1] bias, real[::1
     cdef const real* xg
     for it in prange(items, nogil=True, schedule="static", num_threads=num_threads if parallel else 1):
         tid = threadid()
-        t = it % ntiles
-        gi = (it // ntiles) % g.G
-        n = it // (ntiles * g.G)
-        j0 = t * T
-        j1 = j0 + T
-        if j1 > g.col:
-            j1 = g.col
-        xg = &x[0] + (n * g.G + gi) * g.C * g.img
-        if direct:
-            col = <real*>xg + j0
-            ldcol = g.col
-        else:
-            col = &scratch[tid, 0]
-            ldcol = j1 - j0
-            im2col_tile(xg, col, ldcol, &g, j0, j1)
+        item = _tile_item(it, ntiles, T, &g)
+        n, gi, j0, j1 = item.n, item.gi, item.j0, item.j1
+        ldcol = _ldcol(&g, direct, j0, j1)
+        col = _columns(&x[0] + (n * g.G + gi) * g.C * g.img, &scratch[tid, 0], &g, direct, j0, j1)
         yt = &y[0] + (n * g.G + gi) * g.M * g.col + j0
         beta = 0
         if has_bias:
@@ -264,28 +287,18 @@ def backward_weight(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
     cdef Geo g = _geo(geo)
     cdef Py_ssize_t ntiles = (g.col + T - 1) // T
     cdef Py_ssize_t items = N * g.G * ntiles
-    cdef Py_ssize_t it, n, gi, t, j0, j1, ldcol
+    cdef Py_ssize_t it, n, gi, j0, j1, ldcol
+    cdef TileItem item
     cdef bint direct = _pointwise(&g)
     cdef int tid
     cdef real* col
     cdef const real* xg
     for it in prange(items, nogil=True, schedule="static", num_threads=num_threads if parallel else 1):
         tid = threadid()
-        t = it % ntiles
-        gi = (it // ntiles) % g.G
-        n = it // (ntiles * g.G)
-        j0 = t * T
-        j1 = j0 + T
-        if j1 > g.col:
-            j1 = g.col
-        xg = &x[0] + (n * g.G + gi) * g.C * g.img
-        if direct:
-            col = <real*>xg + j0
-            ldcol = g.col
-        else:
-            col = &scratch[tid, 0]
-            ldcol = j1 - j0
-            im2col_tile(xg, col, ldcol, &g, j0, j1)
+        item = _tile_item(it, ntiles, T, &g)
+        n, gi, j0, j1 = item.n, item.gi, item.j0, item.j1
+        ldcol = _ldcol(&g, direct, j0, j1)
+        col = _columns(&x[0] + (n * g.G + gi) * g.C * g.img, &scratch[tid, 0], &g, direct, j0, j1)
         gemm_rm(c'N', c'T', <int>g.M, <int>g.K, <int>(j1 - j0), <real>1,
                 &dy[0] + (n * g.G + gi) * g.M * g.col + j0, <int>g.col, col, <int>ldcol,
                 <real>1, &dw_acc[tid, 0] + gi * g.M * g.K, <int>g.K)

@@ -409,6 +409,22 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
             memset(dst + pl.nph * pl.plane, 0, (pl.L - pl.nph * pl.plane) * sizeof(real))
 
 
+cdef struct Item:
+    Py_ssize_t gi, n0, nb
+
+
+cdef inline Item _item(Py_ssize_t it, const Plan* pl, Py_ssize_t N) noexcept nogil:
+    """Work item it = (chunk of B samples, group gi): samples n0 .. n0 + nb.  (A struct result:
+    values assigned in a prange body are thread-private, values written through pointers are not.)"""
+    cdef Item r
+    r.gi = it % pl.G
+    r.n0 = (it // pl.G) * pl.B
+    r.nb = pl.B
+    if r.n0 + r.nb > N:
+        r.nb = N - r.n0
+    return r
+
+
 cdef enum:
     PIECE = 4096   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
 
@@ -428,7 +444,8 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
     cdef Plan pl = _plan(plan)
     cdef Sub sb
     cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
-    cdef Py_ssize_t it, chunk, gi, n0, nb, b, mb, m, od, oh, k, c, t, pend, mblocks = (pl.M + mr - 1) // mr
+    cdef Py_ssize_t it, gi, n0, nb, b, mb, m, od, oh, k, c, t, pend, mblocks = (pl.M + mr - 1) // mr
+    cdef Item item
     cdef Py_ssize_t block = nv * (mt_vbytes() // sizeof(real))
     cdef bint has_bias = bias.shape[0] > 0
     cdef real* xb
@@ -441,12 +458,8 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
     cdef int tid
     for it in prange(nchunks * pl.G, nogil=True, schedule="static", num_threads=num_threads):
         tid = threadid()
-        gi = it % pl.G
-        chunk = it // pl.G
-        n0 = chunk * pl.B
-        nb = pl.B
-        if n0 + nb > N:
-            nb = N - n0
+        item = _item(it, &pl, N)
+        gi, n0, nb = item.gi, item.n0, item.nb
         xb = &xbuf[tid, 0]
         yb = &ybuf[tid, 0]
         coff = &coffs[tid, 0]
@@ -491,7 +504,8 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
     cdef Py_ssize_t mpad = (pl.M + mr2 - 1) // mr2 * mr2
     cdef Py_ssize_t vw = mt_vbytes() // sizeof(real)
     cdef Py_ssize_t plen = _round_up(sb.Pext, vw)
-    cdef Py_ssize_t it, chunk, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb, piece, p0, pn
+    cdef Py_ssize_t it, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb, piece, p0, pn
+    cdef Item item
     cdef real* xb
     cdef real* db
     cdef real* row
@@ -500,12 +514,8 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
     cdef int tid
     for it in prange(nchunks * pl.G, nogil=True, schedule="static", num_threads=num_threads):
         tid = threadid()
-        gi = it % pl.G
-        chunk = it // pl.G
-        n0 = chunk * pl.B
-        nb = pl.B
-        if n0 + nb > N:
-            nb = N - n0
+        item = _item(it, &pl, N)
+        gi, n0, nb = item.gi, item.n0, item.nb
         xb = &xbuf[tid, 0]
         db = &dybuf[tid, 0]
         pack(&x[0] + (n0 * pl.G + gi) * pl.C * pl.img, nb, xb, &pl)
