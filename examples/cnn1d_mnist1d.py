@@ -5,10 +5,10 @@ linear classifier, trained with AdamW, a linear warm-up and a cosine decay on th
 procedurally generated training signals.  About 15 seconds on two cores.
 """
 import minitrain
-from minitrain import nn, optim
+from minitrain import nn
 from minitrain.cli import run_example
-from minitrain.data import ArrayDataset, DataLoader, load_mnist1d
-from minitrain.training import TrainingSession, fit
+from minitrain.data import load_mnist1d
+from minitrain.training.recipes import train_classifier
 
 DEFAULTS = {"epochs": 20, "batch_size": 64, "lr": 3e-3}
 
@@ -28,18 +28,9 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_mnist1d()
-    loader = DataLoader(ArrayDataset(data.x_train, data.y_train), batch_size, shuffle=True, seed=seed)
-    total = epochs * min(len(loader), max_steps or len(loader))
-    warmup = max(1, total // 20)
-    schedule = optim.LinearWarmup(warmup, optim.CosineLR(max(1, total - warmup)))
-    session = TrainingSession(build_model(), nn.CrossEntropyLoss(),
-                              optim.AdamW(lr, weight_decay=1e-2, schedule=schedule),
-                              input_shape=(1, 40), provider=device)
-    history = fit(session, loader, epochs=epochs, test=(data.x_test, data.y_test), out_dir=out,
-                  progress=progress, max_steps=max_steps)
-    accuracy = history[-1]["test_accuracy"]
-    print(f"final test_accuracy={accuracy:.4f}")
-    return accuracy
+    return train_classifier(build_model(), data, (1, 40), epochs=epochs,
+                            batch_size=batch_size, lr=lr, weight_decay=1e-2, device=device, seed=seed, out=out,
+                            max_steps=max_steps, progress=progress)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ trained with AdamW and a cosine decay.  Well under a minute on two cores.
 import numpy as np
 
 import minitrain
-from minitrain import nn, optim
+from minitrain import nn
 from minitrain.cli import run_example
-from minitrain.data import ArrayDataset, DataLoader, Split
-from minitrain.training import TrainingSession, fit
+from minitrain.data import Split
+from minitrain.training.recipes import train_classifier
 
 DEFAULTS = {"epochs": 8, "batch_size": 32, "lr": 3e-3}
 SIZE = 16
@@ -65,17 +65,9 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_volumes(seed=seed)
-    loader = DataLoader(ArrayDataset(data.x_train, data.y_train), batch_size, shuffle=True, seed=seed)
-    total = epochs * min(len(loader), max_steps or len(loader))
-    schedule = optim.LinearWarmup(max(1, total // 20), optim.CosineLR(max(1, total - total // 20)))
-    session = TrainingSession(build_model(), nn.CrossEntropyLoss(),
-                              optim.AdamW(lr, weight_decay=1e-4, schedule=schedule),
-                              input_shape=(1, SIZE, SIZE, SIZE), provider=device)
-    history = fit(session, loader, epochs=epochs, test=(data.x_test, data.y_test), out_dir=out,
-                  progress=progress, max_steps=max_steps)
-    accuracy = history[-1]["test_accuracy"]
-    print(f"final test_accuracy={accuracy:.4f}")
-    return accuracy
+    return train_classifier(build_model(), data, (1, SIZE, SIZE, SIZE), epochs=epochs,
+                            batch_size=batch_size, lr=lr, weight_decay=1e-4, device=device, seed=seed, out=out,
+                            max_steps=max_steps, progress=progress)
 
 
 if __name__ == "__main__":
