@@ -145,8 +145,6 @@ class Executor:
             node = step.node
             bound = self._bind(step, env)
             inputs = [env[n] if n else None for n in node.inputs]
-            while inputs and inputs[-1] is None and len(inputs) > len(bound.schema.inputs):
-                inputs.pop()
             shapes = step.output_shapes(dims, dims_key)
             if self.profile_enabled:
                 start = time.perf_counter()
