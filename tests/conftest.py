@@ -8,6 +8,16 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Runs the test with minitrain on one thread, then on two."""
+    from minitrain import get_num_threads, set_num_threads
+    old = get_num_threads()
+    set_num_threads(request.param)
+    yield request.param
+    set_num_threads(old)
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import pycuda.driver as cuda

@@ -404,15 +404,6 @@ def test_gradient_ops_reject_unknown_attributes():
 # checked against exact references: a window-by-window MaxPool in numpy, the general window
 # loop of ext/pool.pyx, the adjoint identity <AveragePool(x), dy> = <x, AveragePoolGrad(dy)>,
 # finite differences and PyTorch.
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    from minitrain import get_num_threads, set_num_threads
-    old = get_num_threads()
-    set_num_threads(request.param)
-    yield request.param
-    set_num_threads(old)
-
-
 def reference_max_pool(x, kernel, stride):
     """MaxPool without padding or dilation, window by window: taps in row-major order, a tap
     wins when greater than the best so far or NaN; indices flattened over the whole tensor."""

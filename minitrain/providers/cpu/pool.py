@@ -12,13 +12,16 @@ Kernels, most specific first:
                            8 windows per row); else the general window loop / scatter-add.
   AveragePool              along W stride 1, or dilation 1: avg_pool_rows (row sums over the
                            D and H taps, then along W); else the general window loop.
-  AveragePoolGrad          along W stride 1, or kernel = stride without padding or dilation:
-                           avg_pool_grad_rows; else the separable scatter passes.
+  AveragePoolGrad          stride 1 along H and W with dX as wide as dY, D untouched:
+                           avg_pool_grad_flat (two flat passes per plane); along W stride 1,
+                           or kernel = stride without padding or dilation: avg_pool_grad_rows;
+                           else the separable scatter passes.
 """
 import math
 
 import numpy as np
 
+from ..._ext import avg_pool_flat as _avg_flat
 from ..._ext import pool as _pool
 from ...errors import ShapeError
 from ...ops.pool_geometry import DimGeometry, input_sizes_for, pool_geometry
@@ -29,6 +32,7 @@ from ...threads import get_num_threads
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 _TAPS, _WINDOWS, _PAIRS, _SPREAD = 0, 1, 2, 1     # the W modes of ext/pool.pyx
 _PLANS = {}
+_FLAT_CHUNK = 1024      # elements of avg_pool_grad_flat's column tables (whole rows, at least one)
 _MAX_PLANS = 256
 
 
@@ -266,12 +270,44 @@ def average_pool(ctx):
     return {"Y": y}
 
 
+def _flat_grad_tables(dims, inv, dtype):
+    """avg_pool_grad_flat's arguments (ext/avg_pool_flat.pyx) when D is untouched, both strides
+    are 1 and dX is as wide as dY: runs of input rows sharing their valid H taps and those
+    taps' weights, the taps as flat offsets into dY, and per W tap a table of column weights
+    over a chunk of whole rows (0 where the tap leaves the row)."""
+    gh, gw = dims[1], dims[2]
+    uniform = all(np.all(v == v[0]) for v in inv)      # every window counts the same
+    row_weight = np.ones(gh.out) if uniform else inv[1]
+    offsets = [gh.pad_begin - a * gh.dilation for a in range(gh.kernel)]
+    runs, taps = [], []
+    for i in range(gh.size):
+        valid = tuple((o, row_weight[i + o]) for o in offsets if 0 <= i + o < gh.out)
+        if runs and taps[-1] == valid:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+            taps.append(valid)
+    ptr = np.cumsum([0] + [len(t) for t in taps]).astype(np.intp)
+    shifts = np.array([o * gw.size for t in taps for o, _ in t], dtype=np.intp)
+    weights = np.array([] if uniform else [w for t in taps for _, w in t], dtype=dtype)
+    cols = np.array([gw.pad_begin - b * gw.dilation for b in range(gw.kernel)], dtype=np.intp)
+    chunk_rows = max(1, min(gh.size, -(-_FLAT_CHUNK // gw.size)))
+    q = np.arange(chunk_rows * gw.size)[None, :] % gw.size + cols[:, None]
+    inside = (q >= 0) & (q < gw.size)
+    tables = np.where(inside, 1.0 if uniform else inv[2][np.clip(q, 0, gw.size - 1)], 0.0).astype(dtype)
+    post = float(inv[0][0] * inv[1][0] * inv[2][0]) if uniform else 1.0
+    return gw.size, np.array(runs, dtype=np.intp).reshape(-1, 2), ptr, shifts, weights, tables, cols, post
+
+
 def _average_pool_grad_plan(ctx, dy):
+    """(dX shape, kernel, its arguments before num_threads)."""
     shape = dx_shape(ctx, dy)
     dims = _as_3d(_geometry(ctx, shape, "dX"))
     tables = [_window_table(g) for g in dims]
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
-    gw = dims[2]
+    gd, gh, gw = dims
+    if gd.trivial and gh.stride == 1 and gw.stride == 1 and gw.out == gw.size:
+        return shape, _avg_flat.avg_pool_grad_flat, _flat_grad_tables(dims, inv, dy.dtype)
     if gw.stride == 1:
         # dx[w] gathers the scaled dY at w + pad_begin - t * dilation from a zero-margined row
         lead = max(0, (gw.kernel - 1) * gw.dilation - gw.pad_begin)
@@ -282,30 +318,26 @@ def _average_pool_grad_plan(ctx, dy):
         lead, ext, shift, mode = 0, gw.out, np.zeros(gw.kernel, dtype=np.intp), _SPREAD
     else:
         geometry = tuple((g.size, g.out, g.kernel, g.stride, g.dilation, g.pad_begin) for g in dims)
-        return shape, None, (geometry, tuple(g.trivial for g in dims), _scale_plane(dims, inv, dy.dtype),
-                             *[_tap_ranges(g) for g in dims])
+        return shape, _pool.avg_pool_grad, (geometry, tuple(g.trivial for g in dims),
+                                            _scale_plane(dims, inv, dy.dtype), *[_tap_ranges(g) for g in dims])
     ptr, rows = _row_table(dims, tables, by_output=False)
     row_weights = (inv[0][:, None] * inv[1][None, :]).reshape(-1)[rows].astype(dy.dtype)
     # every window counting the same (count_include_pad, or no window reaching the padding):
     # one product after the taps instead of one per dY row and column
     uniform = mode == _TAPS and all(np.all(v == v[0]) for v in inv)
     post = np.full(gw.size if uniform else 0, inv[0][0] * inv[1][0] * inv[2][0], dtype=dy.dtype)
-    return shape, (row_weights, inv[2].astype(dy.dtype), ptr, rows, mode, lead, ext, shift, gw.kernel, post), None
+    return shape, _pool.avg_pool_grad_rows, (row_weights, inv[2].astype(dy.dtype), ptr, rows, mode, lead, ext,
+                                             shift, gw.kernel, post)
 
 
 def average_pool_grad(ctx):
     dy = ctx.inputs[0]
-    shape, rows, scatter = _plan(ctx, "AveragePoolGrad", (dy.shape, dy.dtype.char, ctx.output_shapes.get("dX")),
-                                 lambda: _average_pool_grad_plan(ctx, dy))
+    shape, kernel, args = _plan(ctx, "AveragePoolGrad", (dy.shape, dy.dtype.char, ctx.output_shapes.get("dX")),
+                                lambda: _average_pool_grad_plan(ctx, dy))
     planes, size = _planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
-    if planes == 0 or size == 0:
-        return {"dX": dx}
-    flat_dy, flat_dx = dy.reshape(planes, dy.size // planes), dx.reshape(planes, size)
-    if rows is not None:
-        _pool.avg_pool_grad_rows(flat_dy, flat_dx, *rows, get_num_threads())
-    else:
-        _pool.avg_pool_grad(flat_dy, flat_dx, *scatter, get_num_threads())
+    if planes and size:
+        kernel(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), *args, get_num_threads())
     return {"dX": dx}
 
 

@@ -1,0 +1,192 @@
+# cython: language_level=3
+"""AveragePoolGrad over whole planes when both strides are 1 and dX is as wide as dY (OW == W:
+3x3 s1 p1, 5x5 s1 p2, ...), as two flat passes over each (H, W) plane.
+
+Flattened, a stride-1 window sum along H is the plane shifted by whole rows, and along W the
+plane shifted by a few columns; with OW == W both are plain offsets into one flat array, so
+each pass is a few long vectorisable loops, where going row by row costs 2-3 loops per row
+(a 32-wide float32 row is only two AVX-512 vectors):
+
+  rows     V[i, :] = sum over the H taps a of rh[p] * dY[p, :], p = i + pad_top - a * dil_h
+           (input row i); the dY rows outside [0, OH) are skipped: consecutive input rows
+           with the same valid taps and weights form one run, one loop over its flat range.
+  columns  dX[i, j] = sum over the W taps b of rw[q] * V[i, q], q = j + pad_left - b * dil_w,
+           each term kept only where q lies inside [0, W): one table per tap holds rw[q]
+           there and 0 elsewhere (a select, not a product: an inf in dY must not turn into
+           NaN in the next row).  The tables cover a whole number of rows and the plane is
+           done table by table; V has zero margins, so the skipped reads stay in bounds.
+
+rh and rw are the H and W factors of each window's reciprocal count (a box's count is their
+product).  When every window counts the same (count_include_pad, or no window reaching into
+the padding) both are 1, the tables are 0/1 masks and the sum is times that one reciprocal,
+`post`: no products in the rows pass, and the tap that reads each output's own column (always
+inside the row) reads no table.
+"""
+from cython.parallel cimport prange, threadid
+from libc.string cimport memset
+
+import numpy as np
+
+cdef extern from *:
+    """
+    #include <string.h>
+    /* v[k] = sum over t < R of w[t] * src[k + s[t]] (w NULL: weights 1), k < n; R >= 1.
+       src points at the run's first element; restrict: no loop versioning. */
+    #define MT_FLAT_ROWS(NAME, T)                                                              \
+    static __attribute__((noinline)) void                                                      \
+    NAME(T* __restrict v, const T* __restrict src, const T* w, const Py_ssize_t* s,           \
+         Py_ssize_t R, Py_ssize_t n) {                                                         \
+        const T* __restrict a = src + s[0];                                                    \
+        const T* __restrict b = src + s[R > 1 ? 1 : 0];                                        \
+        const T* __restrict c = src + s[R > 2 ? 2 : 0];                                        \
+        if (R == 3 && w) {                                                                     \
+            const T wa = w[0], wb = w[1], wc = w[2];                                           \
+            for (Py_ssize_t k = 0; k < n; k++) v[k] = wa * a[k] + wb * b[k] + wc * c[k];       \
+            return;                                                                            \
+        }                                                                                      \
+        if (R == 3) {                                                                          \
+            for (Py_ssize_t k = 0; k < n; k++) v[k] = a[k] + b[k] + c[k];                      \
+            return;                                                                            \
+        }                                                                                      \
+        for (Py_ssize_t k = 0; k < n; k++) v[k] = 0;                                           \
+        for (Py_ssize_t t = 0; t < R; t++) {                                                   \
+            const T* __restrict x = src + s[t];                                                \
+            const T wt = w ? w[t] : 1;                                                         \
+            for (Py_ssize_t k = 0; k < n; k++) v[k] += wt * x[k];                              \
+        }                                                                                      \
+    }
+    MT_FLAT_ROWS(mt_flat_rows_f, float)
+    MT_FLAT_ROWS(mt_flat_rows_d, double)
+
+    /* out[j] = sum over t < K of (m[t * L + j] != 0 ? m[t * L + j] * v[j + c[t]] : 0), j < n
+       <= L: the W taps times the column weights (0 outside the row).  With `post` (every
+       window counting the same) the tables are 0/1 masks, a tap with c[t] == 0 (each output's
+       own column, always inside the row) reads no mask, and the sum is times post. */
+    #define MT_FLAT_COLUMNS(NAME, T)                                                           \
+    static __attribute__((noinline)) void                                                      \
+    NAME(T* __restrict out, const T* __restrict v, const T* __restrict m, Py_ssize_t L,        \
+         const Py_ssize_t* c, Py_ssize_t K, Py_ssize_t n, T post, int uniform) {               \
+        const T* __restrict m0 = m;                                                            \
+        const T* __restrict m1 = m + (K > 1 ? L : 0);                                          \
+        const T* __restrict m2 = m + (K > 2 ? 2 * L : 0);                                      \
+        const T* __restrict v0 = v + c[0];                                                     \
+        const T* __restrict v1 = v + c[K > 1 ? 1 : 0];                                         \
+        const T* __restrict v2 = v + c[K > 2 ? 2 : 0];                                         \
+        if (K == 3 && uniform && c[1] == 0) {                                                  \
+            for (Py_ssize_t j = 0; j < n; j++)                                                 \
+                out[j] = post * ((m0[j] != 0 ? v0[j] : 0) + v1[j] + (m2[j] != 0 ? v2[j] : 0)); \
+            return;                                                                            \
+        }                                                                                      \
+        if (K == 3 && !uniform) {                                                              \
+            for (Py_ssize_t j = 0; j < n; j++)                                                 \
+                out[j] = (m0[j] != 0 ? m0[j] * v0[j] : 0) + (m1[j] != 0 ? m1[j] * v1[j] : 0)   \
+                         + (m2[j] != 0 ? m2[j] * v2[j] : 0);                                   \
+            return;                                                                            \
+        }                                                                                      \
+        for (Py_ssize_t j = 0; j < n; j++) out[j] = 0;                                         \
+        for (Py_ssize_t t = 0; t < K; t++) {                                                   \
+            const T* __restrict mt = m + t * L;                                                \
+            const T* __restrict vt = v + c[t];                                                 \
+            for (Py_ssize_t j = 0; j < n; j++) out[j] += mt[j] != 0 ? mt[j] * vt[j] : 0;       \
+        }                                                                                      \
+        if (uniform) for (Py_ssize_t j = 0; j < n; j++) out[j] *= post;                        \
+    }
+    MT_FLAT_COLUMNS(mt_flat_columns_f, float)
+    MT_FLAT_COLUMNS(mt_flat_columns_d, double)
+    """
+    void mt_flat_rows_f(float* v, const float* src, const float* w, const Py_ssize_t* s, Py_ssize_t R,
+                        Py_ssize_t n) noexcept nogil
+    void mt_flat_rows_d(double* v, const double* src, const double* w, const Py_ssize_t* s, Py_ssize_t R,
+                        Py_ssize_t n) noexcept nogil
+    void mt_flat_columns_f(float* out, const float* v, const float* m, Py_ssize_t L, const Py_ssize_t* c,
+                           Py_ssize_t K, Py_ssize_t n, float post, int uniform) noexcept nogil
+    void mt_flat_columns_d(double* out, const double* v, const double* m, Py_ssize_t L, const Py_ssize_t* c,
+                           Py_ssize_t K, Py_ssize_t n, double post, int uniform) noexcept nogil
+
+ctypedef fused real:
+    float
+    double
+
+cdef enum:
+    MIN_PARALLEL = 1 << 19      # elements of work below which one thread does it all (~50 us)
+    ALIGN = 16                  # V's leading margin is a multiple of this many elements
+
+
+cdef void _plane(const real* dy, real* dx, real* v, const Py_ssize_t* runs, Py_ssize_t nruns,
+                 const Py_ssize_t* ptr, const Py_ssize_t* shifts, const real* weights, Py_ssize_t W,
+                 Py_ssize_t P, const real* tables, Py_ssize_t L, const Py_ssize_t* cols, Py_ssize_t K,
+                 real post) noexcept nogil:
+    cdef Py_ssize_t r, start, n, R
+    cdef const real* w = NULL
+    for r in range(nruns):
+        start = runs[2 * r] * W
+        n = (runs[2 * r + 1] - runs[2 * r]) * W
+        R = ptr[r + 1] - ptr[r]
+        if weights != NULL:
+            w = weights + ptr[r]
+        if R == 0:
+            memset(v + start, 0, n * sizeof(real))
+        elif real is float:
+            mt_flat_rows_f(v + start, dy + start, w, shifts + ptr[r], R, n)
+        else:
+            mt_flat_rows_d(v + start, dy + start, w, shifts + ptr[r], R, n)
+    for r in range((P + L - 1) // L):
+        start = r * L
+        n = min(L, P - start)
+        if real is float:
+            mt_flat_columns_f(dx + start, v + start, tables, L, cols, K, n, post, weights == NULL)
+        else:
+            mt_flat_columns_d(dx + start, v + start, tables, L, cols, K, n, post, weights == NULL)
+
+
+def avg_pool_grad_flat(const real[:, ::1] dy, real[:, ::1] dx, Py_ssize_t W,
+                       const Py_ssize_t[:, ::1] runs, const Py_ssize_t[::1] ptr, const Py_ssize_t[::1] shifts,
+                       const real[::1] weights, const real[:, ::1] tables, const Py_ssize_t[::1] cols,
+                       double post, int num_threads):
+    """dX planes (H * W each) from dY planes (OH * W each), see the module docstring.
+
+    runs (nruns, 2): the input rows [first, last) of each run, covering [0, H) in order;
+    ptr / shifts: CSR lists of each run's row taps as flat offsets into dY ((pad_top - a *
+    dil_h) * W); weights: beside shifts, the H factor of the reciprocal count of the dY row
+    each tap reads, or empty when every window counts `post`; tables (K, L): per W tap, over
+    L elements (a whole number of rows), the W factor of the reciprocal count of the column
+    it reads, 0 outside the row (with `post`: 1 inside); cols (K): the W taps' flat offsets
+    pad_left - b * dil_w."""
+    cdef Py_ssize_t planes = dy.shape[0], nruns = runs.shape[0], K = cols.shape[0], L = tables.shape[1]
+    cdef Py_ssize_t H, OH, P, r, t, p, lead, tail, row = 0, skew
+    if W < 1 or dx.shape[0] != planes or dx.shape[1] % W or dy.shape[1] % W:
+        raise ValueError("avg_pool_grad_flat: dY and dX are not whole rows of W")
+    H, OH, P = dx.shape[1] // W, dy.shape[1] // W, dx.shape[1]
+    if ptr.shape[0] != nruns + 1 or ptr[0] != 0 or ptr[nruns] != shifts.shape[0]:
+        raise ValueError("avg_pool_grad_flat: malformed run table")
+    for r in range(nruns):
+        if runs[r, 0] != row or runs[r, 1] <= row or ptr[r + 1] < ptr[r]:
+            raise ValueError("avg_pool_grad_flat: the runs do not cover the rows in order")
+        row = runs[r, 1]
+        for t in range(ptr[r], ptr[r + 1]):
+            if shifts[t] % W or runs[r, 0] * W + shifts[t] < 0 or runs[r, 1] * W + shifts[t] > OH * W:
+                raise ValueError("avg_pool_grad_flat: a row tap leaves dY")
+    if row != H:
+        raise ValueError("avg_pool_grad_flat: the runs do not cover the rows in order")
+    if weights.shape[0] not in (0, shifts.shape[0]) or tables.shape[0] != K or K < 1 or L < W or L % W:
+        raise ValueError("avg_pool_grad_flat: weights or column tables disagree with the geometry")
+    if planes == 0 or P == 0:
+        return
+    lead, tail = 0, 0
+    for t in range(K):
+        lead = max(lead, -cols[t])
+        tail = max(tail, cols[t])
+    lead = (lead + ALIGN - 1) // ALIGN * ALIGN
+    cdef int nt = num_threads if planes * (dy.shape[1] + P) >= MIN_PARALLEL and planes > 1 else 1
+    nt = min(nt, planes)
+    # per-thread V planes with zero margins (only [lead, lead + P) is ever written), each
+    # starting on a 64-byte boundary (skew: the elements to the first one)
+    scratch = np.zeros((nt, (lead + P + tail + 2 * ALIGN - 1) // ALIGN * ALIGN + ALIGN),
+                       dtype=np.float32 if real is float else np.float64)
+    cdef real[:, ::1] sc = scratch
+    skew = (-(<Py_ssize_t>&sc[0, 0] // sizeof(real))) % ALIGN
+    cdef const real* w = &weights[0] if weights.shape[0] else NULL
+    cdef const Py_ssize_t* shift_p = &shifts[0] if shifts.shape[0] else NULL
+    for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        _plane(&dy[p, 0], &dx[p, 0], &sc[threadid(), skew + lead], &runs[0, 0], nruns, &ptr[0], shift_p, w,
+               W, P, &tables[0, 0], L, &cols[0], K, <real>post)
