@@ -10,12 +10,12 @@ Kernels, most specific first:
   MaxPool / MaxPoolGrad    kernel = stride = 2 along W (1 or 2 along H), no padding or dilation,
                            row-major indices: max_pool_k2 / max_pool_grad_k2 (the gradient from
                            8 windows per row); else the general window loop / scatter-add.
+  AveragePool(Grad)        stride 1 along H and W, output as wide as input, D untouched:
+                           window_sums (ext/avg_pool_flat.pyx, two flat passes per plane).
   AveragePool              along W stride 1, or dilation 1: avg_pool_rows (row sums over the
                            D and H taps, then along W); else the general window loop.
-  AveragePoolGrad          stride 1 along H and W with dX as wide as dY, D untouched:
-                           avg_pool_grad_flat (two flat passes per plane); along W stride 1,
-                           or kernel = stride without padding or dilation: avg_pool_grad_rows;
-                           else the separable scatter passes.
+  AveragePoolGrad          along W stride 1, or kernel = stride without padding or dilation:
+                           avg_pool_grad_rows; else the separable scatter passes.
 """
 import math
 
@@ -32,7 +32,7 @@ from ...threads import get_num_threads
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 _TAPS, _WINDOWS, _PAIRS, _SPREAD = 0, 1, 2, 1     # the W modes of ext/pool.pyx
 _PLANS = {}
-_FLAT_CHUNK = 1024      # elements of avg_pool_grad_flat's column tables (whole rows, at least one)
+_FLAT_CHUNK = 1024      # elements of window_sums' column tables (whole rows, at least one)
 _MAX_PLANS = 256
 
 
@@ -232,11 +232,14 @@ def max_pool_grad(ctx):
 
 # --------------------------------------------------------------------------- AveragePool
 def _average_pool_plan(ctx, shape, dtype):
+    """(Y shape, kernel, its arguments before num_threads)."""
     dims = _as_3d(_geometry(ctx, shape))
     out_shape = tuple(shape[:2]) + tuple(g.out for g in dims[3 - (len(shape) - 2):])
     tables = [_window_table(g) for g in dims]
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
     gw = dims[2]
+    if _flat(dims):
+        return out_shape, _avg_flat.window_sums, _flat_tables(dims, inv, dtype, gradient=False)
     if gw.stride == 1 and (gw.out >= 16 or gw.dilation > 1):
         # shifted sums over a row buffer with pad_begin zeros before the row and enough after
         ext = max(gw.pad_begin + gw.size, gw.out + (gw.kernel - 1) * gw.dilation)
@@ -249,39 +252,38 @@ def _average_pool_plan(ctx, shape, dtype):
         start = tables[2][0] + tables[2][1]
         wtab = np.ascontiguousarray(np.stack([start, start - tables[2][1] + tables[2][2]]), dtype=np.intp)
     else:
-        return out_shape, None, (tuple(g.size for g in dims), tuple(g.out for g in dims),
-                                 tuple(g.dilation for g in dims), *tables, *inv)
+        return out_shape, _pool.avg_pool, (tuple(g.size for g in dims), tuple(g.out for g in dims),
+                                           tuple(g.dilation for g in dims), *tables, *inv)
     ptr, rows = _row_table(dims, tables, by_output=True)
-    return out_shape, (_scale_plane(dims, inv, dtype), ptr, rows, gw.size, gw.out, mode, lead, ext, wtab), None
+    return out_shape, _pool.avg_pool_rows, (_scale_plane(dims, inv, dtype), ptr, rows, gw.size, gw.out, mode, lead,
+                                            ext, wtab)
 
 
 def average_pool(ctx):
     x = ctx.inputs[0]
-    out_shape, rows, general = _plan(ctx, "AveragePool", (x.shape, x.dtype.char),
-                                     lambda: _average_pool_plan(ctx, x.shape, x.dtype))
+    out_shape, kernel, args = _plan(ctx, "AveragePool", (x.shape, x.dtype.char),
+                                    lambda: _average_pool_plan(ctx, x.shape, x.dtype))
     planes, size = _planes(x.shape)
     y = np.empty(out_shape, dtype=x.dtype)
     if planes and size:
-        flat = (x.reshape(planes, size), y.reshape(planes, y.size // planes))
-        if rows is not None:
-            _pool.avg_pool_rows(*flat, *rows, get_num_threads())
-        else:
-            _pool.avg_pool(*flat, *general, get_num_threads())
+        kernel(x.reshape(planes, size), y.reshape(planes, y.size // planes), *args, get_num_threads())
     return {"Y": y}
 
 
-def _flat_grad_tables(dims, inv, dtype):
-    """avg_pool_grad_flat's arguments (ext/avg_pool_flat.pyx) when D is untouched, both strides
-    are 1 and dX is as wide as dY: runs of input rows sharing their valid H taps and those
-    taps' weights, the taps as flat offsets into dY, and per W tap a table of column weights
-    over a chunk of whole rows (0 where the tap leaves the row)."""
+def _flat_tables(dims, inv, dtype, gradient):
+    """window_sums' arguments (ext/avg_pool_flat.pyx) for AveragePool (or its gradient) with D
+    untouched, stride 1 along H and W, and output and input equally wide: runs of output rows
+    sharing their valid H taps and weights, the taps as flat offsets into the source, and per
+    W tap a table of column weights over a chunk of whole rows (0 where it leaves the row)."""
     gh, gw = dims[1], dims[2]
     uniform = all(np.all(v == v[0]) for v in inv)      # every window counts the same
-    row_weight = np.ones(gh.out) if uniform else inv[1]
-    offsets = [gh.pad_begin - a * gh.dilation for a in range(gh.kernel)]
+    rh = np.ones(gh.out) if uniform else inv[1]
+    sign = -1 if gradient else 1
+    offsets = [sign * (a * gh.dilation - gh.pad_begin) for a in range(gh.kernel)]
+    rows, source_rows = (gh.size, gh.out) if gradient else (gh.out, gh.size)
     runs, taps = [], []
-    for i in range(gh.size):
-        valid = tuple((o, row_weight[i + o]) for o in offsets if 0 <= i + o < gh.out)
+    for i in range(rows):
+        valid = tuple((o, rh[i + o] if gradient else rh[i]) for o in offsets if 0 <= i + o < source_rows)
         if runs and taps[-1] == valid:
             runs[-1][1] = i + 1
         else:
@@ -290,13 +292,21 @@ def _flat_grad_tables(dims, inv, dtype):
     ptr = np.cumsum([0] + [len(t) for t in taps]).astype(np.intp)
     shifts = np.array([o * gw.size for t in taps for o, _ in t], dtype=np.intp)
     weights = np.array([] if uniform else [w for t in taps for _, w in t], dtype=dtype)
-    cols = np.array([gw.pad_begin - b * gw.dilation for b in range(gw.kernel)], dtype=np.intp)
-    chunk_rows = max(1, min(gh.size, -(-_FLAT_CHUNK // gw.size)))
-    q = np.arange(chunk_rows * gw.size)[None, :] % gw.size + cols[:, None]
-    inside = (q >= 0) & (q < gw.size)
-    tables = np.where(inside, 1.0 if uniform else inv[2][np.clip(q, 0, gw.size - 1)], 0.0).astype(dtype)
+    cols = np.array([sign * (b * gw.dilation - gw.pad_begin) for b in range(gw.kernel)], dtype=np.intp)
+    chunk_rows = max(1, min(rows, -(-_FLAT_CHUNK // gw.size)))
+    j = np.arange(chunk_rows * gw.size)[None, :] % gw.size
+    q = j + cols[:, None]                               # the column each tap reads
+    cw = 1.0 if uniform else inv[2][np.clip(q, 0, gw.size - 1)] if gradient else inv[2][j]
+    tables = np.where((q >= 0) & (q < gw.size), cw, 0.0).astype(dtype)
     post = float(inv[0][0] * inv[1][0] * inv[2][0]) if uniform else 1.0
     return gw.size, np.array(runs, dtype=np.intp).reshape(-1, 2), ptr, shifts, weights, tables, cols, post
+
+
+def _flat(dims):
+    """Whether window_sums does this pooling: D untouched, stride 1 along H and W, output and
+    input equally wide."""
+    gd, gh, gw = dims
+    return gd.trivial and gh.stride == 1 and gw.stride == 1 and gw.out == gw.size
 
 
 def _average_pool_grad_plan(ctx, dy):
@@ -305,9 +315,9 @@ def _average_pool_grad_plan(ctx, dy):
     dims = _as_3d(_geometry(ctx, shape, "dX"))
     tables = [_window_table(g) for g in dims]
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
-    gd, gh, gw = dims
-    if gd.trivial and gh.stride == 1 and gw.stride == 1 and gw.out == gw.size:
-        return shape, _avg_flat.avg_pool_grad_flat, _flat_grad_tables(dims, inv, dy.dtype)
+    gw = dims[2]
+    if _flat(dims):
+        return shape, _avg_flat.window_sums, _flat_tables(dims, inv, dy.dtype, gradient=True)
     if gw.stride == 1:
         # dx[w] gathers the scaled dY at w + pad_begin - t * dilation from a zero-margined row
         lead = max(0, (gw.kernel - 1) * gw.dilation - gw.pad_begin)
