@@ -38,8 +38,11 @@ from minitrain.providers import get_provider  # noqa: E402
 
 MS = "com.microsoft"
 TARGET_GBS = 35.0           # gradients and activations
-TARGET_FWD_GBS = 20.0       # MaxPool forward with Indices
+TARGET_FWD_GBS = 20.0       # MaxPool forward with Indices (our own target: the issue sets none)
 ORT_3X = {"relu_grad", "leakyrelu_grad", "logsoftmax_grad", "maxpool_2x2", "avgpool_3x3_s1_p1"}
+# the rows issue 4 sets targets for; the others (forward passes, training-step shapes) are
+# judged against the same figures but reported apart
+ISSUE_RUNS = {case.name for case in POOL_CASES} | {case.name for case in ACT_CASES}
 
 # (case, pass): POOL_CASES' gradients first, then the pooling layers of the training steps
 # (bench_train.py): LeNet-5's two 2x2 max pools, the 1D CNN's two k2 max pools and its
@@ -289,7 +292,8 @@ def main():
             missed.append(f"{1 / speed_torch:.2f}x slower than PyTorch")
         if name in ORT_3X and speed_ort is not None and speed_ort < 3:
             missed.append(f"only {speed_ort:.2f}x faster than ORT (target 3x)")
-        verdicts.append(f"- {name}: " + ("all targets met" if not missed else "; ".join(missed)))
+        verdict = "all targets met" if not missed else "; ".join(missed)
+        verdicts.append(f"- {name}: {verdict}" if name in ISSUE_RUNS else f"- ({name}, not an issue target: {verdict})")
         print(" | ".join(rows[-1]), flush=True)
 
     header = ["case", "what", "MB moved", "minitrain ms", "minitrain GB/s", "torch ms", "torch GB/s",
@@ -320,8 +324,9 @@ def main():
         "",
         markdown_table(header, rows),
         "",
-        f"Targets: >= {TARGET_GBS:.0f} GB/s on gradients, >= {TARGET_FWD_GBS:.0f} GB/s on MaxPool forward, "
-        f"no slower than PyTorch, >= 3x faster than ORT on {', '.join(sorted(ORT_3X))}.",
+        f"Targets (issue 4, for {', '.join(sorted(ISSUE_RUNS))}): >= {TARGET_GBS:.0f} GB/s, no slower than "
+        f"PyTorch, >= 3x faster than ORT on {', '.join(sorted(ORT_3X))}. The other rows are held to the same "
+        f"figures (MaxPool forward: >= {TARGET_FWD_GBS:.0f} GB/s, our own) and reported in brackets.",
         "",
         *verdicts,
         "",
