@@ -1,11 +1,19 @@
 """Elementwise activations and their com.microsoft gradient kernels: forward values, the
-gradient formulas, finite-difference gradchecks in float64, PyTorch autograd, bad input."""
+gradient formulas, finite-difference gradchecks in float64, PyTorch autograd, bad input, and
+the streaming-store path (ext/stream.h) against the plain one."""
+import os
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
 from minitrain import Graph, errors, run_node
+from minitrain._ext import activation as _act
 from minitrain.autodiff import build_gradient_graph
 from minitrain.gradcheck import gradcheck
+from minitrain.providers.cpu import activation as cpu_activation
+from minitrain.providers.cpu import streaming
 
 MS = "com.microsoft"
 
@@ -161,3 +169,141 @@ def test_bad_input(grad_op):
 def test_unknown_attribute():
     with pytest.raises(errors.OpAttributeError, match="beta"):
         run_node("LeakyRelu", [np.zeros(3)], attrs={"beta": 1.0})
+
+
+# --------------------------------------------------------------------------- streaming stores
+KERNEL_NAMES = ["relu", "sigmoid", "tanh", "leaky_relu", "quick_gelu"]
+
+
+def misaligned(n, dtype, offset):
+    """A length-n output view starting `offset` elements into a 64-byte aligned buffer, so
+    the streaming path meets every head length up to a cache line."""
+    raw = np.empty(n * np.dtype(dtype).itemsize + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset * np.dtype(dtype).itemsize
+    return raw[start:start + n * np.dtype(dtype).itemsize].view(dtype)
+
+
+def assert_same_output(streamed, plain, exact, what):
+    """Bitwise equal; or, where float32 goes through fastmath.h's exp, within a few ulp: its
+    scalar tail loop rounds differently from its vector body (-ffast-math reassociates it),
+    and streaming in blocks moves where the scalar tails fall."""
+    if exact:
+        np.testing.assert_array_equal(streamed.view(np.uint8), plain.view(np.uint8), err_msg=what)
+    else:
+        np.testing.assert_allclose(streamed, plain, rtol=1e-5, atol=1e-30, err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 13, 515, 2 * 16384 + 1037])     # blocks, chunks and tails
+def test_streamed_output_matches_the_plain_one(dtype, n, rng):
+    """The same loops run through the L1 buffer, into outputs at every offset from a cache line."""
+    v = (rng.standard_normal(n) * 4).astype(dtype)
+    dy = rng.standard_normal(n).astype(dtype)
+    lanes = 64 // np.dtype(dtype).itemsize
+    for name in KERNEL_NAMES:
+        uses_exp = dtype == np.float32 and name in ("sigmoid", "quick_gelu")
+        plain_y, plain_dx = np.empty(n, dtype), np.empty(n, dtype)
+        _act.forward(name, v, plain_y, 0.3, 2, False)
+        _act.backward(name, dy, v, plain_dx, 0.3, 2, False)
+        for offset in range(lanes):
+            y, dx = misaligned(n, dtype, offset), misaligned(n, dtype, lanes - 1 - offset)
+            y[:], dx[:] = np.nan, np.nan
+            _act.forward(name, v, y, 0.3, 2, True)
+            _act.backward(name, dy, v, dx, 0.3, 2, True)
+            assert_same_output(y, plain_y, not uses_exp, f"{name} forward, offset {offset}")
+            assert_same_output(dx, plain_dx, not uses_exp or name == "sigmoid", f"{name} backward, offset {offset}")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The `stream` flag of every forward/backward kernel call the provider makes."""
+    calls = []
+
+    class Recorder:
+        def forward(self, *args):
+            calls.append(args[-1])
+            _act.forward(*args)
+
+        def backward(self, *args):
+            calls.append(args[-1])
+            _act.backward(*args)
+
+    monkeypatch.setattr(cpu_activation, "_act", Recorder())
+    yield calls
+    streaming.set_stream_threshold(None)
+
+
+def test_provider_streams_only_above_the_threshold(kernel_calls, rng):
+    x = rng.standard_normal((64, 6, 28, 28)).astype(np.float32)     # LeNet's first activation
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    (y,) = run_node("Relu", [x])
+    (dx,) = run_node("ReluGrad", [dy, x], domain=MS)
+    assert kernel_calls == [False, False]
+    streaming.set_stream_threshold(3 * x.nbytes - 1)
+    (y_streamed,) = run_node("Relu", [x])
+    (dx_streamed,) = run_node("ReluGrad", [dy, x], domain=MS)
+    assert kernel_calls == [False, False, False, True]
+    np.testing.assert_array_equal(y_streamed, y)
+    np.testing.assert_array_equal(dx_streamed, dx)
+
+
+def test_stream_threshold_is_the_last_level_cache():
+    llc = streaming.last_level_cache_bytes()
+    assert llc >= 1 << 20
+    assert streaming.stream_threshold() == llc
+    small, big = np.empty(llc // 8, np.uint8), np.empty(llc // 2 + 1, np.uint8)
+    assert not streaming.should_stream(small, small, small)
+    assert streaming.should_stream(big, big)
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+STREAM_COPY_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "stream.h"
+int main(void) {
+    static float fs[4096], fd[4200], fr[4200];
+    static double ds[4096], dd[4200], dr[4200];
+    for (int i = 0; i < 4096; i++) fs[i] = (float)i + 0.5f, ds[i] = i + 0.25;
+    for (int off = 0; off < 20; off++)
+        for (int n = 0; n < 4096; n = n < 70 ? n + 1 : n * 3 + 1) {
+            for (int i = 0; i < 4200; i++) fd[i] = fr[i] = -1.0f, dd[i] = dr[i] = -1.0;
+            memcpy(fr + off, fs, n * sizeof *fs);
+            memcpy(dr + off, ds, n * sizeof *ds);
+            mt_stream_f(fd + off, fs, n);
+            mt_stream(dd + off, ds, n, sizeof(double));
+            mt_stream_fence();
+            if (memcmp(fd, fr, sizeof fd) || memcmp(dd, dr, sizeof dd)) {
+                printf("mismatch at offset %d length %d\n", off, n);
+                return 1;
+            }
+        }
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("isa", ["-mavx512f", "-mavx", "-msse2", "-U__SSE2__"])
+def test_stream_copy_of_each_instruction_set(isa, tmp_path):
+    """ext/stream.h copies exactly (heads, vectors, tails, offsets) in each of its variants;
+    -U__SSE2__ selects the memcpy fallback."""
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        pytest.skip("no C compiler")
+    needs = {"-mavx512f": "avx512f", "-mavx": "avx"}.get(isa)
+    if needs and needs not in cpu_flags():
+        pytest.skip(f"this CPU lacks {needs}")
+    ext = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ext")
+    src, exe = tmp_path / "copy.c", tmp_path / "copy"
+    src.write_text(STREAM_COPY_C)
+    subprocess.run([cc, "-O2", isa, "-I", ext, str(src), "-o", str(exe)], check=True, capture_output=True)
+    result = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
