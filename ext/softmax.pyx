@@ -8,12 +8,22 @@ vectorisable loop (the row stays in L1/L2 between passes).
 inner > 1: a task is one `o` and a block of up to BLOCK consecutive `i`; the per-lane running
 max and sums live in small stack arrays, and every loop runs over the contiguous `i` lanes.
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
-vectorisable exp, float64 uses libm."""
-from cython.parallel cimport prange
+vectorisable exp, float64 uses libm.
+With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) the contiguous
+rows' last pass computes blocks into an L1 buffer written with non-temporal stores
+(ext/stream.h); Softmax's forward rescales values it has just stored, so only LogSoftmax's
+forward and both gradients stream."""
+from cython.parallel cimport parallel, prange
 from libc.math cimport exp, log, logf
 
 cdef extern from "fastmath.h":
     float mt_expf(float x) noexcept nogil
+
+cdef extern from "stream.h":
+    enum: MT_STREAM_BLOCK
+    Py_ssize_t mt_stream_head(const void* dst, Py_ssize_t n, size_t elsize) noexcept nogil
+    void mt_stream(void* dst, const void* src, Py_ssize_t n, size_t elsize) noexcept nogil
+    void mt_stream_fence() noexcept nogil
 
 ctypedef fused real:
     float
@@ -43,20 +53,36 @@ cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
 
 
 # --------------------------------------------------------------------------- contiguous rows
-cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax) noexcept nogil:
+cdef void _log_softmax_out(const real* x, real* y, Py_ssize_t n, real v) noexcept nogil:
     cdef Py_ssize_t j
-    cdef real m = x[0], s = 0, v
+    for j in range(n):
+        y[j] = x[j] - v
+
+
+cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax,
+                       bint stream) noexcept nogil:
+    cdef Py_ssize_t j, m
+    cdef real s = 0, v, mx = x[0]
+    cdef real buf[MT_STREAM_BLOCK]
     for j in range(1, n):
-        m = x[j] if x[j] > m else m
+        mx = x[j] if x[j] > mx else mx
     if log_softmax:
         for j in range(n):
-            s = s + _exp(x[j] - m)
-        v = m + _log(s)
-        for j in range(n):
-            y[j] = x[j] - v
+            s = s + _exp(x[j] - mx)
+        v = mx + _log(s)
+        if not stream:
+            _log_softmax_out(x, y, n, v)
+            return
+        j = mt_stream_head(y, n, sizeof(real))
+        _log_softmax_out(x, y, j, v)
+        while j < n:
+            m = min(<Py_ssize_t>MT_STREAM_BLOCK, n - j)
+            _log_softmax_out(x + j, buf, m, v)
+            mt_stream(y + j, buf, m, sizeof(real))
+            j += m
     else:
         for j in range(n):
-            v = _exp(x[j] - m)
+            v = _exp(x[j] - mx)
             y[j] = v
             s = s + v
         v = 1 / s
@@ -64,20 +90,39 @@ cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax) n
             y[j] = y[j] * v
 
 
-cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
+cdef void _softmax_grad_out(const real* dy, const real* y, real* dx, Py_ssize_t n, real s,
                             bint log_softmax) noexcept nogil:
+    """The gradient's last pass, given s = sum(dY) (LogSoftmax) or sum(Y * dY) (Softmax)."""
     cdef Py_ssize_t j
-    cdef real s = 0
     if log_softmax:
-        for j in range(n):
-            s = s + dy[j]
         for j in range(n):
             dx[j] = dy[j] - _exp(y[j]) * s
     else:
         for j in range(n):
-            s = s + y[j] * dy[j]
-        for j in range(n):
             dx[j] = y[j] * (dy[j] - s)
+
+
+cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
+                            bint log_softmax, bint stream) noexcept nogil:
+    cdef Py_ssize_t j, m
+    cdef real s = 0
+    cdef real buf[MT_STREAM_BLOCK]
+    if log_softmax:
+        for j in range(n):
+            s = s + dy[j]
+    else:
+        for j in range(n):
+            s = s + y[j] * dy[j]
+    if not stream:
+        _softmax_grad_out(dy, y, dx, n, s, log_softmax)
+        return
+    j = mt_stream_head(dx, n, sizeof(real))
+    _softmax_grad_out(dy, y, dx, j, s, log_softmax)
+    while j < n:
+        m = min(<Py_ssize_t>MT_STREAM_BLOCK, n - j)
+        _softmax_grad_out(dy + j, y + j, buf, m, s, log_softmax)
+        mt_stream(dx + j, buf, m, sizeof(real))
+        j += m
 
 
 # --------------------------------------------------------------------------- strided axis
@@ -145,11 +190,15 @@ cdef void _softmax_grad_block(const real* dy, const real* y, real* dx, Py_ssize_
 
 # --------------------------------------------------------------------------- drivers
 cdef void _softmax(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
-                   bint log_softmax, int nt) noexcept nogil:
+                   bint log_softmax, bint stream, int nt) noexcept nogil:
     cdef Py_ssize_t row, task, o, b, nb, base
     if inner == 1:
-        for row in prange(outer, schedule="static", num_threads=nt):
-            _softmax_row(x + row * n, y + row * n, n, log_softmax)
+        stream = stream and log_softmax
+        with parallel(num_threads=nt):
+            for row in prange(outer, schedule="static"):
+                _softmax_row(x + row * n, y + row * n, n, log_softmax, stream)
+            if stream:
+                mt_stream_fence()
     else:
         nb = (inner + BLOCK - 1) // BLOCK
         for task in prange(outer * nb, schedule="static", num_threads=nt):
@@ -160,11 +209,14 @@ cdef void _softmax(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ss
 
 
 cdef void _softmax_grad(const real* dy, const real* y, real* dx, Py_ssize_t outer, Py_ssize_t n,
-                        Py_ssize_t inner, bint log_softmax, int nt) noexcept nogil:
+                        Py_ssize_t inner, bint log_softmax, bint stream, int nt) noexcept nogil:
     cdef Py_ssize_t row, task, o, b, nb, base
     if inner == 1:
-        for row in prange(outer, schedule="static", num_threads=nt):
-            _softmax_grad_row(dy + row * n, y + row * n, dx + row * n, n, log_softmax)
+        with parallel(num_threads=nt):
+            for row in prange(outer, schedule="static"):
+                _softmax_grad_row(dy + row * n, y + row * n, dx + row * n, n, log_softmax, stream)
+            if stream:
+                mt_stream_fence()
     else:
         nb = (inner + BLOCK - 1) // BLOCK
         for task in prange(outer * nb, schedule="static", num_threads=nt):
@@ -184,22 +236,25 @@ def _check(str what, Py_ssize_t size, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t
 
 
 def softmax(const real[::1] x, real[::1] out, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
-            bint log_softmax, int num_threads):
-    """out = softmax(x) (or log_softmax) along the middle axis of (outer, n, inner)."""
+            bint log_softmax, int num_threads, bint stream=False):
+    """out = softmax(x) (or log_softmax) along the middle axis of (outer, n, inner); `stream`
+    writes contiguous log-softmax rows with non-temporal stores."""
     _check("softmax", x.shape[0], outer, n, inner, (out.shape[0],))
     if x.shape[0] == 0:
         return
     cdef int nt = _threads(x.shape[0], num_threads)
     with nogil:
-        _softmax(&x[0], &out[0], outer, n, inner, log_softmax, nt)
+        _softmax(&x[0], &out[0], outer, n, inner, log_softmax, stream, nt)
 
 
 def softmax_grad(const real[::1] dy, const real[::1] y, real[::1] out, Py_ssize_t outer,
-                 Py_ssize_t n, Py_ssize_t inner, bint log_softmax, int num_threads):
-    """Softmax: dX = Y * (dY - sum(Y * dY)); LogSoftmax: dX = dY - exp(Y) * sum(dY)."""
+                 Py_ssize_t n, Py_ssize_t inner, bint log_softmax, int num_threads,
+                 bint stream=False):
+    """Softmax: dX = Y * (dY - sum(Y * dY)); LogSoftmax: dX = dY - exp(Y) * sum(dY); `stream`
+    writes contiguous rows (inner == 1) with non-temporal stores."""
     _check("softmax gradient", dy.shape[0], outer, n, inner, (y.shape[0], out.shape[0]))
     if dy.shape[0] == 0:
         return
     cdef int nt = _threads(dy.shape[0], num_threads)
     with nogil:
-        _softmax_grad(&dy[0], &y[0], &out[0], outer, n, inner, log_softmax, nt)
+        _softmax_grad(&dy[0], &y[0], &out[0], outer, n, inner, log_softmax, stream, nt)

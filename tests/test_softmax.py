@@ -1,11 +1,15 @@
 """Softmax / LogSoftmax in both ONNX forms (opsets 1-12 coerce to 2-D at `axis`, 13+ use one
 axis) and SoftmaxGrad / LogSoftmaxGrad with their _13 variants: values, stability, both kernel
-layouts (contiguous rows and strided axes), finite-difference gradchecks, PyTorch, errors."""
+layouts (contiguous rows and strided axes), finite-difference gradchecks, PyTorch, errors, and
+the streaming-store path of contiguous rows (ext/stream.h) against the plain one."""
 import numpy as np
 import pytest
 
 from minitrain import errors, registered_kernels, run_node
+from minitrain._ext import softmax as _sm
 from minitrain.gradcheck import gradcheck
+from minitrain.providers.cpu import softmax as cpu_softmax
+from minitrain.providers.cpu import streaming
 
 MS = "com.microsoft"
 
@@ -130,3 +134,69 @@ def test_empty_and_non_contiguous(rng):
     x = rng.standard_normal((4, 10))[:, ::3]
     (y,) = run_node("LogSoftmax", [x], attrs={"axis": 0})
     np.testing.assert_allclose(y, reference(x, 0, True, False), rtol=1e-12)
+
+
+def misaligned(n, dtype, offset):
+    """A length-n view starting `offset` elements past a 64-byte boundary."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n * itemsize + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset * itemsize
+    return raw[start:start + n * itemsize].view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,n", [(1, 7), (3, 37), (5, 1031), (70, 1000), (2, 5000)])
+def test_streamed_rows_match_the_plain_ones(dtype, rows, n, rng):
+    """Rows of every length against a block, at every offset from a cache line: bitwise
+    equal, except float32 LogSoftmaxGrad, whose exp rounds differently in the scalar tail
+    loops that streaming in blocks moves (see test_activation.assert_same_output)."""
+    x = (rng.standard_normal(rows * n) * 3).astype(dtype)
+    dy = rng.standard_normal(rows * n).astype(dtype)
+    lanes = 64 // np.dtype(dtype).itemsize
+    for log in (False, True):
+        y = np.empty_like(x)
+        _sm.softmax(x, y, rows, n, 1, log, 2)
+        plain = np.empty_like(x)
+        _sm.softmax_grad(dy, y, plain, rows, n, 1, log, 2, False)
+        for offset in range(lanes):
+            out = misaligned(rows * n, dtype, offset)
+            out[:] = np.nan
+            _sm.softmax_grad(dy, y, out, rows, n, 1, log, 2, True)
+            if log and dtype == np.float32:
+                np.testing.assert_allclose(out, plain, rtol=1e-5, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(out.view(np.uint8), plain.view(np.uint8))
+            out[:] = np.nan
+            _sm.softmax(x, out, rows, n, 1, log, 2, True)
+            np.testing.assert_array_equal(out.view(np.uint8), y.view(np.uint8))
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_provider_streams_above_the_threshold(op, monkeypatch, rng):
+    """The kernels get stream=False for small tensors and True above the threshold (here 0);
+    the streamed results are the plain path's."""
+    calls = []
+
+    class Recorder:
+        def softmax(self, *args):
+            calls.append(args[-1])
+            _sm.softmax(*args)
+
+        def softmax_grad(self, *args):
+            calls.append(args[-1])
+            _sm.softmax_grad(*args)
+
+    monkeypatch.setattr(cpu_softmax, "_sm", Recorder())
+    x = rng.standard_normal((6, 300)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    (y,) = run_node(op, [x], attrs={"axis": -1})
+    (dx,) = run_node(f"{op}Grad_13", [dy, y], attrs={"axis": -1}, domain=MS)
+    streaming.set_stream_threshold(0)
+    try:
+        (y_streamed,) = run_node(op, [x], attrs={"axis": -1})
+        (dx_streamed,) = run_node(f"{op}Grad_13", [dy, y], attrs={"axis": -1}, domain=MS)
+    finally:
+        streaming.set_stream_threshold(None)
+    assert calls == [False, False, True, True]
+    np.testing.assert_array_equal(y_streamed, y)
+    np.testing.assert_allclose(dx_streamed, dx, rtol=1e-6, atol=1e-7)
