@@ -5,8 +5,8 @@ Every function takes 1-D contiguous views of equal length (checked by the caller
 into `out`.  The work is cut into chunks of CHUNK elements handed to OpenMP threads; each chunk
 runs a plain pointer loop that the C compiler vectorises.  float32 uses the branch-free,
 vectorisable exp/tanh below (clamped, so large |x| never overflows); float64 uses libm.
-With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) each chunk
-computes blocks into an L1 buffer and writes them with non-temporal stores (ext/stream.h).
+With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) a gradient's
+chunks compute blocks into an L1 buffer written with non-temporal stores (ext/stream.h).
 """
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, fabsf, tanh
@@ -108,22 +108,10 @@ cdef void _backward_chunk(int op, const real* dy, const real* v, real* dx, Py_ss
             dx[i] = dy[i] * s * (one + alpha * v[i] * (one - s))
 
 
-cdef void _forward_streamed(int op, const real* x, real* y, Py_ssize_t n, real alpha) noexcept nogil:
-    """_forward_chunk block by block into an L1 buffer streamed to y; the head up to y's first
-    cache line is written directly, so every block streams whole lines."""
-    cdef real buf[MT_STREAM_BLOCK]
-    cdef Py_ssize_t s = mt_stream_head(y, n, sizeof(real)), m
-    _forward_chunk(op, x, y, s, alpha)
-    while s < n:
-        m = min(<Py_ssize_t>MT_STREAM_BLOCK, n - s)
-        _forward_chunk(op, x + s, buf, m, alpha)
-        mt_stream(y + s, buf, m, sizeof(real))
-        s += m
-
-
 cdef void _backward_streamed(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,
                              real alpha) noexcept nogil:
-    """_backward_chunk through an L1 buffer streamed to dx, as _forward_streamed."""
+    """_backward_chunk block by block into an L1 buffer streamed to dx; the head up to dx's
+    first cache line is written directly, so every block streams whole lines."""
     cdef real buf[MT_STREAM_BLOCK]
     cdef Py_ssize_t s = mt_stream_head(dx, n, sizeof(real)), m
     _backward_chunk(op, dy, v, dx, s, alpha)
@@ -134,20 +122,13 @@ cdef void _backward_streamed(int op, const real* dy, const real* v, real* dx, Py
         s += m
 
 
-cdef void _forward(int op, const real[::1] x, real[::1] y, real alpha, bint stream,
-                   int num_threads) noexcept nogil:
+cdef void _forward(int op, const real[::1] x, real[::1] y, real alpha, int num_threads) noexcept nogil:
     cdef Py_ssize_t n = x.shape[0], c, start, stop
     cdef Py_ssize_t chunks = (n + CHUNK - 1) // CHUNK
-    with parallel(num_threads=_threads(n, num_threads)):
-        for c in prange(chunks, schedule="static"):
-            start = c * CHUNK
-            stop = min(start + CHUNK, n)
-            if stream:
-                _forward_streamed(op, &x[start], &y[start], stop - start, alpha)
-            else:
-                _forward_chunk(op, &x[start], &y[start], stop - start, alpha)
-        if stream:
-            mt_stream_fence()
+    for c in prange(chunks, schedule="static", num_threads=_threads(n, num_threads)):
+        start = c * CHUNK
+        stop = min(start + CHUNK, n)
+        _forward_chunk(op, &x[start], &y[start], stop - start, alpha)
 
 
 cdef void _backward(int op, const real[::1] dy, const real[::1] v, real[::1] dx, real alpha,
@@ -170,15 +151,14 @@ cdef void _backward(int op, const real[::1] dy, const real[::1] v, real[::1] dx,
 _OPS = {"relu": RELU, "sigmoid": SIGMOID, "tanh": TANH, "leaky_relu": LEAKY, "quick_gelu": QUICKGELU}
 
 
-def forward(str name, const real[::1] x, real[::1] y, double alpha, int num_threads, bint stream=False):
-    """y = f(x) for f in relu, sigmoid, tanh, leaky_relu (alpha), quick_gelu (alpha); `stream`
-    writes y with non-temporal stores."""
+def forward(str name, const real[::1] x, real[::1] y, double alpha, int num_threads):
+    """y = f(x) for f in relu, sigmoid, tanh, leaky_relu (alpha), quick_gelu (alpha)."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"activation {name}: buffers of {x.shape[0]} and {y.shape[0]} elements")
     cdef int op = _OPS[name]
     if x.shape[0]:
         with nogil:
-            _forward(op, x, y, <real>alpha, stream, num_threads)
+            _forward(op, x, y, <real>alpha, num_threads)
 
 
 def backward(str name, const real[::1] dy, const real[::1] v, real[::1] dx, double alpha,

@@ -10,9 +10,8 @@ max and sums live in small stack arrays, and every loop runs over the contiguous
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
 vectorisable exp, float64 uses libm.
 With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) the contiguous
-rows' last pass computes blocks into an L1 buffer written with non-temporal stores
-(ext/stream.h); Softmax's forward rescales values it has just stored, so only LogSoftmax's
-forward and both gradients stream."""
+gradient rows' last pass computes blocks into an L1 buffer written with non-temporal stores
+(ext/stream.h)."""
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, log, logf
 
@@ -53,36 +52,20 @@ cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
 
 
 # --------------------------------------------------------------------------- contiguous rows
-cdef void _log_softmax_out(const real* x, real* y, Py_ssize_t n, real v) noexcept nogil:
+cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax) noexcept nogil:
     cdef Py_ssize_t j
-    for j in range(n):
-        y[j] = x[j] - v
-
-
-cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax,
-                       bint stream) noexcept nogil:
-    cdef Py_ssize_t j, m
-    cdef real s = 0, v, mx = x[0]
-    cdef real buf[MT_STREAM_BLOCK]
+    cdef real m = x[0], s = 0, v
     for j in range(1, n):
-        mx = x[j] if x[j] > mx else mx
+        m = x[j] if x[j] > m else m
     if log_softmax:
         for j in range(n):
-            s = s + _exp(x[j] - mx)
-        v = mx + _log(s)
-        if not stream:
-            _log_softmax_out(x, y, n, v)
-            return
-        j = mt_stream_head(y, n, sizeof(real))
-        _log_softmax_out(x, y, j, v)
-        while j < n:
-            m = min(<Py_ssize_t>MT_STREAM_BLOCK, n - j)
-            _log_softmax_out(x + j, buf, m, v)
-            mt_stream(y + j, buf, m, sizeof(real))
-            j += m
+            s = s + _exp(x[j] - m)
+        v = m + _log(s)
+        for j in range(n):
+            y[j] = x[j] - v
     else:
         for j in range(n):
-            v = _exp(x[j] - mx)
+            v = _exp(x[j] - m)
             y[j] = v
             s = s + v
         v = 1 / s
@@ -190,15 +173,11 @@ cdef void _softmax_grad_block(const real* dy, const real* y, real* dx, Py_ssize_
 
 # --------------------------------------------------------------------------- drivers
 cdef void _softmax(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
-                   bint log_softmax, bint stream, int nt) noexcept nogil:
+                   bint log_softmax, int nt) noexcept nogil:
     cdef Py_ssize_t row, task, o, b, nb, base
     if inner == 1:
-        stream = stream and log_softmax
-        with parallel(num_threads=nt):
-            for row in prange(outer, schedule="static"):
-                _softmax_row(x + row * n, y + row * n, n, log_softmax, stream)
-            if stream:
-                mt_stream_fence()
+        for row in prange(outer, schedule="static", num_threads=nt):
+            _softmax_row(x + row * n, y + row * n, n, log_softmax)
     else:
         nb = (inner + BLOCK - 1) // BLOCK
         for task in prange(outer * nb, schedule="static", num_threads=nt):
@@ -236,15 +215,14 @@ def _check(str what, Py_ssize_t size, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t
 
 
 def softmax(const real[::1] x, real[::1] out, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
-            bint log_softmax, int num_threads, bint stream=False):
-    """out = softmax(x) (or log_softmax) along the middle axis of (outer, n, inner); `stream`
-    writes contiguous log-softmax rows with non-temporal stores."""
+            bint log_softmax, int num_threads):
+    """out = softmax(x) (or log_softmax) along the middle axis of (outer, n, inner)."""
     _check("softmax", x.shape[0], outer, n, inner, (out.shape[0],))
     if x.shape[0] == 0:
         return
     cdef int nt = _threads(x.shape[0], num_threads)
     with nogil:
-        _softmax(&x[0], &out[0], outer, n, inner, log_softmax, stream, nt)
+        _softmax(&x[0], &out[0], outer, n, inner, log_softmax, nt)
 
 
 def softmax_grad(const real[::1] dy, const real[::1] y, real[::1] out, Py_ssize_t outer,

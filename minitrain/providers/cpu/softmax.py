@@ -25,20 +25,21 @@ def _forward(log_softmax, coerce_2d):
         y = np.empty_like(x)
         if x.size:
             outer, n, inner = axis_layout(x.shape, ctx.attrs["axis"], coerce_2d)
-            _sm.softmax(x.reshape(-1), y.reshape(-1), outer, n, inner, log_softmax, get_num_threads(),
-                        should_stream(x, y))
+            _sm.softmax(x.reshape(-1), y.reshape(-1), outer, n, inner, log_softmax, get_num_threads())
         return {"output": y}
     return kernel
 
 
 def _backward(log_softmax, coerce_2d):
+    """Softmax's gradient is memory bound and streams dX when the tensors outgrow the cache
+    (streaming.py); LogSoftmax's computes an exp per element and never streams."""
     def kernel(ctx):
         dy, y = ctx.inputs[0], ctx.inputs[1]
         dx = np.empty_like(dy)
         if dy.size:
             outer, n, inner = axis_layout(dy.shape, ctx.attrs["axis"], coerce_2d)
             _sm.softmax_grad(dy.reshape(-1), y.reshape(-1), dx.reshape(-1), outer, n, inner,
-                             log_softmax, get_num_threads(), should_stream(dy, y, dx))
+                             log_softmax, get_num_threads(), not log_softmax and should_stream(dy, y, dx))
         return {"dX": dx}
     return kernel
 

@@ -9,6 +9,11 @@ back.  Measured on a 2-core Zen4 with a 32 MB L3 (2 threads, LeakyReluGrad, Relu
 SoftmaxGrad): streaming was 3-30% slower for working sets of 3-12 MB, level at 24 MB, and
 15-25% faster at 36-48 MB.  LeNet-sized tensors (< 1 MB) never stream.
 
+Only memory-bound kernels stream, the callers decide which: the gradients of Relu, LeakyRelu,
+Sigmoid, Tanh and Softmax.  Those computing an exp per element (QuickGeluGrad,
+LogSoftmaxGrad) and the forward activations ran 0-25% slower streamed at 48 MB: their
+arithmetic, not the bus, sets the pace, and the copy through the buffer only adds work.
+
 The cache size comes from Linux's sysfs (the largest cache level of cpu0), then from
 sysconf, else DEFAULT_LLC_BYTES.  glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) is only the fallback:
 in some VMs it reports ten times the real L3.
