@@ -61,6 +61,7 @@ def extensions():
         exts.append(Extension(
             f"minitrain._ext.{stem}", [pyx],
             include_dirs=[numpy.get_include(), "ext"],
+            depends=sorted(glob.glob(os.path.join("ext", "*.h"))),     # rebuilt when a header changes
             extra_compile_args=compile_args, extra_link_args=link_args,
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         ))

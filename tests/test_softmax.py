@@ -189,3 +189,16 @@ def test_provider_streams_above_the_threshold(op, monkeypatch, rng):
         streaming.set_stream_threshold(None)
     assert calls == [False, op == "Softmax"]
     np.testing.assert_array_equal(dx_streamed, dx)
+
+
+@pytest.mark.parametrize("n", [5, 13, 31, 1000])
+def test_float32_exp_is_accurate_in_loop_bodies_and_tails(n, rng):
+    """Rows whose maximum is 0 and the rest far below: every output is exp(x) to float32
+    precision, so its error is the exp's, at every position of the vectorised loop and its
+    tail (an exp whose two-step range reduction -ffast-math merged was 64 ulp off there)."""
+    x = rng.uniform(-85, -1, (256, n)).astype(np.float32)
+    x[:, 0] = 0
+    (y,) = run_node("Softmax", [x], attrs={"axis": -1})
+    e = np.exp(x.astype(np.float64))
+    expected = e / e.sum(-1, keepdims=True)
+    assert np.max(np.abs(y - expected) / expected) < 16 * 2.0 ** -24
