@@ -26,36 +26,34 @@ static inline ptrdiff_t mt_stream_head(const void* dst, ptrdiff_t n, size_t elsi
     return head < n ? head : n;
 }
 
-/* dst[i] = src[i] for i < n, streaming the aligned vectors. */
-static inline void mt_stream_f(float* dst, const float* src, ptrdiff_t n) {
-    ptrdiff_t i = 0;
+/* dst[i] = src[i] for i < n, streaming the aligned vectors: mt_stream_f (float) and
+   mt_stream_d (double), each with the widest vectors the compiler targets. */
 #if defined(__AVX512F__)
-    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)                                                  \
+    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];                           \
+    for (; i + 64 / (ptrdiff_t)sizeof(T) <= n; i += 64 / sizeof(T))                              \
+        STREAM##512_stream_##SFX(dst + i, LOAD##512_loadu_##SFX(src + i));
 #elif defined(__AVX__)
-    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)                                                  \
+    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];                           \
+    for (; i + 32 / (ptrdiff_t)sizeof(T) <= n; i += 32 / sizeof(T))                              \
+        STREAM##256_stream_##SFX(dst + i, LOAD##256_loadu_##SFX(src + i));
 #elif defined(__SSE2__)
-    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i];
-    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)                                                  \
+    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i];                           \
+    for (; i + 16 / (ptrdiff_t)sizeof(T) <= n; i += 16 / sizeof(T))                              \
+        STREAM##_stream_##SFX(dst + i, LOAD##_loadu_##SFX(src + i));
+#else
+#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)
 #endif
-    if (i < n) memcpy(dst + i, src + i, (size_t)(n - i) * sizeof *dst);
-}
-
-static inline void mt_stream_d(double* dst, const double* src, ptrdiff_t n) {
-    ptrdiff_t i = 0;
-#if defined(__AVX512F__)
-    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];
-    for (; i + 8 <= n; i += 8) _mm512_stream_pd(dst + i, _mm512_loadu_pd(src + i));
-#elif defined(__AVX__)
-    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];
-    for (; i + 4 <= n; i += 4) _mm256_stream_pd(dst + i, _mm256_loadu_pd(src + i));
-#elif defined(__SSE2__)
-    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i];
-    for (; i + 2 <= n; i += 2) _mm_stream_pd(dst + i, _mm_loadu_pd(src + i));
-#endif
-    if (i < n) memcpy(dst + i, src + i, (size_t)(n - i) * sizeof *dst);
-}
+#define MT_STREAM_COPY(NAME, T, SFX)                                                             \
+    static inline void NAME(T* dst, const T* src, ptrdiff_t n) {                                 \
+        ptrdiff_t i = 0;                                                                         \
+        MT_STREAM_VECTORS(T, SFX, _mm, _mm)                                                      \
+        if (i < n) memcpy(dst + i, src + i, (size_t)(n - i) * sizeof *dst);                      \
+    }
+MT_STREAM_COPY(mt_stream_f, float, ps)
+MT_STREAM_COPY(mt_stream_d, double, pd)
 
 /* Either of the above by element size, for kernels over fused float/double types (elsize is
    sizeof of the element type, a constant, so the branch folds away). */
