@@ -33,7 +33,6 @@ import numpy as np
 
 cdef extern from *:
     """
-    #include <string.h>
     /* v[k] = sum over t < R of w[t] * src[k + s[t]] (w NULL: weights 1), k < n; R >= 1.
        src points at the run's first element; restrict: no loop versioning. */
     #define MT_FLAT_ROWS(NAME, T)                                                              \

@@ -18,11 +18,7 @@ from libc.math cimport exp, log, logf
 cdef extern from "fastmath.h":
     float mt_expf(float x) noexcept nogil
 
-cdef extern from "stream.h":
-    enum: MT_STREAM_BLOCK
-    Py_ssize_t mt_stream_head(const void* dst, Py_ssize_t n, size_t elsize) noexcept nogil
-    void mt_stream(void* dst, const void* src, Py_ssize_t n, size_t elsize) noexcept nogil
-    void mt_stream_fence() noexcept nogil
+include "stream.pxi"
 
 ctypedef fused real:
     float

@@ -32,8 +32,8 @@ from ...threads import get_num_threads
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 _TAPS, _WINDOWS, _PAIRS, _SPREAD = 0, 1, 2, 1     # the W modes of ext/pool.pyx
 _PLANS = {}
-_FLAT_CHUNK = 1024      # elements of window_sums' column tables (whole rows, at least one)
 _MAX_PLANS = 256
+_FLAT_CHUNK = 1024      # elements of window_sums' column tables (whole rows, at least one)
 
 
 def _plan(ctx, kind, signature, build):
