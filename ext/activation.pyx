@@ -5,8 +5,8 @@ Every function takes 1-D contiguous views of equal length (checked by the caller
 into `out`.  The work is cut into chunks of CHUNK elements handed to OpenMP threads; each chunk
 runs a plain pointer loop that the C compiler vectorises.  float32 uses the branch-free,
 vectorisable exp/tanh below (clamped, so large |x| never overflows); float64 uses libm.
-With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) a gradient's
-chunks compute blocks into an L1 buffer written with non-temporal stores (ext/stream.h).
+With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) the
+memory-bound gradients write dx with non-temporal stores (ext/grad_stream.h).
 """
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, fabsf, tanh
@@ -104,18 +104,39 @@ cdef void _backward_chunk(int op, const real* dy, const real* v, real* dx, Py_ss
             dx[i] = dy[i] * s * (one + alpha * v[i] * (one - s))
 
 
+cdef Py_ssize_t _backward_vectors(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,
+                                  real alpha) noexcept nogil:
+    """The whole vectors of _backward_chunk with streaming stores (ext/grad_stream.h), dx on a
+    cache line; returns how many elements were written (0 for an op that never streams)."""
+    if real is float:
+        if op == RELU:
+            return mt_relu_grad_stream_f(dy, v, dx, n, alpha)
+        if op == SIGMOID:
+            return mt_sigmoid_grad_stream_f(dy, v, dx, n, alpha)
+        if op == TANH:
+            return mt_tanh_grad_stream_f(dy, v, dx, n, alpha)
+        if op == LEAKY:
+            return mt_leaky_relu_grad_stream_f(dy, v, dx, n, alpha)
+    else:
+        if op == RELU:
+            return mt_relu_grad_stream_d(dy, v, dx, n, alpha)
+        if op == SIGMOID:
+            return mt_sigmoid_grad_stream_d(dy, v, dx, n, alpha)
+        if op == TANH:
+            return mt_tanh_grad_stream_d(dy, v, dx, n, alpha)
+        if op == LEAKY:
+            return mt_leaky_relu_grad_stream_d(dy, v, dx, n, alpha)
+    return 0
+
+
 cdef void _backward_streamed(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,
                              real alpha) noexcept nogil:
-    """_backward_chunk block by block into an L1 buffer streamed to dx; the head up to dx's
-    first cache line is written directly, so every block streams whole lines."""
-    cdef real buf[MT_STREAM_BLOCK]
-    cdef Py_ssize_t s = mt_stream_head(dx, n, sizeof(real)), m
-    _backward_chunk(op, dy, v, dx, s, alpha)
-    while s < n:
-        m = min(<Py_ssize_t>MT_STREAM_BLOCK, n - s)
-        _backward_chunk(op, dy + s, v + s, buf, m, alpha)
-        mt_stream(dx + s, buf, m, sizeof(real))
-        s += m
+    """_backward_chunk with the vectors from dx's first cache line on streamed; the head
+    before it and the tail after the last vector take the plain loop."""
+    cdef Py_ssize_t head = mt_stream_head(dx, n, sizeof(real)), done
+    _backward_chunk(op, dy, v, dx, head, alpha)
+    done = head + _backward_vectors(op, dy + head, v + head, dx + head, n - head, alpha)
+    _backward_chunk(op, dy + done, v + done, dx + done, n - done, alpha)
 
 
 cdef void _forward(int op, const real[::1] x, real[::1] y, real alpha, int num_threads) noexcept nogil:

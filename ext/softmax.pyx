@@ -10,8 +10,7 @@ max and sums live in small stack arrays, and every loop runs over the contiguous
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
 vectorisable exp, float64 uses libm.
 With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) the contiguous
-gradient rows' last pass computes blocks into an L1 buffer written with non-temporal stores
-(ext/stream.h)."""
+Softmax gradient rows' last pass writes with non-temporal stores (ext/grad_stream.h)."""
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, log, logf
 
@@ -83,25 +82,26 @@ cdef void _softmax_grad_out(const real* dy, const real* y, real* dx, Py_ssize_t 
 
 cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
                             bint log_softmax, bint stream) noexcept nogil:
-    cdef Py_ssize_t j, m
+    """One contiguous row; `stream` (Softmax only) writes the vectors from dx's first cache
+    line on with streaming stores, the head and tail with the plain loop."""
+    cdef Py_ssize_t j, done
     cdef real s = 0
-    cdef real buf[MT_STREAM_BLOCK]
     if log_softmax:
         for j in range(n):
             s = s + dy[j]
     else:
         for j in range(n):
             s = s + y[j] * dy[j]
-    if not stream:
+    if not stream or log_softmax:     # LogSoftmax, an exp per element, never streams
         _softmax_grad_out(dy, y, dx, n, s, log_softmax)
         return
     j = mt_stream_head(dx, n, sizeof(real))
     _softmax_grad_out(dy, y, dx, j, s, log_softmax)
-    while j < n:
-        m = min(<Py_ssize_t>MT_STREAM_BLOCK, n - j)
-        _softmax_grad_out(dy + j, y + j, buf, m, s, log_softmax)
-        mt_stream(dx + j, buf, m, sizeof(real))
-        j += m
+    if real is float:
+        done = j + mt_softmax_grad_stream_f(dy + j, y + j, dx + j, n - j, s)
+    else:
+        done = j + mt_softmax_grad_stream_d(dy + j, y + j, dx + j, n - j, s)
+    _softmax_grad_out(dy + done, y + done, dx + done, n - done, s, log_softmax)
 
 
 # --------------------------------------------------------------------------- strided axis
@@ -225,7 +225,7 @@ def softmax_grad(const real[::1] dy, const real[::1] y, real[::1] out, Py_ssize_
                  Py_ssize_t n, Py_ssize_t inner, bint log_softmax, int num_threads,
                  bint stream=False):
     """Softmax: dX = Y * (dY - sum(Y * dY)); LogSoftmax: dX = dY - exp(Y) * sum(dY); `stream`
-    writes contiguous rows (inner == 1) with non-temporal stores."""
+    writes contiguous Softmax rows (inner == 1) with non-temporal stores."""
     _check("softmax gradient", dy.shape[0], outer, n, inner, (y.shape[0], out.shape[0]))
     if dy.shape[0] == 0:
         return

@@ -1,11 +1,12 @@
 /* Non-temporal ("streaming") stores for minitrain's Cython kernels.  An output much larger
    than the last-level cache is evicted before anyone reads it again, so the read-for-ownership
-   that an ordinary store costs on every cache line is wasted bandwidth: a kernel computes a
-   block into a small L1-resident buffer with its plain vectorised loop and hands it to
-   mt_stream_f/d (or mt_stream), which writes whole aligned vectors with streaming stores (ordinary stores for
-   the unaligned head and the tail).  A thread calls mt_stream_fence() once after its last
-   streaming store.  When to stream is decided in Python (minitrain/providers/cpu/streaming.py).
-   The widest instruction set the compiler targets is used (AVX-512, AVX, SSE2), else memcpy. */
+   that an ordinary store costs on every cache line is wasted bandwidth.  A streaming kernel
+   computes one vector at a time in the GCC vector types below (the widest the compiler
+   targets) and stores it straight from the register with mt_stream_vf/vd.  Staging blocks in
+   an L1 buffer and streaming them from there lost most of the gain on Zen3 (ReluGrad over
+   48 MB, 2 threads: plain stores 1.28-1.66 ms, buffered 1.22-1.47, from registers 0.86-1.13).
+   A thread calls mt_stream_fence() once after its last streaming store.  When to stream is
+   decided in Python (minitrain/providers/cpu/streaming.py). */
 #ifndef MINITRAIN_STREAM_H
 #define MINITRAIN_STREAM_H
 #include <stddef.h>
@@ -15,54 +16,47 @@
 #include <immintrin.h>
 #endif
 
-/* Elements of a kernel's stack buffer: 2-4 KB, a whole number of 64-byte lines. */
-#define MT_STREAM_BLOCK 512
+#if defined(__AVX512F__)
+#define MT_VEC_BYTES 64
+#elif defined(__AVX__)
+#define MT_VEC_BYTES 32
+#else
+#define MT_VEC_BYTES 16
+#endif
+
+/* A vector of floats or doubles, and the integer vector its comparisons yield. */
+typedef float mt_vf __attribute__((vector_size(MT_VEC_BYTES)));
+typedef double mt_vd __attribute__((vector_size(MT_VEC_BYTES)));
+typedef int32_t mt_vfi __attribute__((vector_size(MT_VEC_BYTES)));
+typedef int64_t mt_vdi __attribute__((vector_size(MT_VEC_BYTES)));
 
 /* Leading elements of dst (of elsize bytes) to write with ordinary stores so that the rest
-   starts on a 64-byte cache line: blocks of MT_STREAM_BLOCK from there stream whole lines. */
+   starts on a 64-byte cache line, where every vector store is aligned. */
 static inline ptrdiff_t mt_stream_head(const void* dst, ptrdiff_t n, size_t elsize) {
     size_t off = (size_t)((uintptr_t)dst & 63);
     ptrdiff_t head = off == 0 || off % elsize ? 0 : (ptrdiff_t)((64 - off) / elsize);
     return head < n ? head : n;
 }
 
-/* dst[i] = src[i] for i < n, streaming the aligned vectors: mt_stream_f (float) and
-   mt_stream_d (double), each with the widest vectors the compiler targets. */
-#if defined(__AVX512F__)
-#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)                                                  \
-    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];                           \
-    for (; i + 64 / (ptrdiff_t)sizeof(T) <= n; i += 64 / sizeof(T))                              \
-        STREAM##512_stream_##SFX(dst + i, LOAD##512_loadu_##SFX(src + i));
-#elif defined(__AVX__)
-#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)                                                  \
-    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];                           \
-    for (; i + 32 / (ptrdiff_t)sizeof(T) <= n; i += 32 / sizeof(T))                              \
-        STREAM##256_stream_##SFX(dst + i, LOAD##256_loadu_##SFX(src + i));
-#elif defined(__SSE2__)
-#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)                                                  \
-    for (; i < n && ((uintptr_t)(dst + i) & 15); i++) dst[i] = src[i];                           \
-    for (; i + 16 / (ptrdiff_t)sizeof(T) <= n; i += 16 / sizeof(T))                              \
-        STREAM##_stream_##SFX(dst + i, LOAD##_loadu_##SFX(src + i));
-#else
-#define MT_STREAM_VECTORS(T, SFX, STREAM, LOAD)
-#endif
-#define MT_STREAM_COPY(NAME, T, SFX)                                                             \
-    static inline void NAME(T* dst, const T* src, ptrdiff_t n) {                                 \
-        ptrdiff_t i = 0;                                                                         \
-        MT_STREAM_VECTORS(T, SFX, _mm, _mm)                                                      \
-        if (i < n) memcpy(dst + i, src + i, (size_t)(n - i) * sizeof *dst);                      \
-    }
-MT_STREAM_COPY(mt_stream_f, float, ps)
-MT_STREAM_COPY(mt_stream_d, double, pd)
+/* A vector from any address (memcpy compiles to one unaligned load). */
+static inline mt_vf mt_load_vf(const float* p) { mt_vf v; memcpy(&v, p, sizeof v); return v; }
+static inline mt_vd mt_load_vd(const double* p) { mt_vd v; memcpy(&v, p, sizeof v); return v; }
 
-/* Either of the above by element size, for kernels over fused float/double types (elsize is
-   sizeof of the element type, a constant, so the branch folds away). */
-static inline void mt_stream(void* dst, const void* src, ptrdiff_t n, size_t elsize) {
-    if (elsize == sizeof(float))
-        mt_stream_f((float*)dst, (const float*)src, n);
-    else
-        mt_stream_d((double*)dst, (const double*)src, n);
-}
+/* *p = v with a streaming store; p is aligned to MT_VEC_BYTES.  Without SSE2 an ordinary
+   store. */
+#if defined(__AVX512F__)
+static inline void mt_stream_vf(float* p, mt_vf v) { _mm512_stream_ps(p, (__m512)v); }
+static inline void mt_stream_vd(double* p, mt_vd v) { _mm512_stream_pd(p, (__m512d)v); }
+#elif defined(__AVX__)
+static inline void mt_stream_vf(float* p, mt_vf v) { _mm256_stream_ps(p, (__m256)v); }
+static inline void mt_stream_vd(double* p, mt_vd v) { _mm256_stream_pd(p, (__m256d)v); }
+#elif defined(__SSE2__)
+static inline void mt_stream_vf(float* p, mt_vf v) { _mm_stream_ps(p, (__m128)v); }
+static inline void mt_stream_vd(double* p, mt_vd v) { _mm_stream_pd(p, (__m128d)v); }
+#else
+static inline void mt_stream_vf(float* p, mt_vf v) { memcpy(p, &v, sizeof v); }
+static inline void mt_stream_vd(double* p, mt_vd v) { memcpy(p, &v, sizeof v); }
+#endif
 
 /* Orders this thread's streaming stores before whatever it does next (they bypass the
    usual store ordering); call once per thread after its streaming loop. */

@@ -186,10 +186,10 @@ def misaligned(n, dtype, offset):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [1, 13, 515, 2 * 16384 + 1037])     # blocks, chunks and tails
 def test_streamed_gradient_matches_the_plain_one(dtype, n, rng):
-    """The same loops run through the L1 buffer, into outputs at every offset from a cache
-    line: bitwise equal, except float32 QuickGeluGrad, whose exp (fastmath.h) rounds
-    differently in the scalar tail loops (-ffast-math reassociates them) that streaming in
-    blocks moves."""
+    """The streamed loops (ext/grad_stream.h), into outputs at every offset from a cache
+    line: bitwise equal to the plain ones.  QuickGeluGrad never streams but takes the flag:
+    its float32 exp (fastmath.h) rounds differently in the scalar loops that the split into
+    head, vectors and tail moves (-ffast-math reassociates them)."""
     v = (rng.standard_normal(n) * 4).astype(dtype)
     dy = rng.standard_normal(n).astype(dtype)
     lanes = 64 // np.dtype(dtype).itemsize
@@ -249,37 +249,62 @@ def cpu_flags():
         return []
 
 
-STREAM_COPY_C = r"""
+STREAMED_GRADIENTS_C = r"""
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include "stream.h"
-int main(void) {
-    static float fs[4096], fd[4200], fr[4200];
-    static double ds[4096], dd[4200], dr[4200];
-    for (int i = 0; i < 4096; i++) fs[i] = (float)i + 0.5f, ds[i] = i + 0.25;
-    for (int off = 0; off < 20; off++)
-        for (int n = 0; n < 4096; n = n < 70 ? n + 1 : n * 3 + 1) {
-            for (int i = 0; i < 4200; i++) fd[i] = fr[i] = -1.0f, dd[i] = dr[i] = -1.0;
-            memcpy(fr + off, fs, n * sizeof *fs);
-            memcpy(dr + off, ds, n * sizeof *ds);
-            mt_stream_f(fd + off, fs, n);
-            mt_stream(dd + off, ds, n, sizeof(double));
-            mt_stream_fence();
-            if (memcmp(fd, fr, sizeof fd) || memcmp(dd, dr, sizeof dd)) {
-                printf("mismatch at offset %d length %d\n", off, n);
-                return 1;
-            }
+#include "grad_stream.h"
+/* Each streamed loop of grad_stream.h against the scalar formula, into outputs at every
+   offset from a cache line: whole vectors only, exact values, nothing outside touched. */
+#define CHECK(T, NAME, SCALAR)                                                              \
+    for (int off = 0; off < 64 / (int)sizeof(T); off++)                                    \
+        for (int n = 0; n < 300; n = n < 40 ? n + 1 : n * 2 + 3) {                        \
+            T* dx = (T*)out + off;                                                          \
+            for (int i = 0; i < 400; i++) ((T*)out)[i] = (T)-7;                             \
+            ptrdiff_t head = mt_stream_head(dx, n, sizeof(T));                              \
+            ptrdiff_t done = NAME(dy_##T + head, v_##T + head, dx + head, n - head, (T)0.3); \
+            mt_stream_fence();                                                              \
+            if (n - head - done < 0 || n - head - done >= MT_VEC_BYTES / (ptrdiff_t)sizeof(T)) { \
+                printf(#NAME ": %td of %d elements at offset %d\n", done, n, off);         \
+                return 1;                                                                   \
+            }                                                                               \
+            for (int i = -off; i < 400 - off; i++) {                                        \
+                T g = dy_##T[i < 0 ? 0 : i], u = v_##T[i < 0 ? 0 : i], a = (T)0.3;         \
+                T want = i >= head && i < head + done ? (SCALAR) : (T)-7;                   \
+                (void)g; (void)u; (void)a;                                                  \
+                if (memcmp(&dx[i], &want, sizeof want)) {                                   \
+                    printf(#NAME ": element %d of %d at offset %d\n", i, n, off);          \
+                    return 1;                                                               \
+                }                                                                           \
+            }                                                                               \
         }
+static float dy_float[400], v_float[400];
+static double dy_double[400], v_double[400];
+static double out[512] __attribute__((aligned(64)));
+int main(void) {
+    for (int i = 0; i < 400; i++) {
+        dy_float[i] = dy_double[i] = (i % 13 - 6) * 0.37;
+        v_float[i] = v_double[i] = (i % 7 - 3) * 0.29;
+    }
+    CHECK(float, mt_relu_grad_stream_f, u > 0 ? g : 0.0f)
+    CHECK(double, mt_relu_grad_stream_d, u > 0 ? g : 0.0)
+    CHECK(float, mt_leaky_relu_grad_stream_f, u > 0 ? g : a * g)
+    CHECK(double, mt_leaky_relu_grad_stream_d, u > 0 ? g : a * g)
+    CHECK(float, mt_sigmoid_grad_stream_f, g * u * (1.0f - u))
+    CHECK(double, mt_sigmoid_grad_stream_d, g * u * (1.0 - u))
+    CHECK(float, mt_tanh_grad_stream_f, g * (1.0f - u * u))
+    CHECK(double, mt_tanh_grad_stream_d, g * (1.0 - u * u))
+    CHECK(float, mt_softmax_grad_stream_f, u * (g - a))
+    CHECK(double, mt_softmax_grad_stream_d, u * (g - a))
     return 0;
 }
 """
 
 
 @pytest.mark.parametrize("isa", ["-mavx512f", "-mavx", "-msse2", "-U__SSE2__"])
-def test_stream_copy_of_each_instruction_set(isa, tmp_path):
-    """ext/stream.h copies exactly (heads, vectors, tails, offsets) in each of its variants;
-    -U__SSE2__ selects the memcpy fallback."""
+def test_streamed_gradients_of_each_instruction_set(isa, tmp_path):
+    """ext/grad_stream.h's loops write exactly the scalar formulas (heads, whole vectors,
+    offsets; contraction to FMA off, as the comparison is bitwise) in each of stream.h's
+    variants; -U__SSE2__ selects the ordinary-store fallback."""
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         pytest.skip("no C compiler")
@@ -287,8 +312,9 @@ def test_stream_copy_of_each_instruction_set(isa, tmp_path):
     if needs and needs not in cpu_flags():
         pytest.skip(f"this CPU lacks {needs}")
     ext = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ext")
-    src, exe = tmp_path / "copy.c", tmp_path / "copy"
-    src.write_text(STREAM_COPY_C)
-    subprocess.run([cc, "-O2", isa, "-I", ext, str(src), "-o", str(exe)], check=True, capture_output=True)
+    src, exe = tmp_path / "streamed.c", tmp_path / "streamed"
+    src.write_text(STREAMED_GRADIENTS_C)
+    subprocess.run([cc, "-O2", "-ffp-contract=off", isa, "-I", ext, str(src), "-o", str(exe)], check=True,
+                   capture_output=True)
     result = subprocess.run([str(exe)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout

@@ -1,0 +1,40 @@
+/* The memory-bound gradient kernels' loops with streaming stores (ext/stream.h): ReluGrad,
+   SigmoidGrad, TanhGrad, LeakyReluGrad and the last pass of SoftmaxGrad, in float (_f) and
+   double (_d).  Each computes dx from dy and v (X or Y, as the op defines) over the whole
+   vectors of n elements, dx aligned to a cache line, and returns how many elements it wrote;
+   the caller writes the head before the line and the tail after the last vector with its
+   scalar loop, which computes the same formula in the same order. */
+#ifndef MINITRAIN_GRAD_STREAM_H
+#define MINITRAIN_GRAD_STREAM_H
+#include "stream.h"
+
+/* NAME_f and NAME_d from one vector expression of g = dy, u = v and the scalar a; V, I and T
+   are the vector, its comparison mask and the element type. */
+#define MT_GRAD_STREAM_T(NAME, SFX, T, EXPR)                                                     \
+    static inline ptrdiff_t NAME##_##SFX(const T* dy, const T* v, T* dx, ptrdiff_t n, T a) {     \
+        const ptrdiff_t lanes = MT_VEC_BYTES / sizeof(T);                                        \
+        ptrdiff_t i = 0;                                                                         \
+        for (; i + lanes <= n; i += lanes) {                                                     \
+            mt_v##SFX g = mt_load_v##SFX(dy + i), u = mt_load_v##SFX(v + i);                    \
+            mt_stream_v##SFX(dx + i, EXPR);                                                      \
+        }                                                                                        \
+        (void)a;                                                                                 \
+        return i;                                                                                \
+    }
+#define MT_GRAD_STREAM(NAME, EXPR_F, EXPR_D)                                                     \
+    MT_GRAD_STREAM_T(NAME, f, float, EXPR_F)                                                     \
+    MT_GRAD_STREAM_T(NAME, d, double, EXPR_D)
+
+/* dy where u > 0 else 0 (a mask, so a NaN or inf dy passes through unchanged) */
+MT_GRAD_STREAM(mt_relu_grad_stream, (mt_vf)((mt_vfi)g & (u > 0.0f)), (mt_vd)((mt_vdi)g & (u > 0.0)))
+/* dy where u > 0 else a * dy */
+MT_GRAD_STREAM(mt_leaky_relu_grad_stream,
+               (mt_vf)(((mt_vfi)g & (u > 0.0f)) | ((mt_vfi)(a * g) & ~(u > 0.0f))),
+               (mt_vd)(((mt_vdi)g & (u > 0.0)) | ((mt_vdi)(a * g) & ~(u > 0.0))))
+/* dy * y * (1 - y) */
+MT_GRAD_STREAM(mt_sigmoid_grad_stream, g * u * (1.0f - u), g * u * (1.0 - u))
+/* dy * (1 - y * y) */
+MT_GRAD_STREAM(mt_tanh_grad_stream, g * (1.0f - u * u), g * (1.0 - u * u))
+/* Softmax: y * (dy - a), a = sum(y * dy) over the row */
+MT_GRAD_STREAM(mt_softmax_grad_stream, u * (g - a), u * (g - a))
+#endif
