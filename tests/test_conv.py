@@ -10,6 +10,7 @@ unrequested ones are not computed, and, where PyTorch is installed, float32 forw
 gradients against torch autograd.  Element-by-element gradchecks through the registered gradient
 builder, a Conv -> Relu graph, and bad input complete it."""
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -30,9 +31,17 @@ GROUPS = {"g1": (4, 6, 1), "g2": (4, 6, 2), "depthwise": (4, 8, 4)}
 T_GROUPS = {"g1": (4, 6, 1), "g2": (4, 6, 2), "depthwise": (4, 4, 4)}
 CONV_PADS = ["p0", "p1", "asym", "VALID", "SAME_UPPER", "SAME_LOWER"]
 T_PADS = ["p0", "p1", "asym", "out_pad", "out_shape", "VALID", "SAME_UPPER", "SAME_LOWER"]
+# element-by-element gradchecks: central differences of a float64 loss carry roundoff up to
+# about 1.2e-8 here (seen over 40 seeds), so 1e-8 failed now and then
+FD_ATOL = 1e-7
 
 
 # --------------------------------------------------------------------------- references
+def case_seed(*key):
+    """A seed fixed by the case's parameters (Python's hash of a str changes per process)."""
+    return zlib.crc32(repr(key).encode())
+
+
 def _dilated(k, d):
     return (k - 1) * d + 1
 
@@ -207,7 +216,7 @@ def assert_close32(got, want):
 @pytest.mark.parametrize("group_mode", list(GROUPS))
 @pytest.mark.parametrize("rank", [1, 2, 3])
 def test_conv_matrix(rank, group_mode, stride, dilation, pad_mode, monkeypatch):
-    rng = np.random.default_rng(hash((rank, group_mode, stride, dilation, pad_mode)) % 2**32)
+    rng = np.random.default_rng(case_seed(rank, group_mode, stride, dilation, pad_mode))
     c_in, c_out, group = GROUPS[group_mode]
     spatial, kernel = SPATIAL[rank], KERNEL[rank]
     strides, dilations = (stride,) * rank, (dilation,) * rank
@@ -230,7 +239,7 @@ def test_conv_matrix(rank, group_mode, stride, dilation, pad_mode, monkeypatch):
         return float(np.sum(dy * run_node("Conv", arrs, attrs=attrs)[0]))
     directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
     if rank == 1:   # element by element too, through the gradient builder (cheap at rank 1)
-        gradcheck("Conv", [x, w, b], attrs, rtol=1e-6, atol=1e-8)
+        gradcheck("Conv", [x, w, b], attrs, rtol=1e-6, atol=FD_ATOL)
     check_subsets("ConvGrad", dy, x, w, attrs, {"dX": dx, "dW": dw, "dB": db}, monkeypatch, "conv_data_grad")
 
     torch = pytest.importorskip("torch")
@@ -254,7 +263,7 @@ def test_conv_matrix(rank, group_mode, stride, dilation, pad_mode, monkeypatch):
 @pytest.mark.parametrize("group_mode", list(T_GROUPS))
 @pytest.mark.parametrize("rank", [1, 2, 3])
 def test_conv_transpose_matrix(rank, group_mode, stride, dilation, pad_mode, monkeypatch):
-    rng = np.random.default_rng(hash(("T", rank, group_mode, stride, dilation, pad_mode)) % 2**32)
+    rng = np.random.default_rng(case_seed("T", rank, group_mode, stride, dilation, pad_mode))
     c_in, c_out, group = T_GROUPS[group_mode]
     spatial, kernel = tuple(s - 1 for s in SPATIAL[rank]), KERNEL[rank]
     strides, dilations = (stride,) * rank, (dilation,) * rank
@@ -276,7 +285,7 @@ def test_conv_transpose_matrix(rank, group_mode, stride, dilation, pad_mode, mon
         return float(np.sum(dy * run_node("ConvTranspose", arrs, attrs=attrs)[0]))
     directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
     if rank == 1:
-        gradcheck("ConvTranspose", [x, w, b], attrs, rtol=1e-6, atol=1e-8)
+        gradcheck("ConvTranspose", [x, w, b], attrs, rtol=1e-6, atol=FD_ATOL)
     check_subsets("ConvTransposeGrad", dy, x, w, attrs, {"dX": dx, "dW": dw, "dB": db}, monkeypatch,
                   "conv_forward")
 
@@ -433,7 +442,7 @@ def test_gradcheck_every_element(op, x_shape, w_shape, attrs, rng):
     """Element-by-element central differences, the gradient graph coming from the builder."""
     c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
     inputs = [rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)]
-    gradcheck(op, inputs, attrs, rtol=1e-6, atol=1e-8)
+    gradcheck(op, inputs, attrs, rtol=1e-6, atol=FD_ATOL)
 
 
 def conv_relu_graph(rng, dtype=np.float64):
