@@ -1,9 +1,11 @@
 /* The memory-bound gradient kernels' loops with streaming stores (ext/stream.h): ReluGrad,
    SigmoidGrad, TanhGrad, LeakyReluGrad and the last pass of SoftmaxGrad, in float (_f) and
    double (_d).  Each computes dx from dy and v (X or Y, as the op defines) over the whole
-   vectors of n elements, dx aligned to a cache line, and returns how many elements it wrote;
-   the caller writes the head before the line and the tail after the last vector with its
-   scalar loop, which computes the same formula in the same order. */
+   64-byte cache lines of n elements, dx starting on one, and returns how many elements it
+   wrote; the caller writes the head before the first line and the tail after the last with
+   its scalar loop, which computes the same formula in the same order.  Whole lines only: a
+   line half streamed and half stored (SoftmaxGrad rows of 1000 floats, AVX2) made the streamed
+   loop slower than plain stores on Zen3, where whole lines made it faster. */
 #ifndef MINITRAIN_GRAD_STREAM_H
 #define MINITRAIN_GRAD_STREAM_H
 #include "stream.h"
@@ -12,9 +14,9 @@
    are the vector, its comparison mask and the element type. */
 #define MT_GRAD_STREAM_T(NAME, SFX, T, EXPR)                                                     \
     static inline ptrdiff_t NAME##_##SFX(const T* dy, const T* v, T* dx, ptrdiff_t n, T a) {     \
-        const ptrdiff_t lanes = MT_VEC_BYTES / sizeof(T);                                        \
+        const ptrdiff_t lanes = MT_VEC_BYTES / sizeof(T), lines = n - n % (64 / sizeof(T));     \
         ptrdiff_t i = 0;                                                                         \
-        for (; i + lanes <= n; i += lanes) {                                                     \
+        for (; i < lines; i += lanes) {                                                          \
             mt_v##SFX g = mt_load_v##SFX(dy + i), u = mt_load_v##SFX(v + i);                    \
             mt_stream_v##SFX(dx + i, EXPR);                                                      \
         }                                                                                        \

@@ -254,7 +254,7 @@ STREAMED_GRADIENTS_C = r"""
 #include <string.h>
 #include "grad_stream.h"
 /* Each streamed loop of grad_stream.h against the scalar formula, into outputs at every
-   offset from a cache line: whole vectors only, exact values, nothing outside touched. */
+   offset from a cache line: whole lines only, exact values, nothing outside touched. */
 #define CHECK(T, NAME, SCALAR)                                                              \
     for (int off = 0; off < 64 / (int)sizeof(T); off++)                                    \
         for (int n = 0; n < 300; n = n < 40 ? n + 1 : n * 2 + 3) {                        \
@@ -263,7 +263,7 @@ STREAMED_GRADIENTS_C = r"""
             ptrdiff_t head = mt_stream_head(dx, n, sizeof(T));                              \
             ptrdiff_t done = NAME(dy_##T + head, v_##T + head, dx + head, n - head, (T)0.3); \
             mt_stream_fence();                                                              \
-            if (n - head - done < 0 || n - head - done >= MT_VEC_BYTES / (ptrdiff_t)sizeof(T)) { \
+            if (done % (64 / sizeof(T)) || n - head - done < 0 || n - head - done >= 64 / (ptrdiff_t)sizeof(T)) { \
                 printf(#NAME ": %td of %d elements at offset %d\n", done, n, off);         \
                 return 1;                                                                   \
             }                                                                               \
@@ -302,7 +302,7 @@ int main(void) {
 
 @pytest.mark.parametrize("isa", ["-mavx512f", "-mavx", "-msse2", "-U__SSE2__"])
 def test_streamed_gradients_of_each_instruction_set(isa, tmp_path):
-    """ext/grad_stream.h's loops write exactly the scalar formulas (heads, whole vectors,
+    """ext/grad_stream.h's loops write exactly the scalar formulas (heads, whole lines,
     offsets; contraction to FMA off, as the comparison is bitwise) in each of stream.h's
     variants; -U__SSE2__ selects the ordinary-store fallback."""
     cc = shutil.which(os.environ.get("CC", "cc"))

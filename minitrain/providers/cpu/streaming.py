@@ -5,14 +5,16 @@ the last-level cache.  Then the cache cannot hold the working set, the output is
 anyone reads it again, and an ordinary store wastes a read-for-ownership of every output line;
 a streaming store skips it.  Below that, the output (and the inputs) stay in cache between
 kernels, and streaming would push the output to memory only for the next kernel to read it
-back.  Measured on a 2-core Zen4 with a 32 MB L3 (2 threads, LeakyReluGrad, ReluGrad,
-SoftmaxGrad): streaming was 3-30% slower for working sets of 3-12 MB, level at 24 MB, and
-15-25% faster at 36-48 MB.  LeNet-sized tensors (< 1 MB) never stream.
+back.  Measured with 2 threads on 2-core guests with a 32 MB L3, calling the kernel over and
+over (so no consumer gained from a cached output): Zen3, streaming from registers
+(ext/grad_stream.h), ReluGrad level with plain stores at 3-12 MB and 19-32% faster at 18-48 MB,
+SoftmaxGrad 12-29% faster throughout; Zen4, the earlier buffered streaming, 3-30% slower at
+3-12 MB and 15-25% faster at 36-48 MB.  LeNet-sized tensors (< 1 MB) never stream.
 
 Only memory-bound kernels stream, the callers decide which: the gradients of Relu, LeakyRelu,
 Sigmoid, Tanh and Softmax.  Those computing an exp per element (QuickGeluGrad,
-LogSoftmaxGrad) and the forward activations ran 0-25% slower streamed at 48 MB: their
-arithmetic, not the bus, sets the pace, and the copy through the buffer only adds work.
+LogSoftmaxGrad) and the forward activations ran 0-25% slower streamed through a buffer at
+48 MB (Zen4): their arithmetic, not the bus, set the pace.
 
 The cache size comes from Linux's sysfs (the largest cache level of cpu0), then from
 sysconf, else DEFAULT_LLC_BYTES.  glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) is only the fallback:
