@@ -1,6 +1,6 @@
 /* The memory-bound gradient kernels' loops with streaming stores (ext/stream.h): ReluGrad,
-   SigmoidGrad, TanhGrad, LeakyReluGrad and the last pass of SoftmaxGrad, in float (_f) and
-   double (_d).  Each computes dx from dy and v (X or Y, as the op defines) over the whole
+   SigmoidGrad, TanhGrad, LeakyReluGrad and the last passes of SoftmaxGrad and LogSoftmaxGrad,
+   in float (_f) and double (_d).  Each computes dx from dy and v (X or Y, as the op defines) over the whole
    64-byte cache lines of n elements, dx starting on one, and returns how many elements it
    wrote; the caller writes the head before the first line and the tail after the last with
    its scalar loop, which computes the same formula in the same order.  Whole lines only: a
@@ -39,4 +39,6 @@ MT_GRAD_STREAM(mt_sigmoid_grad_stream, g * u * (1.0f - u), g * u * (1.0 - u))
 MT_GRAD_STREAM(mt_tanh_grad_stream, g * (1.0f - u * u), g * (1.0 - u * u))
 /* Softmax: y * (dy - a), a = sum(y * dy) over the row */
 MT_GRAD_STREAM(mt_softmax_grad_stream, u * (g - a), u * (g - a))
+/* LogSoftmax, given u = exp(y): dy - u * a, a = sum(dy) over the row */
+MT_GRAD_STREAM(mt_log_softmax_grad_stream, g - u * a, g - u * a)
 #endif

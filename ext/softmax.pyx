@@ -26,6 +26,12 @@ ctypedef fused real:
 cdef enum:
     BLOCK = 64          # lanes of `inner` per task when inner > 1
     MIN_PARALLEL = 32768
+    ROW_EXPS = 2048     # longest LogSoftmax gradient row whose exps fit the stack buffer
+
+cdef enum:              # forms of a gradient row's last pass
+    SOFTMAX = 0         # dX = Y * (dY - s)
+    LOG_EXPS = 1        # dX = dY - exp(Y) * s, exp(Y) computed by the first pass
+    LOG = 2             # the same, computing exp(Y)
 
 
 cdef inline real _exp(real v) noexcept nogil:
@@ -68,40 +74,58 @@ cdef void _softmax_row(const real* x, real* y, Py_ssize_t n, bint log_softmax) n
             y[j] = y[j] * v
 
 
-cdef void _softmax_grad_out(const real* dy, const real* y, real* dx, Py_ssize_t n, real s,
-                            bint log_softmax) noexcept nogil:
-    """The gradient's last pass, given s = sum(dY) (LogSoftmax) or sum(Y * dY) (Softmax)."""
+cdef void _softmax_grad_out(const real* dy, const real* w, real* dx, Py_ssize_t n, real s,
+                            int form) noexcept nogil:
+    """The gradient's last pass over a row, given s = sum(Y * dY) (Softmax) or sum(dY)
+    (LogSoftmax); w is Y, or exp(Y) when the first pass kept it (LOG_EXPS)."""
     cdef Py_ssize_t j
-    if log_softmax:
+    if form == SOFTMAX:
         for j in range(n):
-            dx[j] = dy[j] - _exp(y[j]) * s
+            dx[j] = w[j] * (dy[j] - s)
+    elif form == LOG_EXPS:
+        for j in range(n):
+            dx[j] = dy[j] - w[j] * s
     else:
         for j in range(n):
-            dx[j] = y[j] * (dy[j] - s)
+            dx[j] = dy[j] - _exp(w[j]) * s
 
 
 cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
                             bint log_softmax, bint stream) noexcept nogil:
-    """One contiguous row; `stream` (Softmax only) writes the vectors from dx's first cache
-    line on with streaming stores, the head and tail with the plain loop."""
+    """One contiguous row: s in a first pass, then dX.  LogSoftmax rows of up to ROW_EXPS
+    elements keep exp(Y) from the first pass in a stack buffer, so the exps overlap the loads
+    of both inputs and the last pass is as light as Softmax's.  `stream` writes that last
+    pass's whole cache lines with streaming stores (not for longer LogSoftmax rows, whose
+    last pass computes the exps)."""
     cdef Py_ssize_t j, done
     cdef real s = 0
-    if log_softmax:
-        for j in range(n):
-            s = s + dy[j]
-    else:
+    cdef real exps[ROW_EXPS]
+    cdef const real* w = y
+    cdef int form = SOFTMAX
+    if not log_softmax:
         for j in range(n):
             s = s + y[j] * dy[j]
-    if not stream or log_softmax:     # LogSoftmax, an exp per element, never streams
-        _softmax_grad_out(dy, y, dx, n, s, log_softmax)
+    elif n <= ROW_EXPS:
+        for j in range(n):
+            s = s + dy[j]
+            exps[j] = _exp(y[j])
+        w, form = exps, LOG_EXPS
+    else:
+        for j in range(n):
+            s = s + dy[j]
+        form = LOG
+    if not stream or form == LOG:
+        _softmax_grad_out(dy, w, dx, n, s, form)
         return
     j = mt_stream_head(dx, n, sizeof(real))
-    _softmax_grad_out(dy, y, dx, j, s, log_softmax)
+    _softmax_grad_out(dy, w, dx, j, s, form)
     if real is float:
-        done = j + mt_softmax_grad_stream_f(dy + j, y + j, dx + j, n - j, s)
+        done = j + (mt_softmax_grad_stream_f if form == SOFTMAX else mt_log_softmax_grad_stream_f)(
+            dy + j, w + j, dx + j, n - j, s)
     else:
-        done = j + mt_softmax_grad_stream_d(dy + j, y + j, dx + j, n - j, s)
-    _softmax_grad_out(dy + done, y + done, dx + done, n - done, s, log_softmax)
+        done = j + (mt_softmax_grad_stream_d if form == SOFTMAX else mt_log_softmax_grad_stream_d)(
+            dy + j, w + j, dx + j, n - j, s)
+    _softmax_grad_out(dy + done, w + done, dx + done, n - done, s, form)
 
 
 # --------------------------------------------------------------------------- strided axis

@@ -14,3 +14,6 @@ cdef extern from "grad_stream.h":
     Py_ssize_t mt_tanh_grad_stream_d(const double*, const double*, double*, Py_ssize_t, double) noexcept nogil
     Py_ssize_t mt_softmax_grad_stream_f(const float*, const float*, float*, Py_ssize_t, float) noexcept nogil
     Py_ssize_t mt_softmax_grad_stream_d(const double*, const double*, double*, Py_ssize_t, double) noexcept nogil
+    Py_ssize_t mt_log_softmax_grad_stream_f(const float*, const float*, float*, Py_ssize_t, float) noexcept nogil
+    Py_ssize_t mt_log_softmax_grad_stream_d(const double*, const double*, double*, Py_ssize_t,
+                                            double) noexcept nogil

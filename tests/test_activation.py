@@ -295,6 +295,8 @@ int main(void) {
     CHECK(double, mt_tanh_grad_stream_d, g * (1.0 - u * u))
     CHECK(float, mt_softmax_grad_stream_f, u * (g - a))
     CHECK(double, mt_softmax_grad_stream_d, u * (g - a))
+    CHECK(float, mt_log_softmax_grad_stream_f, g - u * a)
+    CHECK(double, mt_log_softmax_grad_stream_d, g - u * a)
     return 0;
 }
 """

@@ -31,15 +31,16 @@ def _forward(log_softmax, coerce_2d):
 
 
 def _backward(log_softmax, coerce_2d):
-    """Softmax's gradient is memory bound and streams dX when the tensors outgrow the cache
-    (streaming.py); LogSoftmax's computes an exp per element and never streams."""
+    """Both gradients stream dX when the tensors outgrow the cache (streaming.py); LogSoftmax's
+    keeps a row's exps from its first pass, which leaves a last pass as memory bound as
+    Softmax's (ext/softmax.pyx)."""
     def kernel(ctx):
         dy, y = ctx.inputs[0], ctx.inputs[1]
         dx = np.empty_like(dy)
         if dy.size:
             outer, n, inner = axis_layout(dy.shape, ctx.attrs["axis"], coerce_2d)
             _sm.softmax_grad(dy.reshape(-1), y.reshape(-1), dx.reshape(-1), outer, n, inner,
-                             log_softmax, get_num_threads(), not log_softmax and should_stream(dy, y, dx))
+                             log_softmax, get_num_threads(), should_stream(dy, y, dx))
         return {"dX": dx}
     return kernel
 
