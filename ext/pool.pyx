@@ -390,6 +390,52 @@ cdef extern from *:
     #ifndef MT_HAVE_AVX512_K2
     MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
     #endif
+    /* MaxPoolGrad k = s = 2 along W, float32 with AVX2 (no AVX-512): 8 windows per step, the
+       row's last n % 8 windows by the C loop.  The indices' offsets from their windows are
+       narrowed to 32 bits (an offset whose high half is not zero counts as outside). */
+    #if defined(__AVX2__) && !defined(MT_HAVE_AVX512_K2)
+    #include <immintrin.h>
+    #define MT_HAVE_AVX2_K2_GRAD 1
+    /* p[0..16) = even[0], odd[0], even[1], odd[1], ... */
+    static inline void mt_store_pairs8(float* p, __m256 even, __m256 odd) {
+        const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+        _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    static int mt_maxpool_k2_grad_avx2(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W,
+                                       int two_rows, int64_t base, Py_ssize_t n) {
+        const __m256i lane2 = _mm256_setr_epi64x(0, 2, 4, 6);
+        const __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_set1_epi32(1);
+        const __m256i tw = _mm256_set1_epi32((int)W), tw1 = _mm256_set1_epi32((int)W + 1);
+        __m256i bad = _mm256_setzero_si256();
+        Py_ssize_t o = 0;
+        for (; o + 8 <= n; o += 8) {
+            const __m256 g = _mm256_loadu_ps(dy + o);
+            const __m256i b = _mm256_add_epi64(_mm256_set1_epi64x(base + 2 * o), lane2);
+            const __m256i lo = _mm256_sub_epi64(_mm256_loadu_si256((const __m256i*)(ind + o)), b);
+            const __m256i hi = _mm256_sub_epi64(_mm256_loadu_si256((const __m256i*)(ind + o + 4)),
+                                                _mm256_add_epi64(b, _mm256_set1_epi64x(8)));
+            /* low and high 32-bit halves of the 8 offsets, in window order */
+            const __m256i d = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(
+                _mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi), 0x88)), 0xD8);
+            const __m256i high = _mm256_castps_si256(_mm256_shuffle_ps(
+                _mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi), 0xDD));
+            const __m256i k0 = _mm256_cmpeq_epi32(d, t0), k1 = _mm256_cmpeq_epi32(d, t1);
+            __m256i hit = _mm256_or_si256(k0, k1);
+            mt_store_pairs8(r0 + 2 * o, _mm256_and_ps(_mm256_castsi256_ps(k0), g),
+                            _mm256_and_ps(_mm256_castsi256_ps(k1), g));
+            if (two_rows) {
+                const __m256i k2 = _mm256_cmpeq_epi32(d, tw), k3 = _mm256_cmpeq_epi32(d, tw1);
+                hit = _mm256_or_si256(hit, _mm256_or_si256(k2, k3));
+                mt_store_pairs8(r0 + W + 2 * o, _mm256_and_ps(_mm256_castsi256_ps(k2), g),
+                                _mm256_and_ps(_mm256_castsi256_ps(k3), g));
+            }
+            bad = _mm256_or_si256(bad, _mm256_or_si256(high, _mm256_andnot_si256(hit, _mm256_set1_epi32(-1))));
+        }
+        const int ok = _mm256_testz_si256(bad, bad);
+        return mt_maxpool_k2_c_f_grad(dy + o, ind + o, r0 + 2 * o, W, two_rows, base + 2 * o, n - o) && ok;
+    }
+    #endif
     static void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind,
                                 int64_t base, Py_ssize_t n) {
     #ifdef MT_HAVE_AVX512_K2
@@ -402,6 +448,8 @@ cdef extern from *:
                                     int two_rows, int64_t base, Py_ssize_t n) {
     #ifdef MT_HAVE_AVX512_K2
         return mt_maxpool_k2_grad_avx512(dy, ind, r0, W, two_rows, base, n);
+    #elif defined(MT_HAVE_AVX2_K2_GRAD)
+        return mt_maxpool_k2_grad_avx2(dy, ind, r0, W, two_rows, base, n);
     #else
         return mt_maxpool_k2_c_f_grad(dy, ind, r0, W, two_rows, base, n);
     #endif
