@@ -1,6 +1,14 @@
-"""Shared fixtures: a seeded random generator, and the CUDA marker's skip where no GPU is."""
+"""Shared fixtures: a seeded random generator, thread counts, the C compiler and instruction
+sets for tests that build ext/*.h into small programs, and the CUDA marker's skip where no GPU
+is."""
+import os
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
+
+EXT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ext")
 
 
 @pytest.fixture
@@ -16,6 +24,38 @@ def threads(request):
     set_num_threads(request.param)
     yield request.param
     set_num_threads(old)
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+@pytest.fixture
+def run_c(tmp_path):
+    """run_c(source, flags): compile a C program that includes ext/*.h with `flags` and run it;
+    its stdout, asserting exit status 0.  Skips without a C compiler, or when a flag asks for
+    an instruction set (-mavx512f, -mavx, -mfma) this CPU lacks."""
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        pytest.skip("no C compiler")
+    flags_here = _cpu_flags()
+
+    def run(source, flags):
+        for flag in flags:
+            isa = {"-mavx512f": "avx512f", "-mavx": "avx", "-mfma": "fma"}.get(flag)
+            if isa and isa not in flags_here:
+                pytest.skip(f"this CPU lacks {isa}")
+        src, exe = tmp_path / "prog.c", tmp_path / "prog"
+        src.write_text(source)
+        subprocess.run([cc, *flags, "-I", EXT, str(src), "-o", str(exe), "-lm"], check=True, capture_output=True)
+        result = subprocess.run([str(exe)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+        return result.stdout
+    return run
 
 
 def pytest_collection_modifyitems(config, items):

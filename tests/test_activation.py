@@ -1,10 +1,6 @@
 """Elementwise activations and their com.microsoft gradient kernels: forward values, the
 gradient formulas, finite-difference gradchecks in float64, PyTorch autograd, bad input, and
 the streaming-store path (ext/stream.h) against the plain one."""
-import os
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -241,14 +237,6 @@ def test_stream_threshold_is_the_last_level_cache():
     assert streaming.should_stream(big, big)
 
 
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return []
-
-
 STREAMED_GRADIENTS_C = r"""
 #include <stdio.h>
 #include <string.h>
@@ -303,20 +291,8 @@ int main(void) {
 
 
 @pytest.mark.parametrize("isa", ["-mavx512f", "-mavx", "-msse2", "-U__SSE2__"])
-def test_streamed_gradients_of_each_instruction_set(isa, tmp_path):
+def test_streamed_gradients_of_each_instruction_set(isa, run_c):
     """ext/grad_stream.h's loops write exactly the scalar formulas (heads, whole lines,
     offsets; contraction to FMA off, as the comparison is bitwise) in each of stream.h's
     variants; -U__SSE2__ selects the ordinary-store fallback."""
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
-        pytest.skip("no C compiler")
-    needs = {"-mavx512f": "avx512f", "-mavx": "avx"}.get(isa)
-    if needs and needs not in cpu_flags():
-        pytest.skip(f"this CPU lacks {needs}")
-    ext = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ext")
-    src, exe = tmp_path / "streamed.c", tmp_path / "streamed"
-    src.write_text(STREAMED_GRADIENTS_C)
-    subprocess.run([cc, "-O2", "-ffp-contract=off", isa, "-I", ext, str(src), "-o", str(exe)], check=True,
-                   capture_output=True)
-    result = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
+    run_c(STREAMED_GRADIENTS_C, ["-O2", "-ffp-contract=off", isa])
