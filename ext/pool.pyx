@@ -390,12 +390,54 @@ cdef extern from *:
     #ifndef MT_HAVE_AVX512_K2
     MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
     #endif
-    /* MaxPoolGrad k = s = 2 along W, float32 with AVX2 (no AVX-512): 8 windows per step, the
-       row's last n % 8 windows by the C loop.  The indices' offsets from their windows are
-       narrowed to 32 bits (an offset whose high half is not zero counts as outside). */
+    /* MaxPool and MaxPoolGrad k = s = 2 along W, float32 with AVX2 (no AVX-512): 8 windows
+       per step, the row's last n % 8 windows by the C loops.  The gradient narrows the
+       indices' offsets from their windows to 32 bits (an offset whose high half is not zero
+       counts as outside). */
     #if defined(__AVX2__) && !defined(MT_HAVE_AVX512_K2)
     #include <immintrin.h>
-    #define MT_HAVE_AVX2_K2_GRAD 1
+    #define MT_HAVE_AVX2_K2 1
+    /* even and odd elements of p[0..16) */
+    static inline void mt_load_pairs8(const float* p, __m256* even, __m256* odd) {
+        const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+        *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+        *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+    }
+    /* lanes where v wins over best: greater, or NaN */
+    static inline __m256 mt_wins8(__m256 v, __m256 best) {
+        return _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    static void mt_maxpool_k2_avx2(const float* r0, Py_ssize_t W, int two_rows, float* y,
+                                   int64_t* ind, int64_t base, Py_ssize_t n) {
+        const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        Py_ssize_t o = 0;
+        for (; o + 8 <= n; o += 8) {
+            __m256 best, v, e1, o1;
+            mt_load_pairs8(r0 + 2 * o, &best, &v);
+            __m256 k = mt_wins8(v, best);
+            best = _mm256_blendv_ps(best, v, k);
+            __m256i off = _mm256_and_si256(_mm256_castps_si256(k), _mm256_set1_epi32(1));
+            if (two_rows) {
+                mt_load_pairs8(r0 + W + 2 * o, &e1, &o1);
+                k = mt_wins8(e1, best);
+                best = _mm256_blendv_ps(best, e1, k);
+                off = _mm256_blendv_epi8(off, _mm256_set1_epi32((int)W), _mm256_castps_si256(k));
+                k = mt_wins8(o1, best);
+                best = _mm256_blendv_ps(best, o1, k);
+                off = _mm256_blendv_epi8(off, _mm256_set1_epi32((int)W + 1), _mm256_castps_si256(k));
+            }
+            _mm256_storeu_ps(y + o, best);
+            if (ind != NULL) {
+                const __m256i rel = _mm256_add_epi32(off, lane2);
+                const __m256i b = _mm256_set1_epi64x(base + 2 * o);
+                _mm256_storeu_si256((__m256i*)(ind + o),
+                    _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(rel))));
+                _mm256_storeu_si256((__m256i*)(ind + o + 4),
+                    _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(rel, 1))));
+            }
+        }
+        mt_maxpool_k2_c_f(r0 + 2 * o, W, two_rows, y + o, ind == NULL ? NULL : ind + o, base + 2 * o, n - o);
+    }
     /* p[0..16) = even[0], odd[0], even[1], odd[1], ... */
     static inline void mt_store_pairs8(float* p, __m256 even, __m256 odd) {
         const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
@@ -440,6 +482,8 @@ cdef extern from *:
                                 int64_t base, Py_ssize_t n) {
     #ifdef MT_HAVE_AVX512_K2
         mt_maxpool_k2_avx512(r0, W, two_rows, y, ind, base, n);
+    #elif defined(MT_HAVE_AVX2_K2)
+        mt_maxpool_k2_avx2(r0, W, two_rows, y, ind, base, n);
     #else
         mt_maxpool_k2_c_f(r0, W, two_rows, y, ind, base, n);
     #endif
@@ -448,7 +492,7 @@ cdef extern from *:
                                     int two_rows, int64_t base, Py_ssize_t n) {
     #ifdef MT_HAVE_AVX512_K2
         return mt_maxpool_k2_grad_avx512(dy, ind, r0, W, two_rows, base, n);
-    #elif defined(MT_HAVE_AVX2_K2_GRAD)
+    #elif defined(MT_HAVE_AVX2_K2)
         return mt_maxpool_k2_grad_avx2(dy, ind, r0, W, two_rows, base, n);
     #else
         return mt_maxpool_k2_c_f_grad(dy, ind, r0, W, two_rows, base, n);
