@@ -391,7 +391,9 @@ cdef extern from *:
     MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
     #endif
     /* MaxPool and MaxPoolGrad k = s = 2 along W, float32 with AVX2 (no AVX-512): 8 windows
-       per step, the row's last n % 8 windows by the C loops.  The gradient narrows the
+       per step, the last step moved back to end with the row (rows of 8 to 15 windows, as in
+       LeNet, take two steps and no scalar code); rows under 8 windows take the C loops.  Stores
+       stay unmasked: AVX2's masked stores are slow on AMD.  The gradient narrows the
        indices' offsets from their windows to 32 bits (an offset whose high half is not zero
        counts as outside). */
     #if defined(__AVX2__) && !defined(MT_HAVE_AVX512_K2)
@@ -410,8 +412,12 @@ cdef extern from *:
     static void mt_maxpool_k2_avx2(const float* r0, Py_ssize_t W, int two_rows, float* y,
                                    int64_t* ind, int64_t base, Py_ssize_t n) {
         const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-        Py_ssize_t o = 0;
-        for (; o + 8 <= n; o += 8) {
+        if (n < 8) {
+            mt_maxpool_k2_c_f(r0, W, two_rows, y, ind, base, n);
+            return;
+        }
+        for (Py_ssize_t o = 0; o < n; o += 8) {
+            o = o + 8 > n ? n - 8 : o;      /* the last step overlaps: equal values rewritten */
             __m256 best, v, e1, o1;
             mt_load_pairs8(r0 + 2 * o, &best, &v);
             __m256 k = mt_wins8(v, best);
@@ -436,7 +442,6 @@ cdef extern from *:
                     _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(rel, 1))));
             }
         }
-        mt_maxpool_k2_c_f(r0 + 2 * o, W, two_rows, y + o, ind == NULL ? NULL : ind + o, base + 2 * o, n - o);
     }
     /* p[0..16) = even[0], odd[0], even[1], odd[1], ... */
     static inline void mt_store_pairs8(float* p, __m256 even, __m256 odd) {
@@ -450,8 +455,10 @@ cdef extern from *:
         const __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_set1_epi32(1);
         const __m256i tw = _mm256_set1_epi32((int)W), tw1 = _mm256_set1_epi32((int)W + 1);
         __m256i bad = _mm256_setzero_si256();
-        Py_ssize_t o = 0;
-        for (; o + 8 <= n; o += 8) {
+        if (n < 8)
+            return mt_maxpool_k2_c_f_grad(dy, ind, r0, W, two_rows, base, n);
+        for (Py_ssize_t o = 0; o < n; o += 8) {
+            o = o + 8 > n ? n - 8 : o;      /* the last step overlaps: equal values rewritten */
             const __m256 g = _mm256_loadu_ps(dy + o);
             const __m256i b = _mm256_add_epi64(_mm256_set1_epi64x(base + 2 * o), lane2);
             const __m256i lo = _mm256_sub_epi64(_mm256_loadu_si256((const __m256i*)(ind + o)), b);
@@ -474,8 +481,7 @@ cdef extern from *:
             }
             bad = _mm256_or_si256(bad, _mm256_or_si256(high, _mm256_andnot_si256(hit, _mm256_set1_epi32(-1))));
         }
-        const int ok = _mm256_testz_si256(bad, bad);
-        return mt_maxpool_k2_c_f_grad(dy + o, ind + o, r0 + 2 * o, W, two_rows, base + 2 * o, n - o) && ok;
+        return _mm256_testz_si256(bad, bad);
     }
     #endif
     static void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind,
