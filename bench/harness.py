@@ -2,8 +2,9 @@
 
 Peers run in the same process on the same inputs, interleaved round by round (minitrain, then
 each peer), as ../shared/bench/BASELINES.md measured them: 3 warm-up calls, then enough calls
-to fill `min_time` (at least 20, at most 400), the median taken per round and the median of
-the round medians reported.  Thread counts are set before numpy or torch is imported.
+to fill `min_time` (at least `min_calls`, by default 20, at most 400), the median taken per
+round and the median of the round medians reported; ratios between peers may be taken per round
+(`paired_ratio`).  Thread counts are set before numpy or torch is imported.
 """
 import os
 import statistics
@@ -39,15 +40,29 @@ def median_ms(fn, min_time=0.5, warmup=3, min_calls=20, max_calls=400):
     return 1e3 * statistics.median(times)
 
 
-def interleaved(candidates, rounds=3, **timing):
+def interleaved_rounds(candidates, rounds=3, **timing):
     """Time each candidate (name -> fn, or None when a peer lacks the case) once per round, in
-    turn; return name -> median over rounds of the per-round median ms (None stays None)."""
+    turn; return name -> the per-round median ms (an empty list for None)."""
     per_round = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
             if fn is not None:
                 per_round[name].append(median_ms(fn, **timing))
+    return per_round
+
+
+def interleaved(candidates, rounds=3, **timing):
+    """interleaved_rounds' median over rounds per candidate (None where a peer lacks the case)."""
+    per_round = interleaved_rounds(candidates, rounds, **timing)
     return {name: (statistics.median(v) if v else None) for name, v in per_round.items()}
+
+
+def paired_ratio(slow, fast):
+    """Median over rounds of slow[i] / fast[i] (None when either is missing): a round's peers
+    run seconds apart at most, so a slow phase of the machine mostly cancels in the ratio."""
+    if not slow or not fast:
+        return None
+    return statistics.median(a / b for a, b in zip(slow, fast))
 
 
 def optional_torch(threads):

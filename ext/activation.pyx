@@ -106,8 +106,9 @@ cdef void _backward_chunk(int op, const real* dy, const real* v, real* dx, Py_ss
 
 cdef Py_ssize_t _backward_vectors(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,
                                   real alpha) noexcept nogil:
-    """The whole vectors of _backward_chunk with streaming stores (ext/grad_stream.h), dx on a
-    cache line; returns how many elements were written (0 for an op that never streams)."""
+    """_backward_chunk over the whole cache lines of dx (which starts on one) with streaming
+    stores (ext/grad_stream.h); returns how many elements it wrote (0 for an op that never
+    streams)."""
     if real is float:
         if op == RELU:
             return mt_relu_grad_stream_f(dy, v, dx, n, alpha)
@@ -131,8 +132,8 @@ cdef Py_ssize_t _backward_vectors(int op, const real* dy, const real* v, real* d
 
 cdef void _backward_streamed(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,
                              real alpha) noexcept nogil:
-    """_backward_chunk with the vectors from dx's first cache line on streamed; the head
-    before it and the tail after the last vector take the plain loop."""
+    """_backward_chunk with dx's whole cache lines streamed; the head before the first and the
+    tail after the last take the plain loop."""
     cdef Py_ssize_t head = mt_stream_head(dx, n, sizeof(real)), done
     _backward_chunk(op, dy, v, dx, head, alpha)
     done = head + _backward_vectors(op, dy + head, v + head, dx + head, n - head, alpha)

@@ -16,8 +16,9 @@ start + t * dilation.  Average pooling also gets per-axis reciprocal window coun
 Fast paths, picked by minitrain/providers/cpu/pool.py:
   max_pool_k2 / max_pool_grad_k2  kernel = stride = 2 along W (1 or 2 along H), no padding or
                  dilation: one vectorised loop per output row (float32 with AVX-512: masked
-                 16-output steps, so short rows have no scalar tail); the gradient writes each
-                 window once (no zero-fill first).
+                 16-output steps, so short rows have no scalar tail; with AVX2: 8-output
+                 steps, the last one overlapping); the gradient writes each window once (no
+                 zero-fill first).
   avg_pool_rows / avg_pool_grad_rows  any geometry along D and H (Python lists, per row, the
                  rows each row sums: `ptr`/`rows` in CSR form); along W stride 1 (shifted sums
                  over a zero-margined row buffer), contiguous windows, or (gradient)

@@ -9,8 +9,8 @@ inner > 1: a task is one `o` and a block of up to BLOCK consecutive `i`; the per
 max and sums live in small stack arrays, and every loop runs over the contiguous `i` lanes.
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
 vectorisable exp, float64 uses libm.
-With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) the contiguous
-Softmax gradient rows' last pass writes with non-temporal stores (ext/grad_stream.h)."""
+With `stream` set (the caller decides, see minitrain/providers/cpu/streaming.py) the last pass
+of contiguous gradient rows writes with non-temporal stores (ext/grad_stream.h)."""
 from cython.parallel cimport parallel, prange
 from libc.math cimport exp, log, logf
 
@@ -249,7 +249,8 @@ def softmax_grad(const real[::1] dy, const real[::1] y, real[::1] out, Py_ssize_
                  Py_ssize_t n, Py_ssize_t inner, bint log_softmax, int num_threads,
                  bint stream=False):
     """Softmax: dX = Y * (dY - sum(Y * dY)); LogSoftmax: dX = dY - exp(Y) * sum(dY); `stream`
-    writes contiguous Softmax rows (inner == 1) with non-temporal stores."""
+    writes contiguous rows (inner == 1; LogSoftmax: up to ROW_EXPS long) with non-temporal
+    stores."""
     _check("softmax gradient", dy.shape[0], outer, n, inner, (y.shape[0], out.shape[0]))
     if dy.shape[0] == 0:
         return

@@ -399,8 +399,8 @@ def test_gradient_ops_reject_unknown_attributes():
 
 
 # --------------------------------------------------------------------------- fast paths
-# MaxPool(Grad) with kernel = stride = 2 along W (max_pool_k2: AVX-512 rows for float32, plain
-# C for float64) and AveragePool(Grad) by rows (stride-1 taps, windows, pairs, spread) are
+# MaxPool(Grad) with kernel = stride = 2 along W (max_pool_k2: AVX-512 or AVX2 rows for
+# float32, plain C for float64) and AveragePool(Grad) by rows (stride-1 taps, windows, pairs, spread) are
 # checked against exact references: a window-by-window MaxPool in numpy, the general window
 # loop of ext/pool.pyx, the adjoint identity <AveragePool(x), dy> = <x, AveragePoolGrad(dy)>,
 # finite differences and PyTorch.
