@@ -109,25 +109,12 @@ cdef Py_ssize_t _backward_vectors(int op, const real* dy, const real* v, real* d
     """_backward_chunk over the whole cache lines of dx (which starts on one) with streaming
     stores (ext/grad_stream.h); returns how many elements it wrote (0 for an op that never
     streams)."""
+    cdef int kind = (MT_GRAD_RELU if op == RELU else MT_GRAD_SIGMOID if op == SIGMOID else
+                     MT_GRAD_TANH if op == TANH else MT_GRAD_LEAKY_RELU if op == LEAKY else MT_GRAD_NONE)
     if real is float:
-        if op == RELU:
-            return mt_relu_grad_stream_f(dy, v, dx, n, alpha)
-        if op == SIGMOID:
-            return mt_sigmoid_grad_stream_f(dy, v, dx, n, alpha)
-        if op == TANH:
-            return mt_tanh_grad_stream_f(dy, v, dx, n, alpha)
-        if op == LEAKY:
-            return mt_leaky_relu_grad_stream_f(dy, v, dx, n, alpha)
+        return mt_grad_stream_f(kind, dy, v, dx, n, alpha)
     else:
-        if op == RELU:
-            return mt_relu_grad_stream_d(dy, v, dx, n, alpha)
-        if op == SIGMOID:
-            return mt_sigmoid_grad_stream_d(dy, v, dx, n, alpha)
-        if op == TANH:
-            return mt_tanh_grad_stream_d(dy, v, dx, n, alpha)
-        if op == LEAKY:
-            return mt_leaky_relu_grad_stream_d(dy, v, dx, n, alpha)
-    return 0
+        return mt_grad_stream_d(kind, dy, v, dx, n, alpha)
 
 
 cdef void _backward_streamed(int op, const real* dy, const real* v, real* dx, Py_ssize_t n,

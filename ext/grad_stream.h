@@ -41,4 +41,23 @@ MT_GRAD_STREAM(mt_tanh_grad_stream, g * (1.0f - u * u), g * (1.0 - u * u))
 MT_GRAD_STREAM(mt_softmax_grad_stream, u * (g - a), u * (g - a))
 /* LogSoftmax, given u = exp(y): dy - u * a, a = sum(dy) over the row */
 MT_GRAD_STREAM(mt_log_softmax_grad_stream, g - u * a, g - u * a)
+
+/* One of the above by op (0 and nothing written for MT_GRAD_NONE), for the Cython kernels. */
+enum { MT_GRAD_RELU, MT_GRAD_LEAKY_RELU, MT_GRAD_SIGMOID, MT_GRAD_TANH, MT_GRAD_SOFTMAX,
+       MT_GRAD_LOG_SOFTMAX, MT_GRAD_NONE };
+#define MT_GRAD_STREAM_BY_OP(SFX, T)                                                             \
+    static inline ptrdiff_t mt_grad_stream_##SFX(int op, const T* dy, const T* v, T* dx,         \
+                                                 ptrdiff_t n, T a) {                             \
+        switch (op) {                                                                            \
+        case MT_GRAD_RELU: return mt_relu_grad_stream_##SFX(dy, v, dx, n, a);                    \
+        case MT_GRAD_LEAKY_RELU: return mt_leaky_relu_grad_stream_##SFX(dy, v, dx, n, a);        \
+        case MT_GRAD_SIGMOID: return mt_sigmoid_grad_stream_##SFX(dy, v, dx, n, a);              \
+        case MT_GRAD_TANH: return mt_tanh_grad_stream_##SFX(dy, v, dx, n, a);                    \
+        case MT_GRAD_SOFTMAX: return mt_softmax_grad_stream_##SFX(dy, v, dx, n, a);              \
+        case MT_GRAD_LOG_SOFTMAX: return mt_log_softmax_grad_stream_##SFX(dy, v, dx, n, a);      \
+        default: return 0;                                                                       \
+        }                                                                                        \
+    }
+MT_GRAD_STREAM_BY_OP(f, float)
+MT_GRAD_STREAM_BY_OP(d, double)
 #endif

@@ -101,7 +101,7 @@ cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t 
     cdef real s = 0
     cdef real exps[ROW_EXPS]
     cdef const real* w = y
-    cdef int form = SOFTMAX
+    cdef int form = SOFTMAX, kind
     if not log_softmax:
         for j in range(n):
             s = s + y[j] * dy[j]
@@ -119,12 +119,11 @@ cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t 
         return
     j = mt_stream_head(dx, n, sizeof(real))
     _softmax_grad_out(dy, w, dx, j, s, form)
+    kind = MT_GRAD_SOFTMAX if form == SOFTMAX else MT_GRAD_LOG_SOFTMAX
     if real is float:
-        done = j + (mt_softmax_grad_stream_f if form == SOFTMAX else mt_log_softmax_grad_stream_f)(
-            dy + j, w + j, dx + j, n - j, s)
+        done = j + mt_grad_stream_f(kind, dy + j, w + j, dx + j, n - j, s)
     else:
-        done = j + (mt_softmax_grad_stream_d if form == SOFTMAX else mt_log_softmax_grad_stream_d)(
-            dy + j, w + j, dx + j, n - j, s)
+        done = j + mt_grad_stream_d(kind, dy + j, w + j, dx + j, n - j, s)
     _softmax_grad_out(dy + done, w + done, dx + done, n - done, s, form)
 
 
