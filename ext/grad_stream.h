@@ -1,17 +1,17 @@
 /* The memory-bound gradient kernels' loops with streaming stores (ext/stream.h): ReluGrad,
    SigmoidGrad, TanhGrad, LeakyReluGrad and the last passes of SoftmaxGrad and LogSoftmaxGrad,
-   in float (_f) and double (_d).  Each computes dx from dy and v (X or Y, as the op defines) over the whole
-   64-byte cache lines of n elements, dx starting on one, and returns how many elements it
-   wrote; the caller writes the head before the first line and the tail after the last with
-   its scalar loop, which computes the same formula in the same order.  Whole lines only: a
-   line half streamed and half stored (SoftmaxGrad rows of 1000 floats, AVX2) made the streamed
-   loop slower than plain stores on Zen3, where whole lines made it faster. */
+   in float (_f) and double (_d).  Each computes dx from dy and v (X or Y, as the op defines)
+   over the whole 64-byte cache lines of n elements, dx starting on one, and returns how many
+   elements it wrote; the caller writes the head before the first line and the tail after the
+   last with its scalar loop, which computes the same formula in the same order.  Whole lines
+   only: a line half streamed and half stored (SoftmaxGrad rows of 1000 floats, AVX2) made the
+   streamed loop slower than plain stores on Zen3, where whole lines made it faster. */
 #ifndef MINITRAIN_GRAD_STREAM_H
 #define MINITRAIN_GRAD_STREAM_H
 #include "stream.h"
 
-/* NAME_f and NAME_d from one vector expression of g = dy, u = v and the scalar a; V, I and T
-   are the vector, its comparison mask and the element type. */
+/* NAME_f and NAME_d from one vector expression each (float, double) of g = dy, u = v and the
+   scalar a; comparisons give the integer vectors mt_vfi / mt_vdi, used as masks. */
 #define MT_GRAD_STREAM_T(NAME, SFX, T, EXPR)                                                     \
     static inline ptrdiff_t NAME##_##SFX(const T* dy, const T* v, T* dx, ptrdiff_t n, T a) {     \
         const ptrdiff_t lanes = MT_VEC_BYTES / sizeof(T), lines = n - n % (64 / sizeof(T));     \

@@ -1,6 +1,6 @@
 """Elementwise activations and their com.microsoft gradient kernels: forward values, the
 gradient formulas, finite-difference gradchecks in float64, PyTorch autograd, bad input, and
-the streaming-store path (ext/stream.h) against the plain one."""
+the streaming-store path (ext/grad_stream.h) against the plain one."""
 import numpy as np
 import pytest
 
