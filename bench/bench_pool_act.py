@@ -24,13 +24,12 @@ MaxPoolGrad and AveragePoolGrad.
 import datetime
 import os
 import platform
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import (fmt, interleaved_rounds, markdown_table, optional_onnxruntime, optional_torch,  # noqa: E402
-                     paired_ratio, threads_from_argv)
+from harness import (fmt, interleaved_rounds, markdown_table, medians, optional_onnxruntime,  # noqa: E402
+                     optional_torch, paired_ratio, threads_from_argv)
 
 THREADS = threads_from_argv(2) if __name__ == "__main__" else int(os.environ.get("OMP_NUM_THREADS", 2))
 
@@ -281,7 +280,7 @@ def main():
                     print(f"  ORT: {name}: result differs from minitrain")
                 candidates["ort"] = fn
         per_round = interleaved_rounds(candidates, rounds=rounds, min_time=ROUND_TIME, min_calls=5)
-        ms = {k: (statistics.median(v) if v else None) for k, v in per_round.items()}
+        ms = medians(per_round)
         moved = pool_bytes(case, direction) if case.kind == "pool" else case.bwd_bytes
         gbs = {k: (moved / 1e6 / v if v else None) for k, v in ms.items()}
         speed_torch = paired_ratio(per_round["torch"], per_round["minitrain"])

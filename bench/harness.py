@@ -51,10 +51,14 @@ def interleaved_rounds(candidates, rounds=3, **timing):
     return per_round
 
 
+def medians(per_round):
+    """name -> the median over rounds of interleaved_rounds' result (None where it is empty)."""
+    return {name: (statistics.median(v) if v else None) for name, v in per_round.items()}
+
+
 def interleaved(candidates, rounds=3, **timing):
     """interleaved_rounds' median over rounds per candidate (None where a peer lacks the case)."""
-    per_round = interleaved_rounds(candidates, rounds, **timing)
-    return {name: (statistics.median(v) if v else None) for name, v in per_round.items()}
+    return medians(interleaved_rounds(candidates, rounds, **timing))
 
 
 def paired_ratio(slow, fast):
