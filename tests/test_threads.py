@@ -1,0 +1,45 @@
+"""minitrain.threads: the kernels' thread count and the OpenMP spin default it sets before
+the first extension loads (checked in fresh interpreters, since the runtime reads it once)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import minitrain
+from minitrain.threads import SPIN_COUNT
+
+SHOW = "import minitrain, os; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+
+
+def fresh_env(**settings):
+    """What a fresh `import minitrain` leaves of GOMP_SPINCOUNT and OMP_WAIT_POLICY."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(settings)
+    out = subprocess.run([sys.executable, "-c", SHOW], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_bounded_spin_by_default():
+    assert fresh_env() == [str(SPIN_COUNT), "None"]
+
+
+@pytest.mark.parametrize("policy", ["PASSIVE", "ACTIVE"])
+def test_users_wait_policy_wins(policy):
+    assert fresh_env(OMP_WAIT_POLICY=policy) == ["None", policy]
+
+
+def test_users_spin_count_wins():
+    assert fresh_env(GOMP_SPINCOUNT="7") == ["7", "None"]
+
+
+def test_set_num_threads():
+    old = minitrain.get_num_threads()
+    try:
+        minitrain.set_num_threads(3)
+        assert minitrain.get_num_threads() == 3
+        with pytest.raises(ValueError, match="set_num_threads: n must be >= 1, got 0"):
+            minitrain.set_num_threads(0)
+        assert minitrain.get_num_threads() == 3
+    finally:
+        minitrain.set_num_threads(old)
