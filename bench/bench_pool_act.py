@@ -9,7 +9,9 @@ them (the kernel's Python side and output allocation included, run_node's per-ca
 binding not); PyTorch through the aten kernels (MaxPool forward: max_pool1d/2d with
 return_indices=True); ONNX Runtime through single-node models bound once with IOBinding (its
 gradient kernels are single-threaded).  Every peer's output is checked against minitrain's
-before timing (MaxPool's indices too, after converting torch's per-plane indices).
+before timing (MaxPool's indices too, after converting torch's per-plane indices).  The
+activation rows also time STREAM's Add over arrays of their size (bench/roofline.py): the
+ceiling of a kernel reading two arrays and writing a third on this machine.
 
     python bench/bench_pool_act.py [--threads 2] [--rounds 15] [--cases a,b] [--out bench/results/pool_act.md]
 
@@ -19,7 +21,9 @@ the other was not skewed whole-run medians by 10-30%.
 
 Targets (with 2 threads): >= 35 GB/s on the gradients and >= 20 GB/s on MaxPool forward, no
 slower than PyTorch, and >= 3x faster than ORT's ReluGrad, LeakyReluGrad, LogSoftmaxGrad,
-MaxPoolGrad and AveragePoolGrad.
+MaxPoolGrad and AveragePoolGrad.  A row a little slower than PyTorch (within TIE) while at
+AT_CEILING of STREAM Add's GB/s or more is reported as level with PyTorch at the ceiling, apart
+from the rows that meet every target.
 """
 import datetime
 import os
@@ -37,6 +41,7 @@ import numpy as np  # noqa: E402
 
 import minitrain  # noqa: E402
 from cases import ACT_CASES, POOL_CASES, PoolCase, make_inputs  # noqa: E402
+from roofline import build_stream_add, stream_add_case  # noqa: E402
 from minitrain.executor import bind_node  # noqa: E402
 from minitrain.ops.schema import TensorType  # noqa: E402
 from minitrain.providers import get_provider  # noqa: E402
@@ -45,6 +50,7 @@ MS = "com.microsoft"
 ROUND_TIME = 0.1            # seconds of calls per peer and round (at least 5 calls)
 TARGET_GBS = 35.0           # gradients and activations
 TARGET_FWD_GBS = 20.0       # MaxPool forward with Indices (our own target: the issue sets none)
+AT_CEILING, TIE = 0.95, 0.03 # a tie at the ceiling: see slower_than_torch
 ORT_3X = {"relu_grad", "leakyrelu_grad", "logsoftmax_grad", "maxpool_2x2", "avgpool_3x3_s1_p1"}
 # the rows issue 4 sets targets for; the others (forward passes, training-step shapes) are
 # judged against the same figures but reported apart
@@ -237,6 +243,19 @@ def machine():
     return f"{model},{avx512} {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
+def slower_than_torch(speed_torch, gbs):
+    """The verdict on a row where torch/minitrain < 1: a tie at the ceiling when minitrain makes
+    at least AT_CEILING of STREAM Add's GB/s and is within TIE of torch (no kernel can gain more
+    than noise there), else how much slower."""
+    if gbs["stream_add"] is None:
+        return f"{1 / speed_torch:.2f}x slower than PyTorch"
+    share = {peer: f"{100 * gbs[peer] / gbs['stream_add']:.0f}%" for peer in ("minitrain", "torch")}
+    shares = f"minitrain at {share['minitrain']} and torch at {share['torch']} of STREAM Add's GB/s"
+    if gbs["minitrain"] >= AT_CEILING * gbs["stream_add"] and speed_torch >= 1 - TIE:
+        return f"level with PyTorch at the machine's ceiling (torch/minitrain {speed_torch:.3f}; {shares})"
+    return f"{1 / speed_torch:.2f}x slower than PyTorch ({shares})"
+
+
 def rel_err(ref, got):
     return float(np.max(np.abs(ref - got)) / max(1e-30, float(np.max(np.abs(ref)))))
 
@@ -261,6 +280,7 @@ def main():
     minitrain.set_num_threads(THREADS)
     torch = optional_torch(THREADS)
     ort = optional_onnxruntime()
+    stream_add = build_stream_add()
     rows, verdicts = [], []
     for case, direction in POOL_RUNS + [(case, "bwd") for case in ACT_CASES]:
         name = run_name(case, direction)
@@ -268,7 +288,7 @@ def main():
             continue
         data = make_inputs(case)
         mt, outputs = minitrain_case(case, direction, data)
-        candidates = {"minitrain": mt, "torch": None, "ort": None}
+        candidates = {"minitrain": mt, "torch": None, "ort": None, "stream_add": None}
         if torch is not None:
             candidates["torch"] = torch_case(torch, case, direction, data)
             check_torch(case, direction, candidates["torch"](), outputs)
@@ -279,6 +299,8 @@ def main():
                 if not all(same):
                     print(f"  ORT: {name}: result differs from minitrain")
                 candidates["ort"] = fn
+        if stream_add is not None and case.kind != "pool":
+            candidates["stream_add"] = stream_add_case(stream_add, case.shape, THREADS)
         per_round = interleaved_rounds(candidates, rounds=rounds, min_time=ROUND_TIME, min_calls=5)
         ms = medians(per_round)
         moved = pool_bytes(case, direction) if case.kind == "pool" else case.bwd_bytes
@@ -288,7 +310,7 @@ def main():
         what = f"{case.describe()} {direction}" if case.kind == "pool" else case.describe()
         rows.append([name, what, f"{moved / 1e6:.1f}", fmt(ms["minitrain"]), fmt(gbs["minitrain"]),
                      fmt(ms["torch"]), fmt(gbs["torch"]), fmt(ms["ort"]), fmt(gbs["ort"]), fmt(speed_torch, 2),
-                     fmt(speed_ort, 2)])
+                     fmt(speed_ort, 2), fmt(gbs["stream_add"])])
         missed = []
         target = TARGET_FWD_GBS if (case.kind == "pool" and direction == "fwd" and case.op == "max") else \
             TARGET_GBS if direction == "bwd" else None
@@ -296,7 +318,7 @@ def main():
             missed.append(f"{gbs['minitrain']:.1f} GB/s is {100 * (1 - gbs['minitrain'] / target):.0f}% "
                           f"short of {target:.0f} GB/s")
         if speed_torch is not None and speed_torch < 1:
-            missed.append(f"{1 / speed_torch:.2f}x slower than PyTorch")
+            missed.append(slower_than_torch(speed_torch, gbs))
         if name in ORT_3X and speed_ort is not None and speed_ort < 3:
             missed.append(f"only {speed_ort:.2f}x faster than ORT (target 3x)")
         verdict = "all targets met" if not missed else "; ".join(missed)
@@ -304,7 +326,7 @@ def main():
         print(" | ".join(rows[-1]), flush=True)
 
     header = ["case", "what", "MB moved", "minitrain ms", "minitrain GB/s", "torch ms", "torch GB/s",
-              "ORT ms", "ORT GB/s", "torch/minitrain", "ORT/minitrain"]
+              "ORT ms", "ORT GB/s", "torch/minitrain", "ORT/minitrain", "STREAM Add GB/s"]
     versions = [f"numpy {np.__version__}"]
     if torch is not None:
         versions.append(f"torch {torch.__version__}")
@@ -328,7 +350,12 @@ def main():
         " median of the round medians; speed ratios (torch/minitrain, ORT/minitrain): median of the per-round ratios."
         " minitrain through nodes bound once, as the Executor runs them (the kernel's Python side and output"
         " allocation included), torch through aten kernels, ORT through single-node models with IOBinding."
-        " GB/s = bytes read + written once / time (forward: X, Y, int64 Indices; backward: dY, Indices, dX).",
+        " GB/s = bytes read + written once / time (forward: X, Y, int64 Indices; backward: dY, Indices, dX)."
+        " STREAM Add GB/s: c = a + b over float32 arrays of the case's size, plain C with OpenMP on the same"
+        " threads (bench/stream_add.c), timed in the same rounds: the machine's ceiling for the activation rows."
+        " One libgomp serves minitrain and torch (torch's wheel ships it under the same name; the first"
+        f" loaded wins), spinning as minitrain sets it: GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')},"
+        f" OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}.",
         "",
         markdown_table(header, rows),
         "",
