@@ -4,7 +4,8 @@
 form (opsets 1-12) is the case inner == 1.
 
 inner == 1: each row is contiguous; rows go to the threads and every pass over a row is a
-vectorisable loop (the row stays in L1/L2 between passes).
+vectorisable loop (the row stays in L1/L2 between passes).  The gradients give each thread one
+block of rows and pipeline them: a row's last pass runs in one loop with the next row's first.
 inner > 1: a task is one `o` and a block of up to BLOCK consecutive `i`; the per-lane running
 max and sums live in small stack arrays, and every loop runs over the contiguous `i` lanes.
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
@@ -16,6 +17,8 @@ from libc.math cimport exp, log, logf
 
 cdef extern from "fastmath.h":
     float mt_expf(float x) noexcept nogil
+    float _barrier_f "MT_ASSOC_BARRIER" (float x) noexcept nogil
+    double _barrier_d "MT_ASSOC_BARRIER" (double x) noexcept nogil
 
 include "stream.pxi"
 
@@ -27,6 +30,7 @@ cdef enum:
     BLOCK = 64          # lanes of `inner` per task when inner > 1
     MIN_PARALLEL = 32768
     ROW_EXPS = 2048     # longest LogSoftmax gradient row whose exps fit the stack buffer
+    SUM_CHUNK = 256     # elements a gradient row's sum takes at a time (_softmax_grad_sum)
 
 cdef enum:              # forms of a gradient row's last pass
     SOFTMAX = 0         # dX = Y * (dY - s)
@@ -90,31 +94,62 @@ cdef void _softmax_grad_out(const real* dy, const real* w, real* dx, Py_ssize_t 
             dx[j] = dy[j] - _exp(w[j]) * s
 
 
-cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
-                            bint log_softmax, bint stream) noexcept nogil:
-    """One contiguous row: s in a first pass, then dX.  LogSoftmax rows of up to ROW_EXPS
-    elements keep exp(Y) from the first pass in a stack buffer, so the exps overlap the loads
-    of both inputs and the last pass is as light as Softmax's.  `stream` writes that last
-    pass's whole cache lines with streaming stores (not for longer LogSoftmax rows, whose
-    last pass computes the exps)."""
-    cdef Py_ssize_t j, done
+cdef inline int _row_form(Py_ssize_t n, bint log_softmax) noexcept nogil:
+    """The last pass's form for rows of n: LogSoftmax keeps its exps when they fit ROW_EXPS."""
+    return SOFTMAX if not log_softmax else LOG_EXPS if n <= ROW_EXPS else LOG
+
+
+cdef real _softmax_grad_part(const real* dy, const real* y, real* exps, Py_ssize_t n,
+                             int form) noexcept nogil:
+    """sum(Y * dY) (SOFTMAX) or sum(dY) over n elements, keeping exp(Y) in exps (LOG_EXPS), so
+    the exps overlap the loads of both inputs and the last pass is as light as Softmax's."""
+    cdef Py_ssize_t j
     cdef real s = 0
-    cdef real exps[ROW_EXPS]
-    cdef const real* w = y
-    cdef int form = SOFTMAX, kind
-    if not log_softmax:
+    if form == SOFTMAX:
         for j in range(n):
             s = s + y[j] * dy[j]
-    elif n <= ROW_EXPS:
+    elif form == LOG_EXPS:
         for j in range(n):
             s = s + dy[j]
             exps[j] = _exp(y[j])
-        w, form = exps, LOG_EXPS
     else:
         for j in range(n):
             s = s + dy[j]
-        form = LOG
-    if not stream or form == LOG:
+    return s
+
+
+cdef inline real _add_part(real s, real part) noexcept nogil:
+    """s + part, kept in this order under -ffast-math (fastmath.h's barrier)."""
+    if real is float:
+        return s + _barrier_f(part)
+    else:
+        return s + _barrier_d(part)
+
+
+cdef real _softmax_grad_sum(const real* dy, const real* y, real* exps, Py_ssize_t n,
+                            int form) noexcept nogil:
+    """A row's first pass: _softmax_grad_part over SUM_CHUNK elements at a time, the parts
+    added in order.  The pipelined rows (_softmax_grad_rows) sum the next row chunk by chunk
+    the same way, so every path and thread count gives the same bits."""
+    cdef Py_ssize_t k, c
+    cdef real s = 0
+    for k in range((n + SUM_CHUNK - 1) // SUM_CHUNK):
+        c = k * SUM_CHUNK
+        s = _add_part(s, _softmax_grad_part(dy + c, y + c, exps + c if form == LOG_EXPS else NULL,
+                                            min(<Py_ssize_t>SUM_CHUNK, n - c), form))
+    return s
+
+
+cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
+                            bint log_softmax) noexcept nogil:
+    """One contiguous row, dX's whole cache lines written with streaming stores (not for
+    LogSoftmax rows over ROW_EXPS, whose last pass computes the exps)."""
+    cdef Py_ssize_t j, done
+    cdef real exps[ROW_EXPS]
+    cdef int form = _row_form(n, log_softmax), kind
+    cdef const real* w = &exps[0] if form == LOG_EXPS else y
+    cdef real s = _softmax_grad_sum(dy, y, exps, n, form)
+    if form == LOG:
         _softmax_grad_out(dy, w, dx, n, s, form)
         return
     j = mt_stream_head(dx, n, sizeof(real))
@@ -125,6 +160,32 @@ cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t 
     else:
         done = j + mt_grad_stream_d(kind, dy + j, w + j, dx + j, n - j, s)
     _softmax_grad_out(dy + done, w + done, dx + done, n - done, s, form)
+
+
+cdef void _softmax_grad_rows(const real* dy, const real* y, real* dx, Py_ssize_t n,
+                             Py_ssize_t rows, bint log_softmax) noexcept nogil:
+    """`rows` consecutive contiguous rows, pipelined: SUM_CHUNK elements at a time, a row's
+    last pass (its inputs in L1) alternates with the next row's first pass (from memory), so
+    loads from memory never wait for a whole last pass.  SoftmaxGrad 4096x1000 float32, 2
+    threads (Intel KVM guest, C model of the loop): 0.96-0.98 -> 0.88-0.90 ms."""
+    cdef Py_ssize_t r, k, c, m
+    cdef real exps[2 * ROW_EXPS]          # this row's exps and the next row's (LOG_EXPS)
+    cdef int form = _row_form(n, log_softmax)
+    cdef real s = _softmax_grad_sum(dy, y, exps, n, form), s_next
+    cdef const real* w
+    cdef real* e_next
+    for r in range(rows):
+        w = &exps[(r % 2) * ROW_EXPS] if form == LOG_EXPS else y + r * n
+        e_next = &exps[((r + 1) % 2) * ROW_EXPS]
+        s_next = 0
+        for k in range((n + SUM_CHUNK - 1) // SUM_CHUNK):
+            c = k * SUM_CHUNK
+            m = min(<Py_ssize_t>SUM_CHUNK, n - c)
+            if r + 1 < rows:
+                s_next = _add_part(s_next, _softmax_grad_part(
+                    dy + (r + 1) * n + c, y + (r + 1) * n + c, e_next + c if form == LOG_EXPS else NULL, m, form))
+            _softmax_grad_out(dy + r * n + c, w + c, dx + r * n + c, m, s, form)
+        s = s_next
 
 
 # --------------------------------------------------------------------------- strided axis
@@ -209,12 +270,17 @@ cdef void _softmax(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ss
 cdef void _softmax_grad(const real* dy, const real* y, real* dx, Py_ssize_t outer, Py_ssize_t n,
                         Py_ssize_t inner, bint log_softmax, bint stream, int nt) noexcept nogil:
     cdef Py_ssize_t row, task, o, b, nb, base
-    if inner == 1:
+    if inner == 1 and stream:
         with parallel(num_threads=nt):
             for row in prange(outer, schedule="static"):
-                _softmax_grad_row(dy + row * n, y + row * n, dx + row * n, n, log_softmax, stream)
-            if stream:
-                mt_stream_fence()
+                _softmax_grad_row(dy + row * n, y + row * n, dx + row * n, n, log_softmax)
+            mt_stream_fence()
+    elif inner == 1:            # one block of consecutive rows per thread, pipelined
+        for task in prange(nt, schedule="static", num_threads=nt):
+            o = outer * task // nt
+            b = outer * (task + 1) // nt
+            if b > o:
+                _softmax_grad_rows(dy + o * n, y + o * n, dx + o * n, n, b - o, log_softmax)
     else:
         nb = (inner + BLOCK - 1) // BLOCK
         for task in prange(outer * nb, schedule="static", num_threads=nt):
