@@ -1,4 +1,6 @@
 """CPU kernels of Softmax/LogSoftmax and their gradients, in both ONNX forms."""
+import math
+
 import numpy as np
 
 from ..._ext import softmax as _sm
@@ -13,10 +15,10 @@ def axis_layout(shape, axis, coerce_2d):
     op coerces to 2-D (opset < 13), else the single axis."""
     rank = len(shape)
     axis = axis + rank if axis < 0 else axis
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    outer = math.prod(shape[:axis])       # math.prod: np.prod costs 2-3 us a call here
     if coerce_2d:
-        return outer, int(np.prod(shape[axis:], dtype=np.int64)), 1
-    return outer, int(shape[axis]), int(np.prod(shape[axis + 1:], dtype=np.int64))
+        return outer, math.prod(shape[axis:]), 1
+    return outer, int(shape[axis]), math.prod(shape[axis + 1:])
 
 
 def _forward(log_softmax, coerce_2d):
