@@ -1,6 +1,6 @@
 """The machine's ceiling for memory-bound kernels: STREAM's Add (c = a + b) on arrays of a
-case's size, built from bench/stream_add.c with the C compiler (the flags minitrain's
-extensions use) and called through ctypes.  A kernel that reads two arrays and writes a third
+case's size, built from bench/stream_add.c with the C compiler (-O3 -march=native -fopenmp,
+as minitrain's extensions) and called through ctypes.  A kernel that reads two arrays and writes a third
 cannot beat it by more than noise, so it tells a tie with a peer at the ceiling from a kernel
 that has room left."""
 import ctypes

@@ -5,7 +5,8 @@ form (opsets 1-12) is the case inner == 1.
 
 inner == 1: each row is contiguous; rows go to the threads and every pass over a row is a
 vectorisable loop (the row stays in L1/L2 between passes).  The gradients give each thread one
-block of rows and pipeline them: a row's last pass runs in one loop with the next row's first.
+block of rows and pipeline them: a row's last pass alternates, chunk by chunk, with the next
+row's first.
 inner > 1: a task is one `o` and a block of up to BLOCK consecutive `i`; the per-lane running
 max and sums live in small stack arrays, and every loop runs over the contiguous `i` lanes.
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
