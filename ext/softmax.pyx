@@ -6,7 +6,7 @@ form (opsets 1-12) is the case inner == 1.
 inner == 1: each row is contiguous; rows go to the threads and every pass over a row is a
 vectorisable loop (the row stays in L1/L2 between passes).  The gradients give each thread one
 block of rows and pipeline them: a row's last pass alternates, chunk by chunk, with the next
-row's first.
+row's first (streamed or not).
 inner > 1: a task is one `o` and a block of up to BLOCK consecutive `i`; the per-lane running
 max and sums live in small stack arrays, and every loop runs over the contiguous `i` lanes.
 Both subtract the max before exponentiating (numerically stable); float32 uses a clamped,
@@ -54,7 +54,7 @@ cdef inline real _log(real v) noexcept nogil:
 
 
 cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
-    return num_threads if work >= MIN_PARALLEL else 1
+    return max(1, num_threads) if work >= MIN_PARALLEL else 1
 
 
 # --------------------------------------------------------------------------- contiguous rows
@@ -130,8 +130,9 @@ cdef inline real _add_part(real s, real part) noexcept nogil:
 cdef real _softmax_grad_sum(const real* dy, const real* y, real* exps, Py_ssize_t n,
                             int form) noexcept nogil:
     """A row's first pass: _softmax_grad_part over SUM_CHUNK elements at a time, the parts
-    added in order.  The pipelined rows (_softmax_grad_rows) sum the next row chunk by chunk
-    the same way, so every path and thread count gives the same bits."""
+    added in order (behind fastmath.h's reassociation barrier, GCC 12+).  The pipelined rows
+    sum the next row chunk by chunk the same way, so the first row of a thread's block and the
+    others get the same bits: results do not depend on the thread count (tested)."""
     cdef Py_ssize_t k, c
     cdef real s = 0
     for k in range((n + SUM_CHUNK - 1) // SUM_CHUNK):
@@ -141,34 +142,32 @@ cdef real _softmax_grad_sum(const real* dy, const real* y, real* exps, Py_ssize_
     return s
 
 
-cdef void _softmax_grad_row(const real* dy, const real* y, real* dx, Py_ssize_t n,
-                            bint log_softmax) noexcept nogil:
-    """One contiguous row, dX's whole cache lines written with streaming stores (not for
-    LogSoftmax rows over ROW_EXPS, whose last pass computes the exps)."""
-    cdef Py_ssize_t j, done
-    cdef real exps[ROW_EXPS]
-    cdef int form = _row_form(n, log_softmax), kind
-    cdef const real* w = &exps[0] if form == LOG_EXPS else y
-    cdef real s = _softmax_grad_sum(dy, y, exps, n, form)
-    if form == LOG:
+cdef void _softmax_grad_write(const real* dy, const real* w, real* dx, Py_ssize_t n, real s,
+                              int form, bint stream) noexcept nogil:
+    """_softmax_grad_out; with `stream`, dX's whole cache lines are written with streaming stores
+    and the partial lines at both ends with the plain loop (no line is half streamed).  Rows of
+    LogSoftmax over ROW_EXPS, whose last pass computes the exps, never stream."""
+    cdef Py_ssize_t head, done
+    cdef int kind = MT_GRAD_SOFTMAX if form == SOFTMAX else MT_GRAD_LOG_SOFTMAX
+    if not stream or form == LOG:
         _softmax_grad_out(dy, w, dx, n, s, form)
         return
-    j = mt_stream_head(dx, n, sizeof(real))
-    _softmax_grad_out(dy, w, dx, j, s, form)
-    kind = MT_GRAD_SOFTMAX if form == SOFTMAX else MT_GRAD_LOG_SOFTMAX
+    head = mt_stream_head(dx, n, sizeof(real))
+    _softmax_grad_out(dy, w, dx, head, s, form)
     if real is float:
-        done = j + mt_grad_stream_f(kind, dy + j, w + j, dx + j, n - j, s)
+        done = head + mt_grad_stream_f(kind, dy + head, w + head, dx + head, n - head, s)
     else:
-        done = j + mt_grad_stream_d(kind, dy + j, w + j, dx + j, n - j, s)
+        done = head + mt_grad_stream_d(kind, dy + head, w + head, dx + head, n - head, s)
     _softmax_grad_out(dy + done, w + done, dx + done, n - done, s, form)
 
 
 cdef void _softmax_grad_rows(const real* dy, const real* y, real* dx, Py_ssize_t n,
-                             Py_ssize_t rows, bint log_softmax) noexcept nogil:
+                             Py_ssize_t rows, bint log_softmax, bint stream) noexcept nogil:
     """`rows` consecutive contiguous rows, pipelined: SUM_CHUNK elements at a time, a row's
-    last pass (its inputs in L1) alternates with the next row's first pass (from memory), so
-    loads from memory never wait for a whole last pass.  SoftmaxGrad 4096x1000 float32, 2
-    threads (Intel KVM guest, C model of the loop): 0.96-0.98 -> 0.88-0.90 ms."""
+    last pass (its inputs in L1) alternates with the next row's first pass (from memory or a
+    farther cache), so those loads never wait for a whole last pass.  SoftmaxGrad 4096x1000
+    float32, 2 threads, Intel KVM guest: 0.96-0.98 -> 0.88-0.90 ms in a C model of the loop,
+    94% -> 95-97% of STREAM Add in bench_pool_act (not streamed: its L3 is reported as 480 MB)."""
     cdef Py_ssize_t r, k, c, m
     cdef real exps[2 * ROW_EXPS]          # this row's exps and the next row's (LOG_EXPS)
     cdef int form = _row_form(n, log_softmax)
@@ -185,7 +184,7 @@ cdef void _softmax_grad_rows(const real* dy, const real* y, real* dx, Py_ssize_t
             if r + 1 < rows:
                 s_next = _add_part(s_next, _softmax_grad_part(
                     dy + (r + 1) * n + c, y + (r + 1) * n + c, e_next + c if form == LOG_EXPS else NULL, m, form))
-            _softmax_grad_out(dy + r * n + c, w + c, dx + r * n + c, m, s, form)
+            _softmax_grad_write(dy + r * n + c, w + c, dx + r * n + c, m, s, form, stream)
         s = s_next
 
 
@@ -270,18 +269,16 @@ cdef void _softmax(const real* x, real* y, Py_ssize_t outer, Py_ssize_t n, Py_ss
 
 cdef void _softmax_grad(const real* dy, const real* y, real* dx, Py_ssize_t outer, Py_ssize_t n,
                         Py_ssize_t inner, bint log_softmax, bint stream, int nt) noexcept nogil:
-    cdef Py_ssize_t row, task, o, b, nb, base
-    if inner == 1 and stream:
+    cdef Py_ssize_t task, o, b, nb, base
+    if inner == 1:              # one block of consecutive rows per thread, pipelined
         with parallel(num_threads=nt):
-            for row in prange(outer, schedule="static"):
-                _softmax_grad_row(dy + row * n, y + row * n, dx + row * n, n, log_softmax)
-            mt_stream_fence()
-    elif inner == 1:            # one block of consecutive rows per thread, pipelined
-        for task in prange(nt, schedule="static", num_threads=nt):
-            o = outer * task // nt
-            b = outer * (task + 1) // nt
-            if b > o:
-                _softmax_grad_rows(dy + o * n, y + o * n, dx + o * n, n, b - o, log_softmax)
+            for task in prange(nt, schedule="static"):
+                o = outer * task // nt
+                b = outer * (task + 1) // nt
+                if b > o:
+                    _softmax_grad_rows(dy + o * n, y + o * n, dx + o * n, n, b - o, log_softmax, stream)
+            if stream:
+                mt_stream_fence()
     else:
         nb = (inner + BLOCK - 1) // BLOCK
         for task in prange(outer * nb, schedule="static", num_threads=nt):

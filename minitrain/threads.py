@@ -4,7 +4,14 @@ Kernels pass this number to their parallel loops explicitly, so `set_num_threads
 on the next kernel call without touching the OpenMP runtime's global state."""
 import os
 
-_num_threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
+
+def _threads_from_env():
+    """OMP_NUM_THREADS' first entry when it is a count >= 1, else the number of cores."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) >= 1 else (os.cpu_count() or 1)
+
+
+_num_threads = _threads_from_env()
 
 # How long an idle OpenMP thread spins before it sleeps (libgomp reads this when the first
 # extension loads; an OMP_WAIT_POLICY or GOMP_SPINCOUNT of the user's wins).  Each kernel is
@@ -15,6 +22,9 @@ _num_threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or (os.cpu_count
 # 10000 spins (~0.1 ms there) bridge the gaps between a step's kernels: LeNet-5 4.3 -> 3.2 ms,
 # the 1D CNN 14.5 -> 10.4 ms with no load, 4.1 -> 7.1 and 21 -> 30 ms beside a busy loop
 # (OMP_WAIT_POLICY=PASSIVE, which never spins, is the setting for a machine known to be loaded).
+# Only libgomp reads GOMP_SPINCOUNT (LLVM's libomp would keep its own KMP_BLOCKTIME), and only
+# if it loads after this: torch's wheel ships a libgomp.so.1 too, and with torch imported
+# first, its copy serves both with libgomp's defaults.
 SPIN_COUNT = 10000
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)

@@ -33,6 +33,16 @@ def test_users_spin_count_wins():
     assert fresh_env(GOMP_SPINCOUNT="7") == ["7", "None"]
 
 
+@pytest.mark.parametrize("value,expected", [("3", 3), ("4,2", 4), ("0", None), ("-2", None), ("two", None)])
+def test_thread_count_from_omp_num_threads(value, expected):
+    """OMP_NUM_THREADS' first entry when it is a count >= 1; anything else means all cores."""
+    env = dict(os.environ, OMP_NUM_THREADS=value)
+    out = subprocess.run([sys.executable, "-c", "import minitrain, os; print(minitrain.get_num_threads(), os.cpu_count())"],
+                         env=env, capture_output=True, text=True, check=True)
+    got, cores = (int(v) for v in out.stdout.split())
+    assert got == (expected or cores)
+
+
 def test_set_num_threads():
     old = minitrain.get_num_threads()
     try:
