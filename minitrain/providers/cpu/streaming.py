@@ -9,7 +9,10 @@ back.  Measured with 2 threads on 2-core guests with a 32 MB L3, calling the ker
 over (so no consumer gained from a cached output): Zen3, streaming from registers
 (ext/grad_stream.h), ReluGrad level with plain stores at 3-12 MB and 19-32% faster at 18-48 MB,
 SoftmaxGrad 12-29% faster throughout; Zen4, the earlier buffered streaming, 3-30% slower at
-3-12 MB and 15-25% faster at 36-48 MB.  LeNet-sized tensors (< 1 MB) never stream.
+3-12 MB and 15-25% faster at 36-48 MB.  LeNet-sized tensors (< 1 MB) never stream.  On an
+Intel guest whose sysfs reports a 480 MB L3 (2026-11-25) nothing streams by the rule, and forced
+streaming at 48 MB gained ReluGrad nothing and made SoftmaxGrad 30% slower (1.15-1.19 ms
+against 0.88): the rule's cache size is what keeps it off there.
 
 Only memory-bound kernels stream, the callers decide which: the gradients of Relu, LeakyRelu,
 Sigmoid, Tanh, Softmax and LogSoftmax (whose last pass reuses the exps of its first, 1.19x
