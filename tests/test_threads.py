@@ -9,15 +9,19 @@ import pytest
 import minitrain
 from minitrain.threads import SPIN_COUNT
 
-SHOW = "import minitrain, os; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+def fresh_import(shown, **settings):
+    """The words a fresh interpreter prints of `shown` (an expression) after `import minitrain`,
+    with GOMP_SPINCOUNT and OMP_WAIT_POLICY unset unless `settings` sets them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(settings)
+    out = subprocess.run([sys.executable, "-c", f"import minitrain, os; print({shown})"], env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
 
 
 def fresh_env(**settings):
     """What a fresh `import minitrain` leaves of GOMP_SPINCOUNT and OMP_WAIT_POLICY."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    env.update(settings)
-    out = subprocess.run([sys.executable, "-c", SHOW], env=env, capture_output=True, text=True, check=True)
-    return out.stdout.split()
+    return fresh_import("os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY')", **settings)
 
 
 def test_bounded_spin_by_default():
@@ -36,10 +40,7 @@ def test_users_spin_count_wins():
 @pytest.mark.parametrize("value,expected", [("3", 3), ("4,2", 4), ("0", None), ("-2", None), ("two", None)])
 def test_thread_count_from_omp_num_threads(value, expected):
     """OMP_NUM_THREADS' first entry when it is a count >= 1; anything else means all cores."""
-    env = dict(os.environ, OMP_NUM_THREADS=value)
-    out = subprocess.run([sys.executable, "-c", "import minitrain, os; print(minitrain.get_num_threads(), os.cpu_count())"],
-                         env=env, capture_output=True, text=True, check=True)
-    got, cores = (int(v) for v in out.stdout.split())
+    got, cores = (int(v) for v in fresh_import("minitrain.get_num_threads(), os.cpu_count()", OMP_NUM_THREADS=value))
     assert got == (expected or cores)
 
 
