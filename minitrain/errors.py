@@ -32,3 +32,8 @@ class GraphError(MinitrainError, ValueError):
 
 class CheckpointError(MinitrainError, ValueError):
     """A checkpoint file is truncated, foreign or of an unsupported version."""
+
+
+class ProviderUnavailableError(MinitrainError, RuntimeError):
+    """An execution provider was asked for on a machine that cannot run it (no pycuda, no
+    driver, no device); the message says which of these is missing."""

@@ -27,6 +27,7 @@ class BoundNode:
     kernel: object
     dtype: np.dtype
     wanted: tuple
+    kdef: object = None
 
     def run(self, provider, inputs, output_shapes=None):
         ctx = KernelContext(self.op_type, self.name, inputs, self.attrs, self.wanted,
@@ -55,13 +56,17 @@ def bind_node(op_type, input_types, attrs, *, domain="", opset, provider, wanted
     if dtype is None:
         present = [t for t in input_types if t is not None]
         dtype = present[0].dtype if present else np.dtype(np.float32)
-    _, kernel = lookup(op_type, domain, opset, provider.name, dtype)
-    return BoundNode(op_type, node_name, sch, resolved, kernel, dtype, wanted), out_types
+    kdef, kernel = lookup(op_type, domain, opset, provider.name, dtype)
+    return BoundNode(op_type, node_name, sch, resolved, kernel, dtype, wanted, kdef), out_types
 
 
 def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cpu", outputs=None,
              output_shapes=None):
-    """Run one node through the registry on NumPy arrays and return a list of NumPy arrays.
+    """Run one node through the registry and return a list of its outputs.
+
+    On the CPU, inputs and outputs are NumPy arrays.  On another provider, NumPy inputs are
+    copied in and the results come back as NumPy arrays; when any input is already a device
+    tensor of that provider, the results stay on the device.
 
     `inputs` may hold None for an absent optional input; `attrs` uses ONNX attribute names;
     `opset` is the version the node's domain imports (None: the newest registered); `outputs`
@@ -72,8 +77,10 @@ def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cp
     prov = get_provider(provider)
     if opset is None:
         opset = newest_opset(op_type, domain)
-    arrays = [None if x is None else np.asarray(x) for x in inputs]
-    types = [None if a is None else TensorType(a.dtype, a.shape) for a in arrays]
+    native = any(x is not None and not isinstance(x, np.ndarray) and prov.is_native(x) for x in inputs)
+    arrays = [None if x is None or prov.is_native(x) else np.asarray(x) for x in inputs]
+    arrays = [x if a is None else a for x, a in zip(inputs, arrays)]
+    types = [None if a is None else TensorType(np.dtype(a.dtype), tuple(a.shape)) for a in arrays]
     bound, _ = bind_node(op_type, types, attrs, domain=domain, opset=opset, provider=prov,
                          wanted=None if outputs is None else list(outputs))
     shapes = {}
@@ -82,9 +89,20 @@ def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cp
             raise OpAttributeError(f"{op_type}: output_shapes names {name!r}, which is not an output "
                                    f"of the op ({list(bound.schema.outputs)})")
         shapes[name] = tuple(int(d) for d in shape)
-    device_inputs = [None if a is None else prov.from_numpy(a) for a in arrays]
-    results = bound.run(prov, device_inputs, shapes)
-    return [prov.to_numpy(r) for r in results]
+    kdef = bound.kdef
+    placed = [None if a is None else _to_host(a) if kdef.input_on_host(i) else prov.as_native(a)
+              for i, a in enumerate(arrays)]
+    results = bound.run(prov, placed, shapes)
+    if native:
+        return results
+    return [r if isinstance(r, np.ndarray) else prov.to_numpy(r) for r in results]
+
+
+def _to_host(value):
+    """A C-contiguous host (NumPy) array of a value that a kernel reads from host memory."""
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value)
+    return np.asarray(value.get()) if hasattr(value, "get") else np.asarray(value)
 
 
 class Executor:

@@ -6,6 +6,10 @@ the node's domain and picks the kernel whose [since_version, end_version] range 
 that provider and dtype.  Several versions of one op coexist as separate kernels.
 
 A kernel is a callable `kernel(ctx) -> dict[output name, array]` where ctx is a KernelContext.
+Its inputs and outputs live in the provider's memory, except those the KernelDef declares
+host-resident (`host_inputs`, `host_outputs`: learning rates, ratios, shapes), as ONNX
+Runtime's InputMemoryType(OrtMemTypeCPUInput, i) declares them: the kernel receives and returns
+those as NumPy arrays, and the executor moves such values, nothing else.
 """
 from __future__ import annotations
 
@@ -26,6 +30,15 @@ class KernelDef:
     end_version: Optional[int]
     provider: str
     type_constraints: dict
+    host_inputs: frozenset = frozenset()
+    host_outputs: frozenset = frozenset()
+
+    def input_on_host(self, index):
+        """Whether input `index` is read from host memory (every input on the CPU provider)."""
+        return self.provider == "cpu" or index in self.host_inputs
+
+    def output_on_host(self, name):
+        return self.provider == "cpu" or name in self.host_outputs
 
     def holds(self, opset):
         return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)
@@ -61,9 +74,11 @@ _KERNELS: dict = {}
 
 
 def register_kernel(op_type, *, domain=ONNX_DOMAIN, since=1, end=None, provider="cpu",
-                    dtypes=(np.float32, np.float64)):
-    """Decorator: register `fn(ctx) -> dict` as the kernel of op_type for opsets since..end."""
-    kdef = KernelDef(op_type, domain, since, end, provider, {"T": tuple(np.dtype(d) for d in dtypes)})
+                    dtypes=(np.float32, np.float64), host_inputs=(), host_outputs=()):
+    """Decorator: register `fn(ctx) -> dict` as the kernel of op_type for opsets since..end.
+    `host_inputs` (input indices) and `host_outputs` (output names) live in host memory."""
+    kdef = KernelDef(op_type, domain, since, end, provider, {"T": tuple(np.dtype(d) for d in dtypes)},
+                     frozenset(host_inputs), frozenset(host_outputs))
 
     def register(fn: Callable):
         entries = _KERNELS.setdefault((domain, op_type), [])
@@ -82,13 +97,22 @@ def _ranges_overlap(a: KernelDef, b: KernelDef):
     return a.since_version <= b_end and b.since_version <= a_end
 
 
+def find(op_type, domain, opset, provider, dtype):
+    """The (KernelDef, kernel) serving this node on `provider`, or None."""
+    dtype = np.dtype(dtype)
+    for kdef, fn in _KERNELS.get((domain, op_type), []):
+        if kdef.provider == provider and kdef.holds(opset) and dtype in kdef.type_constraints["T"]:
+            return kdef, fn
+    return None
+
+
 def lookup(op_type, domain, opset, provider, dtype):
     """The (KernelDef, kernel) serving this node; KernelNotFoundError says what exists instead."""
     dtype = np.dtype(dtype)
+    found = find(op_type, domain, opset, provider, dtype)
+    if found is not None:
+        return found
     entries = _KERNELS.get((domain, op_type), [])
-    for kdef, fn in entries:
-        if kdef.provider == provider and kdef.holds(opset) and dtype in kdef.type_constraints["T"]:
-            return kdef, fn
     registered = "; ".join(k.describe() for k, _ in entries) or "nothing"
     raise KernelNotFoundError(
         f"no kernel for op {op_type!r} domain {domain or 'ai.onnx'!r} opset {opset} "

@@ -1,15 +1,33 @@
 """Execution providers, found by name.  Each provider module registers its kernels in the
-registry when imported and exposes a `PROVIDER` object with the same small interface:
-`name`, `from_numpy(array)` and `to_numpy(value)`; device values have `.shape` and `.dtype`."""
+registry when imported and exposes a `PROVIDER` object implementing providers.base.Provider.
+Asking for a provider this machine cannot run raises ProviderUnavailableError."""
 import importlib
+
+from .base import Provider
 
 _MODULES = {"cpu": "minitrain.providers.cpu", "cuda": "minitrain.providers.cuda"}
 
 
 def get_provider(name):
-    """The provider called `name` ("cpu" or "cuda"), importing it (and its kernels) on first use."""
+    """The provider called `name` ("cpu" or "cuda"), importing it (and its kernels) on first
+    use; a Provider object is returned as it is."""
+    if isinstance(name, Provider):
+        return name
     try:
         module = _MODULES[name]
     except KeyError:
         raise ValueError(f"unknown provider {name!r}; known providers: {sorted(_MODULES)}") from None
     return importlib.import_module(module).PROVIDER
+
+
+def provider_list(device):
+    """The ordered provider names a session on `device` uses: the device first, the CPU as
+    the fallback for ops the device has no kernel for (ONNX Runtime's provider list)."""
+    if isinstance(device, (list, tuple)):
+        names = list(device)
+    else:
+        names = [device] if device == "cpu" else [device, "cpu"]
+    for name in names:
+        if name not in _MODULES:
+            raise ValueError(f"unknown provider {name!r}; known providers: {sorted(_MODULES)}")
+    return names

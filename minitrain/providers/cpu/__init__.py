@@ -8,22 +8,43 @@ import pkgutil
 
 import numpy as np
 
+from ..base import Provider
+
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 
-class CpuProvider:
+class CpuProvider(Provider):
+    """Host memory: native values are NumPy arrays, so no copy is ever made where the caller's
+    array is already C-contiguous (kernels never write into their inputs)."""
     name = "cpu"
 
-    @staticmethod
-    def from_numpy(array):
-        """Kernels see C-contiguous buffers; a contiguous input is passed without a copy
-        (kernels never write into their inputs)."""
+    def from_numpy(self, array):
         return np.ascontiguousarray(array)
 
-    @staticmethod
-    def to_numpy(value):
+    def to_numpy(self, value):
         return value
+
+    def is_native(self, value):
+        return isinstance(value, np.ndarray)
+
+    def as_native(self, value):
+        return np.ascontiguousarray(value)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, dtype)
+
+    def fill_zero(self, value):
+        value.fill(0)
+
+    def copy_into(self, dst, src):
+        np.copyto(dst, src)
+
+    def synchronize(self):
+        pass
 
 
 PROVIDER = CpuProvider()

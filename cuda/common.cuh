@@ -1,0 +1,27 @@
+// Shared by every cuda/*.cu: element types, accumulation types and the instantiation macro.
+//
+// Kernels are templates on the element type T; they compute in acc_t<T> (float for __half,
+// T otherwise) and are instantiated for the three element types as extern "C" kernels named
+// <name>_f16, <name>_f32 and <name>_f64, the names minitrain/providers/cuda/compiler.py loads.
+#pragma once
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+template <typename T> struct acc_type { typedef T type; };
+template <> struct acc_type<__half> { typedef float type; };
+template <typename T> using acc_t = typename acc_type<T>::type;
+
+template <typename T> __device__ __forceinline__ acc_t<T> to_acc(T x) { return x; }
+template <> __device__ __forceinline__ float to_acc<__half>(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> x) { return x; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half(x); }
+
+// Each index i in [0, n) once, over however many blocks the launch has.
+#define GRID_STRIDE_LOOP(i, n)                                                             \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)(n);     \
+         i += (int64_t)blockDim.x * gridDim.x)
+
+// MT_FOR_FLOATS(M) expands M(T, suffix) for the three element types: a .cu file defines a
+// macro that writes one extern "C" __global__ wrapper calling its template, then passes it here.
+#define MT_FOR_FLOATS(M) M(__half, f16) M(float, f32) M(double, f64)

@@ -1,0 +1,66 @@
+"""The interface every execution provider implements, in the spirit of ONNX Runtime's
+execution providers and tinygrad's per-device allocators.
+
+A provider owns its tensor type ("native" values), their allocation, the copies between host
+memory and its memory, and synchronisation.  Kernels allocate their outputs through
+`ctx.provider.empty/zeros`; the executor moves values between providers only through
+`from_numpy`, `to_numpy` and `copy_into`.
+"""
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+
+class Provider(abc.ABC):
+    """An execution provider: where values live and how they are made and moved."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def from_numpy(self, array):
+        """A native value holding `array`'s contents (C-contiguous; may share memory with it
+        where the provider's memory is host memory)."""
+
+    @abc.abstractmethod
+    def to_numpy(self, value):
+        """A NumPy array with `value`'s contents, after the work queued on it is done."""
+
+    @abc.abstractmethod
+    def is_native(self, value):
+        """Whether `value` is already this provider's tensor type."""
+
+    @abc.abstractmethod
+    def empty(self, shape, dtype):
+        """An uninitialised native tensor."""
+
+    def zeros(self, shape, dtype):
+        """A native tensor of zeros."""
+        value = self.empty(shape, dtype)
+        self.fill_zero(value)
+        return value
+
+    @abc.abstractmethod
+    def fill_zero(self, value):
+        """Set a native tensor to zero in place."""
+
+    @abc.abstractmethod
+    def copy_into(self, dst, src):
+        """Copy `src` (native, or a NumPy array) into the native tensor `dst` of the same shape."""
+
+    @abc.abstractmethod
+    def synchronize(self):
+        """Wait until the work queued so far has finished."""
+
+    def as_native(self, value):
+        """`value` itself when native, else a native copy of it (NumPy input)."""
+        return value if self.is_native(value) else self.from_numpy(np.asarray(value))
+
+    def for_session(self):
+        """The provider a session runs on: one that may own its own stream and memory pool
+        (the same object where the provider has no per-session state)."""
+        return self
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}>"

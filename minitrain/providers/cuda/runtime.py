@@ -1,0 +1,101 @@
+"""CudaProvider: GPUArrays from a caching pool, copies and kernel launches on one stream.
+
+Each session takes its own provider object (`for_session`): its own stream, memory pool and
+cuBLAS handle, all in the process's one primary context.  A block freed at a value's last use
+goes back to that session's pool, and since the session queues all its work on one stream, the
+next allocation can reuse it at once: the stream orders the reuse after the last reader.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pycuda.driver as driver
+from pycuda.gpuarray import GPUArray
+from pycuda.tools import DeviceMemoryPool
+
+from ..base import Provider
+from .device import primary_context
+
+FLOAT_TYPES = (np.float16, np.float32, np.float64)
+
+
+def device_ptr(value):
+    """The device address of a GPUArray (0 for an empty one), as a kernel argument."""
+    return int(value.gpudata) if value.gpudata is not None else 0
+
+
+class CudaProvider(Provider):
+    """The "cuda" provider; `use_tf32` lets float32 GEMMs use TF32 tensor cores (off: strict
+    FP32, as PyTorch's and ONNX Runtime's defaults)."""
+    name = "cuda"
+
+    def __init__(self, use_tf32=False):
+        self.context = primary_context()
+        self.device = self.context.get_device()
+        self.stream = driver.Stream()
+        self.pool = DeviceMemoryPool()
+        self.use_tf32 = bool(use_tf32)
+        self.multiprocessors = self.device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
+        self.compute_capability = self.device.compute_capability()
+        self._blas = None
+
+    def for_session(self, use_tf32=None):
+        return CudaProvider(self.use_tf32 if use_tf32 is None else use_tf32)
+
+    @property
+    def blas(self):
+        """This provider's cuBLAS handle, bound to its stream (created on first use)."""
+        if self._blas is None:
+            from .cublas import CublasHandle
+            self._blas = CublasHandle(self.stream, self.use_tf32)
+        return self._blas
+
+    # ------------------------------------------------------------------ tensors
+    def is_native(self, value):
+        return isinstance(value, GPUArray)
+
+    def empty(self, shape, dtype):
+        return GPUArray(tuple(int(d) for d in shape), np.dtype(dtype), allocator=self.pool.allocate)
+
+    def fill_zero(self, value):
+        if value.size:
+            driver.memset_d8_async(value.gpudata, 0, value.nbytes, self.stream)
+
+    def from_numpy(self, array):
+        array = np.ascontiguousarray(array)
+        value = self.empty(array.shape, array.dtype)
+        if array.size:
+            driver.memcpy_htod_async(value.gpudata, array, self.stream)
+        return value
+
+    def to_numpy(self, value):
+        value = self.contiguous(value)
+        array = np.empty(value.shape, value.dtype)
+        if array.size:
+            driver.memcpy_dtoh_async(array, value.gpudata, self.stream)
+        self.stream.synchronize()
+        return array
+
+    def as_native(self, value):
+        return self.contiguous(value) if self.is_native(value) else self.from_numpy(np.asarray(value))
+
+    def contiguous(self, value):
+        """`value` when C-contiguous, else a C-contiguous device copy (kernels index densely)."""
+        if value.flags.c_contiguous:
+            return value
+        from .layout import make_contiguous
+        return make_contiguous(self, value)
+
+    def copy_into(self, dst, src):
+        if dst.shape != tuple(np.shape(src)):
+            raise ValueError(f"copy_into: destination shape {dst.shape} differs from source shape {np.shape(src)}")
+        if self.is_native(src):
+            src = self.contiguous(src)
+            if src.size:
+                driver.memcpy_dtod_async(dst.gpudata, src.gpudata, src.nbytes, self.stream)
+        else:
+            src = np.ascontiguousarray(src, dtype=dst.dtype)
+            if src.size:
+                driver.memcpy_htod_async(dst.gpudata, src, self.stream)
+
+    def synchronize(self):
+        self.stream.synchronize()
