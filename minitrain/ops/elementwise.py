@@ -1,4 +1,4 @@
-"""Broadcasting arithmetic (Add, Sub, Mul, Neg, Sum) and SumToShape, the reduction over
+"""Broadcasting arithmetic (Add, Sub, Mul, Div, Neg, Sum) and SumToShape, the reduction over
 broadcast axes that their gradients need."""
 import numpy as np
 
@@ -11,7 +11,7 @@ def broadcast_inference(ctx):
     return [ctx.out(broadcast_shapes(ctx, [t.shape for t in ctx.input_types]))]
 
 
-for _op, _versions in (("Add", (7, 13, 14)), ("Sub", (7, 13, 14)), ("Mul", (7, 13, 14))):
+for _op, _versions in (("Add", (7, 13, 14)), ("Sub", (7, 13, 14)), ("Mul", (7, 13, 14)), ("Div", (7, 13, 14))):
     for _v in _versions:
         schema(_op, since=_v, inputs=["A", "B"], outputs=["C"])(broadcast_inference)
 for _v in (8, 13):
@@ -74,3 +74,15 @@ def mul_gradient(g):
         reduce_to_input(g, g.node("Mul", [g.GO(0), g.I(1)], [g.tmp("dA")]), 0)
     if g.needs(1):
         reduce_to_input(g, g.node("Mul", [g.GO(0), g.I(0)], [g.tmp("dB")]), 1)
+
+
+@gradient("Div", since=7, differentiable=(0, 1), emits=("Identity", "Shape", "SumToShape", "Div", "Mul", "Neg"))
+def div_gradient(g):
+    """dA = dC / B; dB = -dC * A / B^2, taken as -(dC / B) * C from the forward output C."""
+    if not (g.needs(0) or g.needs(1)):
+        return
+    quotient = g.node("Div", [g.GO(0), g.I(1)], [g.tmp("dA")])
+    reduce_to_input(g, quotient, 0)
+    if g.needs(1):
+        scaled = g.node("Mul", [quotient, g.O(0)], [g.tmp("dC_A_BB")])
+        reduce_to_input(g, g.node("Neg", [scaled], [g.tmp("dB")]), 1)

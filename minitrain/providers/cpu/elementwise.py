@@ -14,6 +14,7 @@ def _binary(ufunc, output):
 register_kernel("Add", since=7)(_binary(np.add, "C"))
 register_kernel("Sub", since=7)(_binary(np.subtract, "C"))
 register_kernel("Mul", since=7)(_binary(np.multiply, "C"))
+register_kernel("Div", since=7)(_binary(np.divide, "C"))
 
 
 @register_kernel("Neg", since=6)
