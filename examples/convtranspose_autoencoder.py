@@ -34,7 +34,7 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     total = epochs * min(len(loader), max_steps or len(loader))
     schedule = optim.LinearWarmup(max(1, total // 20), optim.CosineLR(max(1, total - total // 20)))
     session = TrainingSession(build_model(), nn.MSELoss(), optim.Adam(lr, schedule=schedule),
-                              input_shape=(1, 8, 8), provider=device)
+                              input_shape=(1, 8, 8), device=device)
     history = fit(session, loader, epochs=epochs, test=(data.x_test, data.x_test), task="regression",
                   out_dir=out, progress=progress, max_steps=max_steps)
     mse = history[-1]["test_mse"]

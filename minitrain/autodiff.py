@@ -13,8 +13,8 @@ import numpy as np
 
 from .errors import GraphError
 from .graph import Node
-from .inference import infer_types, topological_order
-from .ops import get_gradient_builder, get_schema, infer_node, resolve_attrs
+from .inference import check_graph_node, infer_types, topological_order
+from .ops import get_gradient_builder
 from .ops.gradients import GradContext
 from .ops.schema import FLOAT_TYPES
 
@@ -105,11 +105,7 @@ def build_gradient_graph(graph, loss, wrt, *, stop_gradients=(), seeds=None):
             return node.outputs[i]
         node.outputs.extend([""] * (i + 1 - len(node.outputs)))
         node.outputs[i] = make_name(f"{node.name}_out{i}")
-        sch = get_schema(node.op_type, node.domain, g.opset(node.domain))
-        wanted = [sch.outputs[k] for k, o in enumerate(node.outputs) if o]
-        _, out_types = infer_node(sch, [types[x] if x else None for x in node.inputs],
-                                  resolve_attrs(sch, node.attrs, node.name), node.name, wanted)
-        types[node.outputs[i]] = out_types[i]
+        types[node.outputs[i]] = check_graph_node(g, node, types).out_types[i]
         return node.outputs[i]
 
     for node in reversed(order):

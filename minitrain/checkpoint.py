@@ -7,7 +7,9 @@ target and renames it over the target (os.replace), so a crash leaves either the
 checkpoint or the new one, never a torn file.  `load` reads and checks everything before it
 touches the session: a truncated, foreign or mismatched file raises CheckpointError and
 leaves the model, optimizer and generator as they were.  A resumed run repeats an
-uninterrupted one bitwise on the CPU (same thread count, same batches).
+uninterrupted one bitwise on the same device (same thread count, same batches).  The arrays
+are pulled from the session's device before saving and pushed to it after loading, so a
+checkpoint written on one device loads on the other.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ def _write_array(archive, name, array):
 def save(path, session, extra=None):
     """Write `session`'s state to `path` atomically.  `extra` must be JSON-serialisable."""
     path = os.fspath(path)
+    session.pull()
     optimizer = session.optimizer.state_dict()
     meta = {"format": FORMAT, "version": VERSION, "step": session.step_count,
             "optimizer": {"type": optimizer["type"], "step_count": optimizer["step_count"]},
@@ -108,5 +111,6 @@ def load(path, session):
         raise CheckpointError(f"{os.fspath(path)}: checkpoint does not fit this session: {e}") from None
     session.model.load_state_dict(model_state)
     session.optimizer.load_state_dict(optimizer_state)
+    session.push()
     mt_random.set_state(meta["rng"])
     return meta["extra"]

@@ -112,7 +112,7 @@ def gradcheck_command(args):
     wrt = [int(i) for i in args.wrt.split(",")] if args.wrt else None
     try:
         results = gradcheck(args.op, inputs, attrs, domain=args.domain, wrt=wrt, eps=args.eps, rtol=args.rtol,
-                            atol=args.atol, seed=args.seed, outputs=args.output or None)
+                            atol=args.atol, seed=args.seed, outputs=args.output or None, provider=args.provider)
     except AssertionError as e:
         print(f"gradcheck {args.op}: FAILED\n{e}")
         return 1
@@ -140,6 +140,8 @@ def main(argv=None):
     check.add_argument("--rtol", type=float, default=1e-4)
     check.add_argument("--atol", type=float, default=1e-6)
     check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
+                       help="where the gradient runs (cuda: also compared with the CPU kernels)")
     args = parser.parse_args(argv)
     if args.command == "gradcheck":
         if not args.input:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import OpAttributeError
-from .ops import get_schema, infer_node, resolve_attrs
+from .errors import DTypeError, OpAttributeError
+from .inference import check_node
+from .ops import get_schema
 from .ops.schema import TensorType
-from .providers import get_provider
+from .providers import get_provider, provider_list
 from .registry import KernelContext, lookup
 
 
@@ -46,18 +47,10 @@ def newest_opset(op_type, domain):
 
 def bind_node(op_type, input_types, attrs, *, domain="", opset, provider, wanted=None, node_name=None):
     """Validate a node against its schema and pick its kernel.  Returns (BoundNode, output types)."""
-    sch = get_schema(op_type, domain, opset)
-    resolved = resolve_attrs(sch, attrs, node_name)
-    wanted = tuple(sch.outputs if wanted is None else wanted)
-    for name in wanted:
-        sch.output_index(name)
-    ctx, out_types = infer_node(sch, input_types, resolved, node_name, wanted)
-    dtype = ctx.dtype
-    if dtype is None:
-        present = [t for t in input_types if t is not None]
-        dtype = present[0].dtype if present else np.dtype(np.float32)
-    kdef, kernel = lookup(op_type, domain, opset, provider.name, dtype)
-    return BoundNode(op_type, node_name, sch, resolved, kernel, dtype, wanted, kdef), out_types
+    checked = check_node(op_type, domain, opset, attrs, tuple(input_types), wanted, node_name)
+    kdef, kernel = lookup(op_type, domain, opset, provider.name, checked.dtype)
+    return (BoundNode(op_type, node_name, checked.schema, checked.attrs, kernel, checked.dtype, checked.wanted,
+                      kdef), list(checked.out_types))
 
 
 def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cpu", outputs=None,
@@ -106,42 +99,45 @@ def _to_host(value):
 
 
 class Executor:
-    """Runs an execution plan (see scheduler.py) on a provider.
+    """Runs an execution plan (see scheduler.py) on its providers.
 
     Values are dropped from the environment right after their last consumer has run, so the
-    provider can free or reuse their memory.  With `profile=True`, per-node wall times are
+    provider can free or reuse their memory.  Initializers live where the plan places them:
+    in `state` (a DeviceState shared by a session's plans) when given, else in tensors made
+    once here.  `write_back` maps output values to the initializers they replace after each
+    run (BatchNorm's running statistics), copied in the initializer's own memory.  With
+    `profile=True`, per-node wall times (the device synchronised after each node) are
     accumulated in `self.profile` (node name -> seconds) and `self.calls`.
+
+    `provider` (a name or a provider list) re-plans a plan made for other providers;
+    `providers` maps provider names to the Provider objects to use (a session's own).
     """
 
-    def __init__(self, plan, provider="cpu", profile=False):
+    def __init__(self, plan, provider=None, profile=False, *, state=None, providers=None, write_back=None):
+        if provider is not None and tuple(provider_list(provider)) != tuple(plan.providers):
+            from .scheduler import schedule
+            plan = schedule(plan.graph, plan.fetch, provider)
         self.plan = plan
-        self.provider = get_provider(provider) if isinstance(provider, str) else provider
+        self.providers = {name: (providers or {}).get(name) or get_provider(name) for name in plan.providers}
+        self.provider = self.providers[plan.providers[0]]
         self.profile_enabled = profile
         self.profile = {}
         self.calls = 0
-        self._bound = {}
-        self.constants = {name: self.provider.from_numpy(a) for name, a in plan.graph.initializers.items()}
+        self.write_back = dict(write_back or {})
+        self.state = state
+        self.constants = {}
+        for name, array in plan.graph.initializers.items():
+            location = plan.locations.get(name, "cpu")
+            if state is not None and state.provider.name == location:
+                self.constants[name] = state.native(name, array)
+            else:
+                self.constants[name] = self.providers[location].from_numpy(array)
+        self._step_providers = [self.providers[s.provider] for s in plan.steps]
 
-    def _bind(self, step, env):
-        """Bind a step once per input dtypes and shapes (a new batch size re-validates)."""
-        node = step.node
-        signature = tuple((env[n].dtype, env[n].shape) if n else None for n in node.inputs)
-        key = (step.index, signature)
-        bound = self._bound.get(key)
-        if bound is None:
-            types = [TensorType(np.dtype(s[0]), tuple(s[1])) if s else None for s in signature]
-            while types and types[-1] is None:
-                types.pop()
-            wanted = [step.schema_outputs[i] for i, out in enumerate(node.outputs) if out]
-            bound, _ = bind_node(node.op_type, types, node.attrs, domain=node.domain,
-                                 opset=self.plan.graph.opset(node.domain), provider=self.provider,
-                                 wanted=wanted, node_name=node.name)
-            self._bound[key] = bound
-        return bound
-
-    def run(self, feeds, fetch=None):
-        """Run the plan on `feeds` (input name -> array); return a dict of the fetched values
-        (default: all that the plan was made for) as NumPy arrays."""
+    def run(self, feeds, fetch=None, *, to_host=True):
+        """Run the plan on `feeds` (input name -> NumPy array or a provider-native tensor, which
+        is used without a copy); return a dict of the fetched values (default: all that the
+        plan was made for), as NumPy arrays, or where they live when `to_host` is False."""
         plan = self.plan
         fetch = list(plan.fetch if fetch is None else fetch)
         extra = [f for f in fetch if f not in plan.fetch]
@@ -154,29 +150,45 @@ class Executor:
         dims = {}
         for value in plan.graph.inputs:
             if value.name in feeds:
-                array = np.asarray(feeds[value.name])
-                _bind_dims(value, array.shape, dims)
-                env[value.name] = self.provider.from_numpy(array)
-        keep = set(fetch)
+                fed = feeds[value.name]
+                if not hasattr(fed, "dtype"):
+                    fed = np.asarray(fed)
+                if np.dtype(fed.dtype) != value.dtype:
+                    raise DTypeError(f"graph {plan.graph.name!r}: input {value.name!r} is declared {value.dtype}, "
+                                     f"fed {np.dtype(fed.dtype)}")
+                _bind_dims(value, tuple(fed.shape), dims)
+                provider = self.providers[plan.locations.get(value.name, "cpu")]
+                env[value.name] = provider.as_native(fed) if provider.name != "cpu" else _to_host(fed)
+        keep = set(fetch) | set(self.write_back)
         dims_key = tuple(sorted(dims.items()))
-        for step in plan.steps:
+        for step, provider in zip(plan.steps, self._step_providers):
             node = step.node
-            bound = self._bind(step, env)
             inputs = [env[n] if n else None for n in node.inputs]
             shapes = step.output_shapes(dims, dims_key)
             if self.profile_enabled:
                 start = time.perf_counter()
-                results = bound.run(self.provider, inputs, shapes)
+                results = step.bound.run(provider, inputs, shapes)
+                provider.synchronize()
                 self.profile[node.name] = self.profile.get(node.name, 0.0) + time.perf_counter() - start
             else:
-                results = bound.run(self.provider, inputs, shapes)
+                results = step.bound.run(provider, inputs, shapes)
             for name, value in zip((o for o in node.outputs if o), results):
                 env[name] = value
             for name in step.frees:
                 if name not in keep:
                     env.pop(name, None)
+        for out_name, initializer in self.write_back.items():
+            location = plan.locations.get(initializer, "cpu")
+            self.providers[location].copy_into(env[initializer], env[out_name])
         self.calls += 1
-        return {name: self.provider.to_numpy(env[name]) for name in fetch}
+        if not to_host:
+            return {name: env[name] for name in fetch}
+        return {name: self._host(name, env[name]) for name in fetch}
+
+    def _host(self, name, value):
+        if isinstance(value, np.ndarray):
+            return value
+        return self.providers[self.plan.locations.get(name, "cpu")].to_numpy(value)
 
 
 def _bind_dims(value, shape, dims):

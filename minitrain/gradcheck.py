@@ -53,8 +53,12 @@ def _as_float64(x):
 
 
 def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, eps=1e-6, rtol=1e-4,
-              atol=1e-6, seed=0, output_shapes=None, outputs=None):
+              atol=1e-6, seed=0, output_shapes=None, outputs=None, provider="cpu"):
     """Check the gradient of one forward node against finite differences, in float64.
+
+    provider: where the gradient graph runs; on a device the analytic gradients are also
+    compared with the CPU kernels' on the same inputs (to 1e-10, both float64), and the
+    finite differences are taken on the CPU.
 
     wrt: indices of the inputs to check (default: every float input the op's gradient builder
     differentiates); outputs: names of the outputs to project (default: every float output).
@@ -98,7 +102,12 @@ def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, e
     feeds = {f"x{i}": a for i, a in enumerate(arrays) if a is not None}
     feeds.update({f"seed_{k}": directions[k] for k in projected})
     fetch = [g for g in grads.values() if g]
-    analytic = Executor(schedule(grad_graph, fetch)).run(feeds) if fetch else {}
+    analytic = Executor(schedule(grad_graph, fetch, provider)).run(feeds) if fetch else {}
+    if provider != "cpu" and fetch:
+        on_cpu = Executor(schedule(grad_graph, fetch)).run(feeds)
+        for name in fetch:
+            np.testing.assert_allclose(analytic[name], on_cpu[name], rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{op_type}: gradient {name!r} on {provider} differs from the CPU's")
 
     def loss_of(arrs):
         return sum(float(np.sum(directions[k] * y)) for k, y in enumerate(forward(arrs)) if k in directions)

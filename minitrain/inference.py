@@ -1,11 +1,16 @@
 """Static shape and dtype inference over a whole graph, and its topological order.
 
 Both the gradient builder (which needs forward types, e.g. to know which axes were broadcast)
-and the scheduler (which needs sizes for the planned peak) read the types from here.
+and the scheduler (which needs sizes for the planned peak) read the types from here.  Each node
+is validated once: `check_node` remembers what it settled for a node signature (op, opset,
+attributes, input types, outputs asked for), so a node that autodiff checked is not checked
+again by the scheduler, and the executor runs what the plan settled without checking at all.
 """
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,22 +62,80 @@ def initializer_type(array):
     return TensorType(array.dtype, tuple(array.shape), value)
 
 
+@dataclass(frozen=True)
+class CheckedNode:
+    """What validating a node settles: its schema, resolved attributes, element type,
+    the outputs asked for and their types."""
+    schema: object
+    attrs: dict
+    dtype: np.dtype
+    wanted: tuple
+    out_types: tuple
+
+
+_CHECKED = OrderedDict()
+_CHECKED_LIMIT = 8192
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return value
+
+
+def check_node(op_type, domain, opset, attrs, input_types, wanted=None, node_name=None):
+    """Validate a node against its schema (once per signature) and settle its CheckedNode.
+    `wanted` lists the output names asked for (None: all of them)."""
+    while input_types and input_types[-1] is None:
+        input_types = input_types[:-1]
+    try:
+        key = (op_type, domain, opset, _freeze(sorted((attrs or {}).items())), tuple(input_types),
+               None if wanted is None else tuple(wanted))
+        hash(key)
+    except TypeError:
+        key = None
+    checked = _CHECKED.get(key) if key is not None else None
+    if checked is not None:
+        _CHECKED.move_to_end(key)
+        return checked
+    sch = get_schema(op_type, domain, opset)
+    resolved = resolve_attrs(sch, attrs, node_name)
+    wanted = tuple(sch.outputs if wanted is None else wanted)
+    for name in wanted:
+        sch.output_index(name)
+    ctx, out_types = infer_node(sch, list(input_types), resolved, node_name, wanted)
+    dtype = ctx.dtype
+    if dtype is None:
+        present = [t for t in input_types if t is not None]
+        dtype = present[0].dtype if present else np.dtype(np.float32)
+    checked = CheckedNode(sch, resolved, np.dtype(dtype), wanted, tuple(out_types))
+    if key is not None:
+        _CHECKED[key] = checked
+        if len(_CHECKED) > _CHECKED_LIMIT:
+            _CHECKED.popitem(last=False)
+    return checked
+
+
+def check_graph_node(graph, node, types):
+    """check_node for a node of `graph`, its input types read from `types`."""
+    sch = get_schema(node.op_type, node.domain, graph.opset(node.domain))
+    if len(node.outputs) > len(sch.outputs):
+        raise GraphError(f"node {node.name!r} ({node.op_type}) has {len(node.outputs)} outputs; "
+                         f"the op defines {list(sch.outputs)}")
+    wanted = [sch.outputs[i] for i, out in enumerate(node.outputs) if out]
+    return check_node(node.op_type, node.domain, graph.opset(node.domain), node.attrs,
+                      tuple(types[n] if n else None for n in node.inputs), wanted, node.name)
+
+
 def infer_types(graph, order=None):
     """TensorType of every value in the graph, validating each node against its schema.
     A declared graph.value_info entry fills in a shape that inference cannot know."""
     types = {v.name: v.type for v in graph.inputs}
     types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
     for node in order or topological_order(graph):
-        sch = get_schema(node.op_type, node.domain, graph.opset(node.domain))
-        attrs = resolve_attrs(sch, node.attrs, node.name)
-        input_types = [types[n] if n else None for n in node.inputs]
-        while input_types and input_types[-1] is None:
-            input_types.pop()
-        wanted = [sch.outputs[i] for i, out in enumerate(node.outputs) if out and i < len(sch.outputs)]
-        if len(node.outputs) > len(sch.outputs):
-            raise GraphError(f"node {node.name!r} ({node.op_type}) has {len(node.outputs)} outputs; "
-                             f"the op defines {list(sch.outputs)}")
-        _, out_types = infer_node(sch, input_types, attrs, node.name, wanted)
+        out_types = check_graph_node(graph, node, types).out_types
         for name, t in zip(node.outputs, out_types):
             if not name:
                 continue

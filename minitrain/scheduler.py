@@ -1,27 +1,44 @@
-"""Execution plans: node order, tensor lifetimes and the planned peak memory.
+"""Execution plans: which provider runs each node, node order, tensor lifetimes and the
+planned peak memory.
 
 `schedule` prunes the nodes that no fetched value depends on, orders the rest topologically
-(iteratively: a chain of thousands of nodes is fine), records for every value the step of its
-last use, and lists at each step the values to free right after it.  The executor drops those
-values from its environment, so the provider can free or reuse their buffers.
+(iteratively: a chain of thousands of nodes is fine), validates each node once and binds it to
+a kernel, and records for every value the step of its last use, listing at each step the
+values to free right after it.  The executor drops those values from its environment, so the
+provider can free or reuse their buffers.
+
+Providers are assigned as ONNX Runtime assigns them: the session's ordered provider list (for
+example ["cuda", "cpu"]) is tried in order and each node runs on the first provider with a
+kernel for it.  Every value then has a location: the provider whose memory holds it ("cpu"
+for host memory, which is also where host-resident kernel inputs and outputs live).  Where a
+consumer needs a value in another location, the plan holds an explicit copy node
+(MemcpyFromHost or MemcpyToHost, run by the device provider) before the consumer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from .errors import GraphError
-from .inference import infer_types, topological_order
-from .ops import get_schema
+from .executor import BoundNode
+from .graph import Node
+from .inference import check_graph_node, initializer_type, topological_order
+from .providers import provider_list
+from .registry import find, lookup
+
+HOST = "cpu"
 
 
 @dataclass
 class Step:
-    """One node of the plan, with the values whose last use it is."""
+    """One node of the plan: its bound kernel, the provider that runs it, and the values whose
+    last use it is."""
     index: int
     node: object
     schema_outputs: tuple
     out_types: list
     frees: tuple = ()
+    provider: str = HOST
+    bound: object = None
     _shape_cache: dict = field(default_factory=dict, repr=False)
 
     def output_shapes(self, dims, key=None):
@@ -49,6 +66,8 @@ class Plan:
     fetch: list
     needed_inputs: set
     last_use: dict
+    providers: tuple = (HOST,)
+    locations: dict = field(default_factory=dict)
 
     def free_step(self, name):
         """Index of the step after which `name` is dropped (None: kept to the end)."""
@@ -56,6 +75,17 @@ class Plan:
             if name in step.frees:
                 return step.index
         return None
+
+    def placement(self):
+        """(node name, op type, provider) of every step, in order."""
+        return [(s.node.name, s.node.op_type, s.provider) for s in self.steps]
+
+    def describe(self):
+        """The plan as text: one line per step with the provider it runs on."""
+        lines = [f"plan of graph {self.graph.name!r} on {list(self.providers)}: {len(self.steps)} steps"]
+        for s in self.steps:
+            lines.append(f"  {s.index:4d} {s.provider:5s} {s.node.op_type:28s} {s.node.name}")
+        return "\n".join(lines)
 
     def peak_bytes(self, dims=None):
         """Planned peak of the bytes held by node outputs (graph inputs and initializers are
@@ -67,11 +97,10 @@ class Plan:
         sizes = {}
         for step in self.steps:
             for name, t in zip(step.node.outputs, step.out_types):
-                if name and t is not None and t.shape is not None:
-                    shape = [dims.get(d, d) if isinstance(d, str) else d for d in t.shape]
-                    if all(isinstance(d, int) for d in shape):
-                        sizes[name] = t.dtype.itemsize * _prod(shape)
-                        live += sizes[name]
+                size = _bytes(t, dims)
+                if name and size is not None:
+                    sizes[name] = size
+                    live += size
             peak = max(peak, live)
             for name in step.frees:
                 live -= sizes.pop(name, 0)
@@ -80,32 +109,47 @@ class Plan:
     def total_bytes(self, dims=None):
         """Sum of the sizes of every node output: what running without freeing would hold."""
         dims = dims or {}
-        total = 0
-        for step in self.steps:
-            for name, t in zip(step.node.outputs, step.out_types):
-                if name and t is not None and t.shape is not None:
-                    shape = [dims.get(d, d) if isinstance(d, str) else d for d in t.shape]
-                    if all(isinstance(d, int) for d in shape):
-                        total += t.dtype.itemsize * _prod(shape)
-        return total
+        return sum(_bytes(t, dims) or 0 for step in self.steps for name, t in zip(step.node.outputs, step.out_types)
+                   if name)
 
 
-def _prod(shape):
-    result = 1
+def _bytes(t, dims):
+    if t is None or t.shape is None:
+        return None
+    shape = [dims.get(d, d) if isinstance(d, str) else d for d in t.shape]
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    size = t.dtype.itemsize
     for d in shape:
-        result *= d
-    return result
+        size *= d
+    return size
 
 
-def schedule(graph, fetch=None):
-    """Plan the run of `graph` producing `fetch` (default: the graph outputs)."""
+def _bind(graph, node, checked, providers):
+    """Bind the validated `node` to the kernel of the first provider in `providers` that has
+    one; the error for a node that none serves names what the first provider registers."""
+    opset = graph.opset(node.domain)
+    for provider in providers:
+        found = find(node.op_type, node.domain, opset, provider, checked.dtype)
+        if found is not None:
+            break
+    else:
+        lookup(node.op_type, node.domain, opset, providers[0], checked.dtype)
+    kdef, kernel = found
+    bound = BoundNode(node.op_type, node.name, checked.schema, checked.attrs, kernel, checked.dtype,
+                      checked.wanted, kdef)
+    return bound
+
+
+def schedule(graph, fetch=None, providers=(HOST,)):
+    """Plan the run of `graph` producing `fetch` (default: the graph outputs) on the ordered
+    `providers` (a list of names, or one device name: "cuda" means ["cuda", "cpu"])."""
+    providers = tuple(provider_list(providers if not isinstance(providers, str) else providers))
     fetch = list(graph.outputs if fetch is None else fetch)
     order = topological_order(graph)
-    types = infer_types(graph, order)
-    unknown = [f for f in fetch if f not in types]
+    unknown = [f for f in fetch if f not in graph.all_value_names()]
     if unknown:
         raise GraphError(f"graph {graph.name!r} cannot produce {unknown}: no such value")
-    # prune: keep only the nodes some fetched value depends on
     needed = set(fetch)
     kept = []
     for node in reversed(order):
@@ -113,23 +157,83 @@ def schedule(graph, fetch=None):
             kept.append(node)
             needed.update(x for x in node.inputs if x)
     kept.reverse()
+
+    types = {v.name: v.type for v in graph.inputs}
+    types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
+    kept_ids = {id(n) for n in kept}
+    bound_steps = []
+    for node in order:
+        checked = check_graph_node(graph, node, types)
+        out_types = []
+        for name, t in zip(node.outputs, checked.out_types):
+            declared = graph.value_info.get(name) if name else None
+            if t.shape is None and declared is not None:
+                t = type(t)(t.dtype, declared.shape)
+            out_types.append(t)
+            if name:
+                types[name] = t
+        if id(node) in kept_ids:
+            bound_steps.append((node, _bind(graph, node, checked, providers), out_types))
+
+    locations, nodes = _place(graph, bound_steps, providers, types)
     persistent = set(graph.initializers) | set(fetch)
     last_use = {}
-    for index, node in enumerate(kept):
-        for name in node.outputs:
+    for index, (node, _, _) in enumerate(nodes):
+        for name in list(node.outputs) + list(node.inputs):
             if name:
                 last_use[name] = index      # an output nobody reads dies right away
-        for name in node.inputs:
-            if name:
-                last_use[name] = index
     frees = {}
     for name, index in last_use.items():
         if name not in persistent:
             frees.setdefault(index, []).append(name)
-    steps = []
-    for index, node in enumerate(kept):
-        sch = get_schema(node.op_type, node.domain, graph.opset(node.domain))
-        out_types = [types.get(o) if o else None for o in node.outputs]
-        steps.append(Step(index, node, sch.outputs, out_types, tuple(frees.get(index, ()))))
+    steps = [Step(index, node, bound.schema.outputs, out_types, tuple(frees.get(index, ())),
+                  bound.kdef.provider, bound) for index, (node, bound, out_types) in enumerate(nodes)]
     needed_inputs = {n for n in graph.input_names if n in needed}
-    return Plan(graph, steps, types, fetch, needed_inputs, last_use)
+    return Plan(graph, steps, types, fetch, needed_inputs, last_use, providers, locations)
+
+
+def _place(graph, bound_steps, providers, types):
+    """Locations of every value, and the steps with copy nodes inserted before the consumers
+    that need a value in another provider's memory (their types are added to `types`)."""
+    device = next((p for p in providers if p != HOST), HOST)
+    wants = {}
+    for node, bound, _ in bound_steps:
+        for i, name in enumerate(node.inputs):
+            if name:
+                wants.setdefault(name, set()).add(HOST if bound.kdef.input_on_host(i) else bound.kdef.provider)
+    locations = {}
+    for name in list(graph.input_names) + list(graph.initializers):
+        wanted = wants.get(name, {HOST})
+        locations[name] = device if device in wanted else HOST
+    for node, bound, _ in bound_steps:
+        for name, out in zip(node.outputs, bound.schema.outputs):
+            if name:
+                locations[name] = HOST if bound.kdef.output_on_host(out) else bound.kdef.provider
+    if device == HOST:
+        return locations, bound_steps
+    copies = {}
+    steps = []
+    for node, bound, out_types in bound_steps:
+        inputs = list(node.inputs)
+        for i, name in enumerate(inputs):
+            if not name:
+                continue
+            target = HOST if bound.kdef.input_on_host(i) else bound.kdef.provider
+            if locations[name] == target:
+                continue
+            if (name, target) not in copies:
+                op = "MemcpyToHost" if target == HOST else "MemcpyFromHost"
+                copied = f"{name}@{target}"
+                copy = Node(op, [name], [copied], {}, "", f"{op}({name})")
+                checked = check_graph_node(graph, copy, types)
+                runs_on = locations[name] if target == HOST else target
+                steps.append((copy, _bind(graph, copy, checked, (runs_on,)), list(checked.out_types)))
+                types[copied] = checked.out_types[0]
+                locations[copied] = target
+                copies[(name, target)] = copied
+            inputs[i] = copies[(name, target)]
+        if inputs != list(node.inputs):
+            node = Node(node.op_type, inputs, node.outputs, node.attrs, node.domain, node.name)
+        steps.append((node, bound, out_types))
+    return locations, steps
+

@@ -5,7 +5,8 @@ import pytest
 
 import minitrain
 from minitrain import nn
-from minitrain.errors import GraphError
+from minitrain import run_node
+from minitrain.errors import GraphError, ProviderUnavailableError
 from minitrain.optim import SGD, Adam, StepLR
 from minitrain.training import TrainingSession
 
@@ -156,9 +157,17 @@ def test_a_parameter_the_loss_ignores_is_an_error():
         session(Unused())
 
 
-def test_only_the_cpu_provider_is_accepted():
-    with pytest.raises(ValueError, match="provider 'cuda'"):
-        session(mlp(), provider="cuda")
+def test_cuda_without_pycuda_is_a_clear_error():
+    """Where pycuda is missing, asking for the GPU names what is missing, not an ImportError."""
+    try:
+        import pycuda  # noqa: F401
+        pytest.skip("pycuda is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ProviderUnavailableError, match="pycuda"):
+        session(mlp(), device="cuda")
+    with pytest.raises(RuntimeError, match="pycuda"):
+        run_node("Relu", [np.ones(3, np.float32)], provider="cuda")
 
 
 def test_targets_are_cast_and_losses_must_be_scalar():

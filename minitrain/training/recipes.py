@@ -15,7 +15,7 @@ def train_classifier(model, data, input_shape, *, epochs, batch_size, lr, weight
     schedule = optim.LinearWarmup(warmup, optim.CosineLR(max(1, total - warmup)))
     session = TrainingSession(model, nn.CrossEntropyLoss(),
                               optim.AdamW(lr, weight_decay=weight_decay, schedule=schedule),
-                              input_shape=input_shape, provider=device)
+                              input_shape=input_shape, device=device)
     history = fit(session, loader, epochs=epochs, test=(data.x_test, data.y_test), out_dir=out,
                   progress=progress, max_steps=max_steps)
     accuracy = history[-1]["test_accuracy"]

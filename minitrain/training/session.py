@@ -19,6 +19,13 @@ Gradients and `zero_grad`, as in PyTorch:
   activation memory (BatchNorm statistics are then per micro-batch, as in PyTorch).
 
 BatchNorm running statistics are updated after every training run (train_step or accumulate).
+
+Devices: `device="cuda"` runs the plans on the provider list ["cuda", "cpu"] (each node on the
+first provider with a kernel for it; `plan_description()` shows where each landed).  The
+parameters, optimizer state, BatchNorm statistics and accumulated gradients live on the device
+in one DeviceState shared by the train, gradient-only, update and eval plans; `pull()` copies
+them to the host arrays (the model's parameters, `optimizer.state`), which `save` does, and
+`push()` copies the host arrays back, which `load` does.
 """
 from __future__ import annotations
 
@@ -27,10 +34,15 @@ import numpy as np
 from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
+from ..graph import Graph
 from ..nn.tensor import GraphBuilder
+from ..ops.schema import MS_DOMAIN
+from ..providers import get_provider, provider_list
 from ..scheduler import schedule
+from .state import DeviceState
 
 INPUT, TARGET = "input", "target"
+SCALE_INPUT = "accumulate.scale"
 
 
 class TrainingSession:
@@ -39,17 +51,18 @@ class TrainingSession:
     loss: a loss Module (nn.CrossEntropyLoss(), nn.MSELoss()) called as loss(output, target).
     target_shape/target_dtype: per-sample shape and dtype of the targets; by default the
     loss decides (class labels for cross-entropy, the output's shape for MSE).
-    provider: "cpu" (the only provider whose values are the host arrays updated in place).
+    device: "cpu" or "cuda" (or an ordered provider list); `provider` is its older name.
+    use_tf32: let float32 GEMMs and convolutions use TF32 on CUDA (off: strict FP32).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
-                 target_dtype=None, provider="cpu"):
-        if provider != "cpu":
-            raise ValueError(f"TrainingSession: provider {provider!r} is not supported yet; parameters and "
-                             "optimizer state are updated in place in host memory, which only the 'cpu' "
-                             "provider shares")
+                 target_dtype=None, device=None, provider="cpu", use_tf32=False):
         self.model, self.loss, self.optimizer = model, loss, optimizer
-        self.provider = provider
+        self.providers = tuple(provider_list(device or provider))
+        self.device = self.providers[0]
+        main = get_provider(self.device)
+        self._provider = main.for_session(use_tf32=use_tf32) if self.device == "cuda" else main.for_session()
+        self.state = DeviceState(self._provider)
         self.params = model.parameters()
         if not self.params:
             raise ValueError("TrainingSession: the model has no parameters to train")
@@ -67,15 +80,32 @@ class TrainingSession:
         train_graph = self.grad_graph.copy()
         self.norm_name = optimizer.add_to_graph(train_graph, grads)
         self.train_plan = schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
-                                                 *self.state_updates])
+                                                 *self.state_updates], self.providers)
         _check_update_runs_last(self.train_plan, set(self.params))
-        self._train = Executor(self.train_plan, provider)
-        self._grad = None        # forward + backward only, for accumulate(); built on first use
+        self._train = self._executor(self.train_plan)
+        self._grad = None        # forward + backward + accumulation, for accumulate(); built on first use
+        self._update = None      # the optimizer update of the accumulated gradients, for step()
         self._eval = {}          # with_loss -> Executor
-        self.grads = {}          # accumulated gradients, allocated on first accumulate()
+        self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
         self.last_output = None
         self.last_grad_norm = None
 
+    def _executor(self, plan):
+        return Executor(plan, state=self.state, providers={self.device: self._provider},
+                        write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
+
+    def plan_description(self):
+        """The training plan, one line per node with the provider it runs on."""
+        return self.train_plan.describe()
+
+    def pull(self):
+        """Copy parameters, optimizer state and BatchNorm statistics from the device into the
+        host arrays (model.parameters(), optimizer.state): before reading them on the host."""
+        self.state.pull()
+
+    def push(self):
+        """Copy the host arrays into the device state: after changing them on the host."""
+        self.state.push()
     # ------------------------------------------------------------------ graphs
     def _build(self, training, with_loss=True):
         builder = GraphBuilder("train" if training else "eval", training=training, names=self.model.names())
@@ -103,8 +133,8 @@ class TrainingSession:
     def _eval_executor(self, with_loss):
         if with_loss not in self._eval:
             graph, out, loss, _ = self._build(training=False, with_loss=with_loss)
-            self._eval[with_loss] = (Executor(schedule(graph, [out] + ([loss] if loss else [])), self.provider),
-                                     out, loss)
+            plan = schedule(graph, [out] + ([loss] if loss else []), self.providers)
+            self._eval[with_loss] = (self._executor(plan), out, loss)
         return self._eval[with_loss]
 
     def _feeds(self, inputs, targets=None):
@@ -112,11 +142,6 @@ class TrainingSession:
         if targets is not None:
             feeds[TARGET] = np.asarray(targets, dtype=self.target_spec[0])
         return feeds
-
-    def _apply_state_updates(self, results):
-        buffers = self.train_plan.graph.initializers
-        for out_name, buffer_name in self.state_updates.items():
-            np.copyto(buffers[buffer_name], results[out_name])
 
     # ------------------------------------------------------------------ training
     @property
@@ -128,9 +153,9 @@ class TrainingSession:
         """One update on this batch; returns the loss (mean over micro-batches when split)."""
         self.zero_grad()
         if micro_batches == 1:
-            results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()})
+            results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
+                                      [self.loss_name, self.output_name, self.norm_name])
             self.optimizer.updated(results[self.norm_name])
-            self._apply_state_updates(results)
             self.last_output = results[self.output_name]
             self.last_grad_norm = self.optimizer.last_grad_norm
             return float(results[self.loss_name])
@@ -149,37 +174,55 @@ class TrainingSession:
         self.last_output = np.concatenate(outputs)
         return total if mean else total * micro_batches
 
-    def accumulate(self, inputs, targets, scale=1.0):
-        """Forward and backward on a batch; add scale * gradients into `self.grads`.
-        Returns the loss."""
-        if self._grad is None:
-            fetch = [self.loss_name, self.output_name, *self.grad_names.values(), *self.state_updates]
-            self._grad = Executor(schedule(self.grad_graph, fetch), self.provider)
-        results = self._grad.run(self._feeds(inputs, targets))
+    @property
+    def grads(self):
+        """The accumulated gradients (parameter name -> host array), pulled from the device."""
+        names = {param: f"grad_acc.{param}" for param in self._grad_buffers}
+        self.state.pull(list(names.values()))
+        return dict(self._grad_buffers)
+
+    def _build_accumulation(self):
+        """The gradient plan, each gradient added in place into its buffer (InPlaceAccumulator
+        nodes), and the update plan that applies the optimizer to those buffers."""
+        graph = self.grad_graph.copy()
+        graph.add_input(SCALE_INPUT, self.input_spec[0], ())
+        accumulated, buffers = [], {}
         for param, grad_name in self.grad_names.items():
-            grad = results[grad_name]
-            if param not in self.grads:
-                self.grads[param] = np.zeros_like(self.params[param])
-            buffer = self.grads[param]
-            if scale == 1.0:
-                buffer += grad
-            else:
-                buffer += grad * buffer.dtype.type(scale)
-        self._apply_state_updates(results)
+            self._grad_buffers[param] = np.zeros_like(self.params[param])
+            buffers[param] = graph.add_initializer(f"grad_acc.{param}", self._grad_buffers[param])
+            accumulated.append(graph.add_node("InPlaceAccumulator", [buffers[param], grad_name, SCALE_INPUT],
+                                              domain=MS_DOMAIN, name=f"accumulate.{param}"))
+        fetch = [self.loss_name, self.output_name, *accumulated, *self.state_updates]
+        self._grad = self._executor(schedule(graph, fetch, self.providers))
+        update = Graph(initializers={**self.params, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
+                       name="update")
+        norm = self.optimizer.add_to_graph(update, buffers)
+        self._update = (self._executor(schedule(update, [norm], self.providers)), norm)
+
+    def accumulate(self, inputs, targets, scale=1.0):
+        """Forward and backward on a batch; add scale * gradients into the gradient buffers
+        (`self.grads`) on the device.  Returns the loss."""
+        if self._grad is None:
+            self._build_accumulation()
+        feeds = {**self._feeds(inputs, targets), SCALE_INPUT: np.array(scale, dtype=self.input_spec[0])}
+        results = self._grad.run(feeds, [self.loss_name, self.output_name])
         self.last_output = results[self.output_name]
         return float(results[self.loss_name])
 
     def step(self):
         """Apply the optimizer to the accumulated gradients (which are kept; see zero_grad)."""
-        if not self.grads:
+        if self._update is None:
             raise RuntimeError("step(): no gradients accumulated; call accumulate() first")
-        self.last_grad_norm = self.optimizer.step(self.grads)
+        executor, norm = self._update
+        results = executor.run(self.optimizer.feeds())
+        self.optimizer.updated(results[norm])
+        self.last_grad_norm = self.optimizer.last_grad_norm
         return self.last_grad_norm
 
     def zero_grad(self):
         """Set the accumulated gradients to zero."""
-        for buffer in self.grads.values():
-            buffer.fill(0)
+        for param in self._grad_buffers:
+            self._provider.fill_zero(self.state.native(f"grad_acc.{param}"))
 
     # ------------------------------------------------------------------ inference
     def eval_step(self, inputs):
@@ -195,12 +238,12 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path, extra=None):
-        """Write a checkpoint (see minitrain.checkpoint)."""
+        """Write a checkpoint (see minitrain.checkpoint) of the state pulled from the device."""
         from ..checkpoint import save
         save(path, self, extra)
 
     def load(self, path):
-        """Restore a checkpoint written by save(); returns its `extra` dict."""
+        """Restore a checkpoint written by save() on any device; returns its `extra` dict."""
         from ..checkpoint import load
         return load(path, self)
 
