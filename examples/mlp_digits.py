@@ -44,6 +44,7 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
@@ -52,8 +53,8 @@ def main(argv=None):
     forward = build_mlp(args.hidden)
     params = init_params(args.hidden, rng)
     train_graph, grads = build_gradient_graph(forward, "loss", list(params))
-    train = Executor(schedule(train_graph, ["loss"] + [grads[p] for p in params]))
-    predict = Executor(schedule(forward, ["logits"]))
+    train = Executor(schedule(train_graph, ["loss"] + [grads[p] for p in params], args.device))
+    predict = Executor(schedule(forward, ["logits"], args.device))
 
     for epoch in range(args.epochs):
         order = rng.permutation(len(x_train))

@@ -1,0 +1,243 @@
+"""The GPU kernels against PyTorch on the same device, in one process.
+
+Runs bench/cases.py's pooling and activation gradients (POOL_CASES, ACT_CASES) and GEMM_CASES
+on the CUDA provider and with PyTorch's CUDA kernels on the same float32 inputs, checks that
+both agree, and times each with CUDA events after a warm-up (the median over rounds of the
+mean time per call over a batch of calls).  Memory-bound rows report effective GB/s (tensors
+read and written once, cases.py's convention) and their fraction of the device's copy
+bandwidth, measured in the same run as a device-to-device copy of 256 MiB (bytes read plus
+written).  GEMM rows report GFLOP/s in strict FP32 (TF32 off on both sides).  The host cost of
+one run_node call on CUDA (a ReluGrad on a 1024-element tensor, device tensors in and out) is
+timed against torch's eager op overhead on the same tensor.
+
+minitrain is timed through nodes bound once, as the Executor runs them (the kernel's Python
+side and output allocation from the session's pool included).
+
+    python bench/bench_gpu.py [--rounds 7] [--out bench/RESULTS_GPU.md]
+
+Targets: each elementwise gradient at >= 90% of PyTorch's GB/s, SoftmaxGrad/LogSoftmaxGrad and
+both pool gradients at >= 100%, Gemm at >= 95% of torch.matmul.
+"""
+import datetime
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import minitrain  # noqa: E402
+from cases import ACT_CASES, GEMM_CASES, POOL_CASES, make_inputs  # noqa: E402
+from harness import markdown_table  # noqa: E402
+from minitrain.executor import bind_node  # noqa: E402
+from minitrain.ops.schema import TensorType  # noqa: E402
+from minitrain.providers import get_provider  # noqa: E402
+
+MS = "com.microsoft"
+CALLS = 50                  # calls per timed batch
+ELEMENTWISE = {"relu_grad", "sigmoid_grad", "tanh_grad", "quickgelu_grad", "leakyrelu_grad"}
+# activation case op -> (minitrain gradient op, forward tensor it reads, attrs)
+ACT_GRAD_OPS = {
+    "relu": ("ReluGrad", "x", {}),
+    "sigmoid": ("SigmoidGrad", "y", {}),
+    "tanh": ("TanhGrad", "y", {}),
+    "quickgelu": ("QuickGeluGrad", "x", {"alpha": 1.702}),
+    "leakyrelu": ("LeakyReluGrad", "y", {"alpha": 0.01}),
+    "softmax": ("SoftmaxGrad_13", "y", {"axis": -1}),
+    "logsoftmax": ("LogSoftmaxGrad_13", "y", {"axis": -1}),
+}
+
+
+def arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+class Timer:
+    """Times callables with CUDA events on the torch stream that both peers queue on."""
+
+    def __init__(self, torch, rounds):
+        self.torch, self.rounds = torch, rounds
+
+    def per_call_ms(self, fn, sync):
+        torch = self.torch
+        for _ in range(5):
+            fn()
+        sync()
+        means = []
+        for _ in range(self.rounds):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            sync()
+            start.record()
+            for _ in range(CALLS):
+                fn()
+            sync()
+            end.record()
+            end.synchronize()
+            means.append(start.elapsed_time(end) / CALLS)
+        return statistics.median(means)
+
+
+def bound(provider, op, arrays, attrs, domain="", output_shapes=None):
+    """A node bound once, called as the Executor calls it, on device tensors."""
+    node, _ = bind_node(op, [TensorType(np.dtype(a.dtype), tuple(a.shape)) for a in arrays], attrs,
+                        domain=domain, opset=17 if not domain else 1, provider=provider)
+    return lambda: node.run(provider, arrays, output_shapes)[0]
+
+
+def copy_bandwidth(torch, timer):
+    """GB/s of a device-to-device copy of 256 MiB, counting bytes read and written."""
+    src = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = timer.per_call_ms(lambda: dst.copy_(src), torch.cuda.synchronize)
+    return 2 * src.numel() * 4 / ms / 1e6
+
+
+def pool_act_rows(torch, provider, timer, copy_gbs):
+    F, aten = torch.nn.functional, torch.ops.aten
+    sync = _sync(torch, provider)
+    rows = []
+    for case in POOL_CASES + ACT_CASES:
+        data = make_inputs(case)
+        dev = {k: provider.from_numpy(v) for k, v in data.items()}
+        t = {k: torch.from_numpy(v).cuda() for k, v in data.items()}
+        if case.kind == "pool":
+            attrs = case.onnx_attrs()
+            k, s, p = list(case.kernel), list(case.stride), list(case.pad)
+            if case.op == "max":
+                _, indices = minitrain.run_node("MaxPool", [dev["x"]], attrs=attrs)
+                mine = bound(provider, "MaxPoolGrad", [dev["dy"], indices], attrs, output_shapes={"dX": case.x_shape})
+                _, tind = F.max_pool2d(t["x"], k, s, p, return_indices=True)
+                theirs = lambda: aten.max_pool2d_with_indices_backward(t["dy"], t["x"], k, s, p, [1, 1], False, tind)  # noqa: E731,E501
+            else:
+                mine = bound(provider, "AveragePoolGrad", [dev["dy"]], attrs, output_shapes={"dX": case.x_shape})
+                theirs = lambda: aten.avg_pool2d_backward(t["dy"], t["x"], k, s, p, False,  # noqa: E731
+                                                          case.count_include_pad, None)
+            nbytes = case.bwd_bytes
+        else:
+            op, reads, attrs = ACT_GRAD_OPS[case.op]
+            mine = bound(provider, op, [dev["dy"], dev[reads]], attrs, domain=MS)
+            theirs = _torch_act_grad(torch, case, t)
+            nbytes = case.bwd_bytes
+        np.testing.assert_allclose(provider.to_numpy(mine()), theirs().cpu().numpy(), rtol=1e-4, atol=1e-5,
+                                   err_msg=case.name)
+        ms_mine, ms_torch = timer.per_call_ms(mine, sync), timer.per_call_ms(theirs, sync)
+        gbs_mine, gbs_torch = nbytes / ms_mine / 1e6, nbytes / ms_torch / 1e6
+        target = 0.9 if case.name in ELEMENTWISE else 1.0
+        ratio = gbs_mine / gbs_torch
+        rows.append([case.name, f"{ms_mine:.4f}", f"{gbs_mine:.0f}", f"{gbs_mine / copy_gbs:.0%}", f"{ms_torch:.4f}",
+                     f"{gbs_torch:.0f}", f"{ratio:.2f}", f">= {target:.2f}", "met" if ratio >= target else "missed"])
+    return rows
+
+
+def _torch_act_grad(torch, case, t):
+    aten, dy = torch.ops.aten, t["dy"]
+    if case.op == "relu":
+        return lambda: aten.threshold_backward(dy, t["x"], 0)
+    if case.op == "sigmoid":
+        return lambda: aten.sigmoid_backward(dy, t["y"])
+    if case.op == "tanh":
+        return lambda: aten.tanh_backward(dy, t["y"])
+    if case.op == "leakyrelu":
+        return lambda: aten.leaky_relu_backward(dy, t["y"], case.alpha, True)
+    if case.op == "quickgelu":       # no torch kernel: the eager composite
+        def quickgelu():
+            s = torch.sigmoid(case.alpha * t["x"])
+            return dy * s * (1 + case.alpha * t["x"] * (1 - s))
+        return quickgelu
+    if case.op == "softmax":
+        return lambda: aten._softmax_backward_data(dy, t["y"], case.axis, torch.float32)
+    return lambda: aten._log_softmax_backward_data(dy, t["y"], case.axis, torch.float32)
+
+
+def gemm_rows(torch, provider, timer):
+    sync = _sync(torch, provider)
+    rows = []
+    for case in GEMM_CASES:
+        data = make_inputs(case)
+        a, b = provider.from_numpy(data["a"]), provider.from_numpy(data["b"])
+        ta, tb = torch.from_numpy(data["a"]).cuda(), torch.from_numpy(data["b"]).cuda()
+        mine = bound(provider, "MatMul", [a, b], {})
+        theirs = lambda: torch.matmul(ta, tb)  # noqa: E731
+        np.testing.assert_allclose(provider.to_numpy(mine()), theirs().cpu().numpy(), rtol=1e-3, atol=1e-3)
+        ms_mine, ms_torch = timer.per_call_ms(mine, sync), timer.per_call_ms(theirs, sync)
+        ratio = ms_torch / ms_mine
+        rows.append([case.name, f"{case.M}x{case.N}x{case.K}", f"{ms_mine:.4f}", f"{case.flops / ms_mine / 1e6:.0f}",
+                     f"{ms_torch:.4f}", f"{case.flops / ms_torch / 1e6:.0f}", f"{ratio:.2f}", ">= 0.95",
+                     "met" if ratio >= 0.95 else "missed"])
+    return rows
+
+
+def host_cost_rows(torch, provider):
+    """Microseconds of host time per call, the device kept busy-free (tiny tensors)."""
+    x = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
+    dev_dy, dev_x = provider.from_numpy(x), provider.from_numpy(x)
+    t_dy, t_x = torch.from_numpy(x).cuda(), torch.from_numpy(x).cuda()
+    calls = {
+        "run_node (ReluGrad, device tensors)": lambda: minitrain.run_node("ReluGrad", [dev_dy, dev_x], domain=MS,
+                                                                         provider=provider),
+        "bound node (as the Executor runs it)": bound(provider, "ReluGrad", [dev_dy, dev_x], {}, domain=MS),
+        "torch eager threshold_backward": lambda: torch.ops.aten.threshold_backward(t_dy, t_x, 0),
+    }
+    rows = []
+    for name, fn in calls.items():
+        for _ in range(100):
+            fn()
+        times = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(1000):
+                fn()
+            times.append((time.perf_counter() - start) / 1000 * 1e6)
+            provider.synchronize()
+            torch.cuda.synchronize()
+        rows.append([name, f"{statistics.median(times):.1f}"])
+    return rows
+
+
+def _sync(torch, provider):
+    def sync():
+        provider.synchronize()
+        torch.cuda.synchronize()
+    return sync
+
+
+def main():
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    provider = get_provider("cuda").for_session()
+    timer = Timer(torch, int(arg("--rounds", 7)))
+    device = torch.cuda.get_device_name()
+    copy_gbs = copy_bandwidth(torch, timer)
+    started = time.time()
+    pool_act = pool_act_rows(torch, provider, timer, copy_gbs)
+    gemm = gemm_rows(torch, provider, timer)
+    host = host_cost_rows(torch, provider)
+    lines = [
+        f"# GPU benchmark: minitrain's CUDA provider against PyTorch on {device}", "",
+        f"{datetime.date.today()}, `python bench/bench_gpu.py`, PyTorch {torch.__version__}, "
+        f"CUDA events, median of {timer.rounds} rounds of {CALLS} calls after warm-up, float32, TF32 off; "
+        f"the device-to-device copy moved {copy_gbs:.0f} GB/s (read + written) in the same run "
+        f"({time.time() - started:.0f} s).", "",
+        "## Pooling and activation gradients (GB/s = tensors read and written once / time)", "",
+        markdown_table(["case", "minitrain ms", "GB/s", "of copy", "torch ms", "torch GB/s", "minitrain/torch GB/s",
+                        "target", ""], pool_act), "",
+        "## GEMM (cuBLAS both; strict FP32)", "",
+        markdown_table(["case", "shape", "minitrain ms", "GF/s", "torch ms", "torch GF/s", "torch/minitrain time",
+                        "target", ""], gemm), "",
+        "## Host cost of one call (microseconds; 1024 float32 elements, nothing waits for the device)", "",
+        markdown_table(["call", "us"], host), "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    out = arg("--out", None)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
