@@ -1,0 +1,265 @@
+// The convolution family: im2col/col2im for the GEMM algorithm, direct kernels for depthwise and
+// small-channel convolutions, and the reductions (bias gradient, per-sample weight partials).
+//
+// Every kernel works on one convolution between an image side (N, G*c, id, ih, iw) and a
+// column side (N, G*m, od, oh, ow), 1D and 2D being 3D with leading axes of size 1 (see
+// minitrain/ops/conv_geometry.py): column position o reads image position
+//     o * stride - pad + k * dilation        (outside the image: zero).
+// The weight is (G*m, c, kd, kh, kw).  Pads may be negative (ConvTranspose's output_shape).
+// Nothing here uses atomics: every result is a gather or a block reduction, so every kernel
+// is deterministic.
+#include "common.cuh"
+
+// The geometry, passed by value; its fields are the last kernel arguments (22 int32).
+struct ConvGeo {
+    int group, c, m;     // groups; image / column channels per group
+    int id, ih, iw;      // image spatial
+    int od, oh, ow;      // column spatial
+    int kd, kh, kw;      // kernel
+    int sd, sh, sw;      // strides
+    int dd, dh, dw;      // dilations
+    int pd, ph, pw;      // begin pads
+};
+
+__device__ __forceinline__ int64_t image_plane(const ConvGeo& g) { return (int64_t)g.id * g.ih * g.iw; }
+__device__ __forceinline__ int64_t column_plane(const ConvGeo& g) { return (int64_t)g.od * g.oh * g.ow; }
+__device__ __forceinline__ int kernel_taps(const ConvGeo& g) { return g.kd * g.kh * g.kw; }
+
+// Column index along one axis that image position `i` meets through tap `k`, or -1.
+__device__ __forceinline__ int column_of(int i, int k, int stride, int dilation, int pad, int size) {
+    int num = i + pad - k * dilation;
+    if (num < 0 || num % stride) return -1;
+    num /= stride;
+    return num < size ? num : -1;
+}
+
+// Image index along one axis that column position `o` reads through tap `k`, or -1.
+__device__ __forceinline__ int image_of(int o, int k, int stride, int dilation, int pad, int size) {
+    int i = o * stride - pad + k * dilation;
+    return (i >= 0 && i < size) ? i : -1;
+}
+
+// Sum of `v` over the block (blockDim.x a power of two <= 1024); the result in thread 0.
+template <typename A> __device__ A block_sum(A v) {
+    __shared__ A partial[32];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? partial[lane] : A(0);
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    }
+    return v;
+}
+
+// ---------------------------------------------------------------------------- GEMM algorithm
+// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.
+template <typename T> __device__ void im2col_impl(const T* img, T* col, int64_t samples, ConvGeo g) {
+    const int taps = kernel_taps(g);
+    const int64_t P = column_plane(g), plane = image_plane(g);
+    const int64_t n = samples * g.group * g.c * taps * P;
+    GRID_STRIDE_LOOP(i, n) {
+        const int64_t p = i % P, r = i / P;
+        const int tap = (int)(r % taps);
+        const int64_t channel = r / taps;               // sample * G*c + image channel
+        const int ox = (int)(p % g.ow), oy = (int)((p / g.ow) % g.oh), oz = (int)(p / ((int64_t)g.ow * g.oh));
+        const int kx = tap % g.kw, ky = (tap / g.kw) % g.kh, kz = tap / (g.kw * g.kh);
+        const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
+        const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
+        const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
+        acc_t<T> v = 0;
+        if (z >= 0 && y >= 0 && x >= 0) v = to_acc(img[channel * plane + ((int64_t)z * g.ih + y) * g.iw + x]);
+        col[i] = from_acc<T>(v);
+    }
+}
+
+// image = sum over taps of col (the adjoint of im2col) plus bias[channel] when has_bias:
+// a gather over the taps that reach each image point.
+template <typename T>
+__device__ void col2im_impl(const T* col, const T* bias, T* img, int64_t samples, int has_bias, ConvGeo g) {
+    const int taps = kernel_taps(g), channels = g.group * g.c;
+    const int64_t P = column_plane(g), plane = image_plane(g);
+    const int64_t n = samples * channels * plane;
+    GRID_STRIDE_LOOP(i, n) {
+        const int64_t q = i % plane, channel = i / plane;
+        const int x = (int)(q % g.iw), y = (int)((q / g.iw) % g.ih), z = (int)(q / ((int64_t)g.iw * g.ih));
+        acc_t<T> acc = has_bias ? to_acc(bias[channel % channels]) : acc_t<T>(0);
+        const T* src = col + channel * taps * P;
+        for (int kz = 0; kz < g.kd; ++kz) {
+            const int oz = column_of(z, kz, g.sd, g.dd, g.pd, g.od);
+            if (oz < 0) continue;
+            for (int ky = 0; ky < g.kh; ++ky) {
+                const int oy = column_of(y, ky, g.sh, g.dh, g.ph, g.oh);
+                if (oy < 0) continue;
+                for (int kx = 0; kx < g.kw; ++kx) {
+                    const int ox = column_of(x, kx, g.sw, g.dw, g.pw, g.ow);
+                    if (ox < 0) continue;
+                    const int tap = (kz * g.kh + ky) * g.kw + kx;
+                    acc += to_acc(src[tap * P + ((int64_t)oz * g.oh + oy) * g.ow + ox]);
+                }
+            }
+        }
+        img[i] = from_acc<T>(acc);
+    }
+}
+
+// y[sample, channel, p] += bias[channel] over `n` elements of planes of `plane`.
+template <typename T> __device__ void add_bias_impl(T* y, const T* bias, int64_t n, int64_t plane, int64_t channels) {
+    GRID_STRIDE_LOOP(i, n) { y[i] = from_acc<T>(to_acc(y[i]) + to_acc(bias[(i / plane) % channels])); }
+}
+
+// dst[i] = (accumulate ? dst[i] : 0) + sum over b of part[b * count + i]: the per-sample weight
+// gradients of a chunk summed in a fixed order.
+template <typename T>
+__device__ void sum_batches_impl(const T* part, T* dst, int64_t count, int64_t batches, int accumulate) {
+    GRID_STRIDE_LOOP(i, count) {
+        acc_t<T> acc = accumulate ? to_acc(dst[i]) : acc_t<T>(0);
+        for (int64_t b = 0; b < batches; ++b) acc += to_acc(part[b * count + i]);
+        dst[i] = from_acc<T>(acc);
+    }
+}
+
+// db[channel] = sum of dy over samples and positions: one block per channel.
+template <typename T>
+__device__ void bias_grad_impl(const T* dy, T* db, int64_t samples, int64_t plane, int64_t channels) {
+    const int64_t ch = blockIdx.x, n = samples * plane;
+    acc_t<T> acc = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        acc += to_acc(dy[((j / plane) * channels + ch) * plane + j % plane]);
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) db[ch] = from_acc<T>(acc);
+}
+
+// ---------------------------------------------------------------------------- direct algorithm
+// cols[b, co, o] = bias[co] + sum over (ci, tap) of w[co, ci, tap] * img[b, g*c + ci, o's tap point].
+template <typename T>
+__device__ void direct_forward_impl(const T* img, const T* w, const T* bias, T* cols, int64_t samples, int has_bias,
+                                    ConvGeo g) {
+    const int taps = kernel_taps(g), col_channels = g.group * g.m;
+    const int64_t P = column_plane(g), plane = image_plane(g);
+    const int64_t n = samples * col_channels * P;
+    GRID_STRIDE_LOOP(i, n) {
+        const int64_t p = i % P, bco = i / P;
+        const int co = (int)(bco % col_channels);
+        const int64_t b = bco / col_channels;
+        const int ox = (int)(p % g.ow), oy = (int)((p / g.ow) % g.oh), oz = (int)(p / ((int64_t)g.ow * g.oh));
+        const T* src = img + (b * g.group * g.c + (int64_t)(co / g.m) * g.c) * plane;
+        const T* wt = w + (int64_t)co * g.c * taps;
+        acc_t<T> acc = has_bias ? to_acc(bias[co]) : acc_t<T>(0);
+        for (int kz = 0; kz < g.kd; ++kz) {
+            const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
+            if (z < 0) continue;
+            for (int ky = 0; ky < g.kh; ++ky) {
+                const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
+                if (y < 0) continue;
+                for (int kx = 0; kx < g.kw; ++kx) {
+                    const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
+                    if (x < 0) continue;
+                    const int tap = (kz * g.kh + ky) * g.kw + kx;
+                    const int64_t at = ((int64_t)z * g.ih + y) * g.iw + x;
+                    for (int ci = 0; ci < g.c; ++ci)
+                        acc += to_acc(src[ci * plane + at]) * to_acc(wt[ci * taps + tap]);
+                }
+            }
+        }
+        cols[i] = from_acc<T>(acc);
+    }
+}
+
+// img[b, g*c + ci, i] = bias + sum over (mo, tap reaching i) of w[g*m + mo, ci, tap] * cols[b, g*m + mo, o].
+template <typename T>
+__device__ void direct_data_grad_impl(const T* cols, const T* w, const T* bias, T* img, int64_t samples,
+                                      int has_bias, ConvGeo g) {
+    const int taps = kernel_taps(g), img_channels = g.group * g.c;
+    const int64_t P = column_plane(g), plane = image_plane(g);
+    const int64_t n = samples * img_channels * plane;
+    GRID_STRIDE_LOOP(i, n) {
+        const int64_t q = i % plane, bch = i / plane;
+        const int ch = (int)(bch % img_channels);
+        const int64_t b = bch / img_channels;
+        const int grp = ch / g.c, ci = ch % g.c;
+        const int x = (int)(q % g.iw), y = (int)((q / g.iw) % g.ih), z = (int)(q / ((int64_t)g.iw * g.ih));
+        const T* src = cols + (b * g.group + grp) * g.m * P;
+        const T* wt = w + ((int64_t)grp * g.m * g.c + ci) * taps;
+        acc_t<T> acc = has_bias ? to_acc(bias[ch]) : acc_t<T>(0);
+        for (int kz = 0; kz < g.kd; ++kz) {
+            const int oz = column_of(z, kz, g.sd, g.dd, g.pd, g.od);
+            if (oz < 0) continue;
+            for (int ky = 0; ky < g.kh; ++ky) {
+                const int oy = column_of(y, ky, g.sh, g.dh, g.ph, g.oh);
+                if (oy < 0) continue;
+                for (int kx = 0; kx < g.kw; ++kx) {
+                    const int ox = column_of(x, kx, g.sw, g.dw, g.pw, g.ow);
+                    if (ox < 0) continue;
+                    const int tap = (kz * g.kh + ky) * g.kw + kx;
+                    const int64_t at = ((int64_t)oz * g.oh + oy) * g.ow + ox;
+                    for (int mo = 0; mo < g.m; ++mo)
+                        acc += to_acc(src[mo * P + at]) * to_acc(wt[(int64_t)mo * g.c * taps + tap]);
+                }
+            }
+        }
+        img[i] = from_acc<T>(acc);
+    }
+}
+
+// dw[co, ci, tap] = sum over (b, o) of cols[b, co, o] * img[b, g*c + ci, o's tap point]:
+// one block per weight element.
+template <typename T>
+__device__ void direct_weight_grad_impl(const T* cols, const T* img, T* dw, int64_t samples, ConvGeo g) {
+    const int taps = kernel_taps(g);
+    const int64_t e = blockIdx.x;
+    const int tap = (int)(e % taps), ci = (int)((e / taps) % g.c), co = (int)(e / ((int64_t)taps * g.c));
+    const int kx = tap % g.kw, ky = (tap / g.kw) % g.kh, kz = tap / (g.kw * g.kh);
+    const int64_t P = column_plane(g), plane = image_plane(g), n = samples * P;
+    const int64_t col_stride = (int64_t)g.group * g.m * P, img_stride = (int64_t)g.group * g.c * plane;
+    const T* src = cols + co * P;
+    const T* im = img + ((int64_t)(co / g.m) * g.c + ci) * plane;
+    acc_t<T> acc = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const int64_t b = j / P, p = j % P;
+        const int ox = (int)(p % g.ow), oy = (int)((p / g.ow) % g.oh), oz = (int)(p / ((int64_t)g.ow * g.oh));
+        const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
+        const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
+        const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
+        if (z >= 0 && y >= 0 && x >= 0)
+            acc += to_acc(src[b * col_stride + p]) * to_acc(im[b * img_stride + ((int64_t)z * g.ih + y) * g.iw + x]);
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) dw[e] = from_acc<T>(acc);
+}
+
+// ---------------------------------------------------------------------------- instantiations
+#define GEO ConvGeo g
+#define CONV_KERNELS(T, S)                                                                                      \
+    extern "C" __global__ void im2col_##S(const T* img, T* col, int64_t samples, GEO) {                         \
+        im2col_impl<T>(img, col, samples, g);                                                                   \
+    }                                                                                                           \
+    extern "C" __global__ void col2im_##S(const T* col, const T* bias, T* img, int64_t samples, int has_bias,   \
+                                          GEO) {                                                                \
+        col2im_impl<T>(col, bias, img, samples, has_bias, g);                                                   \
+    }                                                                                                           \
+    extern "C" __global__ void add_bias_##S(T* y, const T* bias, int64_t n, int64_t plane, int64_t channels) {  \
+        add_bias_impl<T>(y, bias, n, plane, channels);                                                          \
+    }                                                                                                           \
+    extern "C" __global__ void sum_batches_##S(const T* part, T* dst, int64_t count, int64_t batches,           \
+                                               int accumulate) {                                                \
+        sum_batches_impl<T>(part, dst, count, batches, accumulate);                                             \
+    }                                                                                                           \
+    extern "C" __global__ void bias_grad_##S(const T* dy, T* db, int64_t samples, int64_t plane,                \
+                                             int64_t channels) {                                                \
+        bias_grad_impl<T>(dy, db, samples, plane, channels);                                                    \
+    }                                                                                                           \
+    extern "C" __global__ void direct_forward_##S(const T* img, const T* w, const T* bias, T* cols,             \
+                                                  int64_t samples, int has_bias, GEO) {                         \
+        direct_forward_impl<T>(img, w, bias, cols, samples, has_bias, g);                                       \
+    }                                                                                                           \
+    extern "C" __global__ void direct_data_grad_##S(const T* cols, const T* w, const T* bias, T* img,           \
+                                                    int64_t samples, int has_bias, GEO) {                       \
+        direct_data_grad_impl<T>(cols, w, bias, img, samples, has_bias, g);                                     \
+    }                                                                                                           \
+    extern "C" __global__ void direct_weight_grad_##S(const T* cols, const T* img, T* dw, int64_t samples,      \
+                                                      GEO) {                                                    \
+        direct_weight_grad_impl<T>(cols, img, dw, samples, g);                                                  \
+    }
+MT_FOR_FLOATS(CONV_KERNELS)

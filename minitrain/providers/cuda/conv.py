@@ -1,0 +1,342 @@
+"""CUDA kernels of Conv, ConvTranspose, ConvGrad and ConvTransposeGrad.
+
+As on the CPU (providers/cpu/conv.py), three primitives on a ConvGeometry do all the work:
+  * forward: columns = W (*) image          (Conv; ConvTransposeGrad's dX)
+  * data:    image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
+  * weight:  dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW, X and dY
+                                             swapped, as ONNX Runtime's ConvTransposeGrad does)
+and the bias gradient is a per-channel block reduction.  Two algorithms serve each primitive,
+ranked per shape by the search of conv_search.py:
+  * Im2colGemm: im2col (vol2col) of a chunk of samples into a pooled workspace, then cuBLAS
+    GEMMs strided-batched over samples or groups; col2im gathers the data gradient; the weight
+    gradient takes one GEMM per sample and sums the partials in a fixed order.  1x1 stride-1
+    unpadded convolutions skip im2col/col2im (the image is the column matrix).
+  * Direct: one thread per output element (one block per weight element for dW), for depthwise
+    and small-channel convolutions (LeNet's first layer), no workspace.
+All kernels are in cuda/conv.cu; none uses atomics, so every result is deterministic.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ...ops.conv_geometry import geometry_for
+from ...ops.schema import MS_DOMAIN
+from ...registry import register_kernel
+from ..cpu.conv import geo_array
+from . import conv_search
+from .compiler import Kernel
+from .runtime import device_ptr
+
+# im2col workspace per chunk of samples (at least one sample's worth).
+CHUNK_BYTES = 256 << 20
+REDUCE_BLOCK = 256
+GEO = "i" * 22   # ConvGeo, the last argument of the geometry kernels
+
+_im2col = Kernel("conv", "im2col", "PPq" + GEO)
+_col2im = Kernel("conv", "col2im", "PPPqi" + GEO)
+_add_bias = Kernel("conv", "add_bias", "PPqqq")
+_sum_batches = Kernel("conv", "sum_batches", "PPqqi")
+_bias_grad = Kernel("conv", "bias_grad", "PPqqq")
+_direct_forward = Kernel("conv", "direct_forward", "PPPPqi" + GEO)
+_direct_data = Kernel("conv", "direct_data_grad", "PPPPqi" + GEO)
+_direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
+
+
+@lru_cache(maxsize=1024)
+def geo_args(geom):
+    """The ConvGeo argument (22 ints, every rank as 3D): the CPU core's geometry array."""
+    return tuple(int(v) for v in geo_array(geom))
+
+
+def _plane(shape):
+    return math.prod(shape)
+
+
+class Sizes:
+    """Per-group GEMM sizes of a geometry: G, m (column channels), c (image channels),
+    K = c * taps (rows of a group's column matrix), P (column positions), image plane."""
+
+    def __init__(self, geom):
+        self.g = geom.group
+        self.m = geom.col_channels // geom.group
+        self.c = geom.img_channels // geom.group
+        self.taps = _plane(geom.kernel)
+        self.k = self.c * self.taps
+        self.p = _plane(geom.col_spatial)
+        self.plane = _plane(geom.img_spatial)
+
+
+def _ptr(value, elements=0):
+    """The address of `value`'s element `elements` (a kernel or cuBLAS pointer argument)."""
+    return device_ptr(value) + elements * value.dtype.itemsize
+
+
+def _gemm2(provider, trans_a, trans_b, a, b, c, batches, groups):
+    """C[s, g] = op(A[s, g]) @ op(B[s, g]) for samples s < batches and groups g < groups.
+
+    a, b, c: (GPUArray whose last two dims are one matrix, element offset of matrix [0, 0],
+    sample stride, group stride).  cuBLAS strided-batched calls take one batch stride, so the
+    products run batched over the larger of the two indices, one call per value of the other."""
+    if batches == 0 or groups == 0:
+        return
+    inner_is_group = groups >= batches
+    outer, inner = (batches, groups) if inner_is_group else (groups, batches)
+    pick = (lambda s, g: (s, g)) if inner_is_group else (lambda s, g: (g, s))
+    strides = tuple(pick(s_stride, g_stride)[1] for _, _, s_stride, g_stride in (a, b, c))
+    for o in range(outer):
+        offsets = tuple(base + o * pick(s_stride, g_stride)[0] for _, base, s_stride, g_stride in (a, b, c))
+        provider.blas.gemm_strided_batched(a[0], b[0], c[0], inner, strides, trans_a, trans_b, offsets=offsets)
+
+
+def _launch_blocks(kernel, provider, dtype, blocks, *args):
+    if blocks > 0:
+        kernel.launch(provider, dtype, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1), *args)
+
+
+def add_bias(provider, y, bias, channels):
+    """y (N, channels, ...) += bias[channel], in place."""
+    plane = y.size // max(1, y.shape[0] * channels)
+    _add_bias.launch_elements(provider, y.dtype, y.size, y, bias, y.size, plane, channels)
+
+
+def bias_grad(provider, dy, db):
+    """db[c] = sum of dy over the batch and spatial axes (one block per channel)."""
+    channels = dy.shape[1]
+    if dy.size == 0:
+        provider.fill_zero(db)
+        return
+    _launch_blocks(_bias_grad, provider, dy.dtype, channels, dy, db, dy.shape[0], dy.size // (dy.shape[0] * channels),
+                   channels)
+
+
+# --------------------------------------------------------------------------- algorithms
+class Im2colGemm:
+    """im2col/vol2col + cuBLAS GEMM (strided-batched over samples or groups), col2im for the
+    data gradient; the workspace holds the column matrices of a chunk of samples."""
+    name = "im2col_gemm"
+    deterministic = True
+
+    @staticmethod
+    def _sample_bytes(key):
+        s = Sizes(key.geom)
+        item = np.dtype(key.dtype).itemsize
+        columns = 0 if key.geom.is_pointwise else s.g * s.k * s.p
+        if key.direction == "weight":
+            return (columns + s.g * s.m * s.k) * item
+        return columns * item
+
+    def chunk(self, key):
+        """Samples per im2col chunk: the whole batch when it fits CHUNK_BYTES."""
+        per = self._sample_bytes(key)
+        return max(1, min(key.n, CHUNK_BYTES // per)) if per else max(1, key.n)
+
+    def workspace_bytes(self, key):
+        return self.chunk(key) * self._sample_bytes(key)
+
+    def supports(self, key):
+        return True
+
+    def heuristic_rank(self, key):
+        return 1 if Direct.suits(key) else 0
+
+    def run(self, provider, key, buffers):
+        getattr(self, key.direction)(provider, key, *buffers)
+
+    def _columns(self, provider, key, img, start, count):
+        """The column matrices (count * G, K, P) of samples start.. and the element offset of the
+        first one (the image itself when the convolution is 1x1)."""
+        s = Sizes(key.geom)
+        if key.geom.is_pointwise:
+            return img.reshape(img.size // (s.k * s.p), s.k, s.p), start * s.g * s.k * s.p
+        col = provider.empty((count * s.g, s.k, s.p), img.dtype)
+        _im2col.launch_elements(provider, img.dtype, col.size, _ptr(img, start * s.g * s.c * s.plane), col, count,
+                                *geo_args(key.geom))
+        return col, 0
+
+    def forward(self, provider, key, img, w, bias, out):
+        s, n = Sizes(key.geom), key.n
+        step = self.chunk(key)
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            col, at = self._columns(provider, key, img, start, count)
+            _gemm2(provider, False, False,
+                   (w.reshape(s.g, s.m, s.k), 0, 0, s.m * s.k),
+                   (col, at, s.g * s.k * s.p, s.k * s.p),
+                   (out.reshape(n * s.g, s.m, s.p), start * s.g * s.m * s.p, s.g * s.m * s.p, s.m * s.p), count, s.g)
+        if bias is not None:
+            add_bias(provider, out, bias, s.g * s.m)
+
+    def data(self, provider, key, cols, w, bias, out):
+        s, n, dt = Sizes(key.geom), key.n, cols.dtype
+        step = self.chunk(key)
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            direct = key.geom.is_pointwise
+            if direct:   # the column matrices are the image
+                target = (out.reshape(n * s.g, s.k, s.p), start * s.g * s.k * s.p)
+            else:
+                col = provider.empty((count * s.g, s.k, s.p), dt)
+                target = (col, 0)
+            _gemm2(provider, True, False,
+                   (w.reshape(s.g, s.m, s.k), 0, 0, s.m * s.k),
+                   (cols.reshape(n * s.g, s.m, s.p), start * s.g * s.m * s.p, s.g * s.m * s.p, s.m * s.p),
+                   target + (s.g * s.k * s.p, s.k * s.p), count, s.g)
+            if not direct:
+                _col2im.launch_elements(provider, dt, count * s.g * s.c * s.plane, col, bias if bias is not None else 0,
+                                        _ptr(out, start * s.g * s.c * s.plane), count, int(bias is not None),
+                                        *geo_args(key.geom))
+        if bias is not None and key.geom.is_pointwise:
+            add_bias(provider, out, bias, s.g * s.c)
+
+    def weight(self, provider, key, cols, img, dw):
+        s, n, dt = Sizes(key.geom), key.n, img.dtype
+        step = self.chunk(key)
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            col, at = self._columns(provider, key, img, start, count)
+            part = provider.empty((count * s.g, s.m, s.k), dt)
+            _gemm2(provider, False, True,
+                   (cols.reshape(n * s.g, s.m, s.p), start * s.g * s.m * s.p, s.g * s.m * s.p, s.m * s.p),
+                   (col, at, s.g * s.k * s.p, s.k * s.p),
+                   (part, 0, s.g * s.m * s.k, s.m * s.k), count, s.g)
+            _sum_batches.launch_elements(provider, dt, dw.size, part, dw, dw.size, count, int(start > 0))
+
+
+class Direct:
+    """One thread per output element summing over its taps and channels (one block per weight
+    element for dW): no workspace; fast when a group has few channels (depthwise, the first
+    layer of a network on gray images)."""
+    name = "direct"
+    deterministic = True
+    SMALL = 64      # channels x taps per output below which the heuristic prefers this
+
+    @staticmethod
+    def suits(key):
+        s = Sizes(key.geom)
+        if key.direction == "forward":
+            return s.c * s.taps <= Direct.SMALL
+        if key.direction == "data":
+            return s.m * s.taps <= Direct.SMALL
+        return s.c == 1 or s.m == 1 or s.g * s.m * s.k <= 4096
+
+    def workspace_bytes(self, key):
+        return 0
+
+    def supports(self, key):
+        return True
+
+    def heuristic_rank(self, key):
+        return 0 if self.suits(key) else 1
+
+    def run(self, provider, key, buffers):
+        getattr(self, key.direction)(provider, key, *buffers)
+
+    def forward(self, provider, key, img, w, bias, out):
+        _direct_forward.launch_elements(provider, img.dtype, out.size, img, w, bias if bias is not None else 0, out,
+                                        key.n, int(bias is not None), *geo_args(key.geom))
+
+    def data(self, provider, key, cols, w, bias, out):
+        _direct_data.launch_elements(provider, cols.dtype, out.size, cols, w, bias if bias is not None else 0, out,
+                                     key.n, int(bias is not None), *geo_args(key.geom))
+
+    def weight(self, provider, key, cols, img, dw):
+        _launch_blocks(_direct_weight, provider, img.dtype, dw.size, cols, img, dw, key.n, *geo_args(key.geom))
+
+
+ALGORITHMS = [Im2colGemm(), Direct()]
+
+
+def run_primitive(ctx, direction, geom, n, buffers):
+    """Run one primitive through the search (buffers: inputs..., output)."""
+    out = buffers[-1]
+    if out.size == 0:
+        return
+    key = conv_search.ConvKey(ctx.op_type, direction, n, geom, out.dtype.name, bool(ctx.provider.use_tf32),
+                              tuple(ctx.wanted))
+    conv_search.execute(ctx.provider, key, ALGORITHMS, buffers)
+
+
+# --------------------------------------------------------------------------- kernels
+def _who(ctx):
+    return f"{ctx.op_type} (node {ctx.node_name!r})" if ctx.node_name else ctx.op_type
+
+
+def _forward(ctx, img, w, bias, geom):
+    out = ctx.provider.empty((img.shape[0], geom.col_channels) + tuple(geom.col_spatial), img.dtype)
+    run_primitive(ctx, "forward", geom, img.shape[0], (img, w, bias, out))
+    return out
+
+
+def _data(ctx, cols, w, bias, geom):
+    out = ctx.provider.empty((cols.shape[0], geom.img_channels) + tuple(geom.img_spatial), cols.dtype)
+    run_primitive(ctx, "data", geom, cols.shape[0], (cols, w, bias, out))
+    return out
+
+
+def _weight(ctx, cols, img, w_shape, geom):
+    dw = ctx.provider.empty(w_shape, img.dtype)
+    if img.shape[0] == 0:
+        ctx.provider.fill_zero(dw)
+    else:
+        run_primitive(ctx, "weight", geom, img.shape[0], (cols, img, dw))
+    return dw
+
+
+def _bias(ctx, dy):
+    db = ctx.provider.empty((dy.shape[1],), dy.dtype)
+    bias_grad(ctx.provider, dy, db)
+    return db
+
+
+def conv_kernel(ctx):
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    return {"Y": _forward(ctx, x, w, b, geom)}
+
+
+def conv_transpose_kernel(ctx):
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    return {"Y": _data(ctx, x, w, b, geom)}
+
+
+def conv_grad_kernel(ctx):
+    dy, x, w = ctx.inputs
+    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    out = {}
+    if ctx.wants("dX"):
+        out["dX"] = _data(ctx, dy, w, None, geom)
+    if ctx.wants("dW"):
+        out["dW"] = _weight(ctx, dy, x, w.shape, geom)
+    if ctx.wants("dB"):
+        out["dB"] = _bias(ctx, dy)
+    return out
+
+
+def conv_transpose_grad_kernel(ctx):
+    """ONNX Runtime's ConvTransposeGrad: dX is the forward convolution of dY with W, dW the
+    weight gradient with X and dY in swapped roles, dB a reduction of dY."""
+    dy, x, w = ctx.inputs
+    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    out = {}
+    if ctx.wants("dX"):
+        out["dX"] = _forward(ctx, dy, w, None, geom)
+    if ctx.wants("dW"):
+        out["dW"] = _weight(ctx, x, dy, w.shape, geom)
+    if ctx.wants("dB"):
+        out["dB"] = _bias(ctx, dy)
+    return out
+
+
+_FLOATS = (np.float16, np.float32, np.float64)
+register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=_FLOATS)(conv_kernel)
+register_kernel("Conv", since=11, provider="cuda", dtypes=_FLOATS)(conv_kernel)
+register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=_FLOATS)(conv_transpose_kernel)
+register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=_FLOATS)(conv_transpose_kernel)
+register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=_FLOATS)(conv_grad_kernel)
+register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=_FLOATS)(conv_transpose_grad_kernel)

@@ -1,0 +1,169 @@
+"""The convolution algorithm search, after ONNX Runtime's ConvShared (FindAlgorithm, TryAll).
+
+An algorithm is an object with a `name`, `workspace_bytes(key)` (device scratch one run needs),
+`supports(key)` and `run(provider, key, buffers)`.  For a ConvKey seen for the first time,
+`execute` times every algorithm that supports the key and whose workspace fits (the device's
+free memory less 10% for fragmentation, or `OPTIONS.workspace_limit` when lower) with CUDA
+events on the real buffers, after one untimed warm-up run each (kernel compilation, cuBLAS
+set-up), and caches the ranking, fastest first, in a bounded LRU.  Every call then tries the
+ranked algorithms in order: when one fails (a launch error, a workspace allocation that the
+pool cannot serve) the next takes over, and the fallback is logged once per key and algorithm.
+
+OPTIONS (module-wide, like PyTorch's torch.backends.cudnn flags):
+  mode: "exhaustive" (time the candidates, the default), "heuristic" (each algorithm's own
+        `heuristic_rank(key)`, lowest first; nothing timed) or "fixed" (`algorithm` first,
+        the others as fallbacks);
+  algorithm: the algorithm name for mode "fixed";
+  deterministic: only algorithms whose results do not depend on scheduling (`deterministic`
+        attribute; minitrain's own kernels all are);
+  workspace_limit: bytes, or None for free memory less 10%.
+The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the key.
+"""
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+import pycuda.driver as driver
+
+log = logging.getLogger("minitrain.cuda.conv")
+
+CACHE_SIZE = 512
+FRAGMENTATION = 0.10
+
+
+@dataclass(frozen=True)
+class ConvKey:
+    """What the ranking of algorithms depends on.  direction: "forward" (image -> columns),
+    "data" (columns -> image) or "weight" (the weight gradient); geom: the ConvGeometry (shapes,
+    pads, strides, dilations, group); n: the batch; wanted: the gradients the node asks for."""
+    op: str
+    direction: str
+    n: int
+    geom: object
+    dtype: str
+    tf32: bool
+    wanted: tuple
+
+
+@dataclass
+class SearchOptions:
+    mode: str = "exhaustive"
+    algorithm: Optional[str] = None
+    deterministic: bool = False
+    workspace_limit: Optional[int] = None
+
+
+OPTIONS = SearchOptions()
+
+
+class SearchStats:
+    """Counters the tests read: searches run (cache misses), cache hits, candidates timed,
+    fallbacks taken."""
+
+    def __init__(self):
+        self.searches = self.hits = self.timed = self.fallbacks = 0
+
+
+STATS = SearchStats()
+_rankings: OrderedDict = OrderedDict()
+_logged = set()
+
+
+class AlgorithmFailed(RuntimeError):
+    """Every algorithm that fits failed on this key (the last failure is chained)."""
+
+
+# Failures that make TryAll move on: driver errors (launch, out of memory), the pool's
+# MemoryError, and RuntimeErrors from the libraries (cuBLAS, cuDNN status codes).
+RECOVERABLE = (driver.Error, MemoryError, RuntimeError)
+
+
+def clear_cache():
+    """Forget every ranking (tests; a changed workspace limit)."""
+    _rankings.clear()
+    _logged.clear()
+
+
+def max_workspace():
+    """The largest workspace an algorithm may ask for: free device memory less 10%, or the
+    configured limit when lower."""
+    free, _ = driver.mem_get_info()
+    limit = int(free * (1.0 - FRAGMENTATION))
+    return limit if OPTIONS.workspace_limit is None else min(limit, int(OPTIONS.workspace_limit))
+
+
+def candidates(key, algorithms):
+    """The algorithms that can run `key` under the options and the workspace limit."""
+    limit = max_workspace()
+    return [a for a in algorithms
+            if a.supports(key) and a.workspace_bytes(key) <= limit
+            and (a.deterministic or not OPTIONS.deterministic)]
+
+
+def _time(provider, algorithm, key, buffers):
+    """Milliseconds of one run (after a warm-up run), or None when the algorithm fails."""
+    try:
+        algorithm.run(provider, key, buffers)
+        start, end = driver.Event(), driver.Event()
+        start.record(provider.stream)
+        algorithm.run(provider, key, buffers)
+        end.record(provider.stream)
+        end.synchronize()
+        STATS.timed += 1
+        return end.time_since(start)
+    except RECOVERABLE as e:
+        log.warning("conv algorithm %s failed while timing %s: %s", algorithm.name, key, e)
+        return None
+
+
+def rank(provider, key, algorithms, buffers):
+    """The candidate algorithms for `key`, best first, per OPTIONS.mode."""
+    found = candidates(key, algorithms)
+    if OPTIONS.mode == "heuristic":
+        return sorted(found, key=lambda a: a.heuristic_rank(key))
+    if OPTIONS.mode == "fixed":
+        return sorted(found, key=lambda a: a.name != OPTIONS.algorithm)
+    if OPTIONS.mode != "exhaustive":
+        raise ValueError(f"conv search: mode {OPTIONS.mode!r} is not exhaustive, heuristic or fixed")
+    if len(found) < 2:
+        return found
+    times = [(_time(provider, a, key, buffers), i, a) for i, a in enumerate(found)]
+    return [a for t, _, a in sorted((t, i, a) for t, i, a in times if t is not None)] + \
+        [a for t, _, a in times if t is None]
+
+
+def ranking(provider, key, algorithms, buffers):
+    """The cached ranking of `key`, searched on a miss (least recently used entries dropped)."""
+    ranked = _rankings.get(key)
+    if ranked is not None:
+        STATS.hits += 1
+        _rankings.move_to_end(key)
+        return ranked
+    STATS.searches += 1
+    ranked = rank(provider, key, algorithms, buffers)
+    _rankings[key] = ranked
+    if len(_rankings) > CACHE_SIZE:
+        _rankings.popitem(last=False)
+    return ranked
+
+
+def execute(provider, key, algorithms, buffers):
+    """Run `key` on `buffers` (the output last) with the best algorithm that succeeds."""
+    ranked = ranking(provider, key, algorithms, buffers)
+    if not ranked:
+        raise AlgorithmFailed(f"no convolution algorithm fits {key} within {max_workspace()} bytes of workspace")
+    error = None
+    for algorithm in ranked:
+        try:
+            algorithm.run(provider, key, buffers)
+            return algorithm
+        except RECOVERABLE as e:
+            error = e
+            STATS.fallbacks += 1
+            if (key, algorithm.name) not in _logged:
+                _logged.add((key, algorithm.name))
+                log.warning("conv algorithm %s failed on %s (%s); trying the next one", algorithm.name, key, e)
+    raise AlgorithmFailed(f"every convolution algorithm failed on {key}") from error
