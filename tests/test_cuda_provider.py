@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from minitrain import Executor, Graph, run_node
+from minitrain.ops.schema import schema
 from minitrain.providers import get_provider
+from minitrain.registry import register_kernel
 from minitrain.scheduler import schedule
 
 pytestmark = pytest.mark.cuda
@@ -71,3 +73,35 @@ def test_run_node_keeps_device_tensors_on_the_device(cuda):
     np.testing.assert_array_equal(cuda.to_numpy(y), np.maximum(x, 0))
     (y,) = run_node("Relu", [x], provider="cuda")
     assert isinstance(y, np.ndarray)
+
+
+TEST_DOMAIN = "test.cpu_only"
+
+
+@schema("CpuOnlyDouble", domain=TEST_DOMAIN, inputs=["X"], outputs=["Y"])
+def _infer_cpu_only(ctx):
+    """Y = 2 X, an op only the CPU serves (to exercise the fallback)."""
+    return [ctx.out(ctx.shape(0))]
+
+
+@register_kernel("CpuOnlyDouble", domain=TEST_DOMAIN)
+def _cpu_only_double(ctx):
+    assert isinstance(ctx.inputs[0], np.ndarray)
+    return {"Y": 2 * ctx.inputs[0]}
+
+
+def test_an_op_only_the_cpu_serves_falls_back_with_copies(cuda):
+    g = Graph(opset_imports={TEST_DOMAIN: 1}, name="fallback")
+    g.add_input("x", np.float32, ("N", 4))
+    r = g.add_node("Relu", ["x"], ["r"])
+    d = g.add_node("CpuOnlyDouble", [r], ["d"], domain=TEST_DOMAIN)
+    g.add_node("Sigmoid", [d], ["y"])
+    g.outputs = ["y"]
+    plan = schedule(g, providers="cuda")
+    assert [(op, p) for _, op, p in plan.placement()] == [
+        ("Relu", "cuda"), ("MemcpyToHost", "cuda"), ("CpuOnlyDouble", "cpu"), ("MemcpyFromHost", "cuda"),
+        ("Sigmoid", "cuda")], plan.describe()
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    out = Executor(plan).run({"x": x}, to_host=False)["y"]
+    assert cuda.is_native(out)
+    np.testing.assert_allclose(cuda.to_numpy(out), 1 / (1 + np.exp(-2 * np.maximum(x, 0))), rtol=1e-6)
