@@ -28,6 +28,16 @@ def infer_sum_to_shape(ctx):
     return [ctx.out(value)]
 
 
+def broadcast_axes(x_shape, shape):
+    """The axes of x_shape that SumToShape sums to reach `shape` (the leading ones, and those
+    where shape has 1 and x does not); ValueError when shape does not broadcast to x_shape."""
+    shape = tuple(int(d) for d in shape)
+    lead = len(x_shape) - len(shape)
+    if lead < 0 or any(s not in (1, d) for s, d in zip(shape, x_shape[lead:])):
+        raise ValueError(f"SumToShape: shape {shape} does not broadcast to {tuple(x_shape)}")
+    return tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and x_shape[lead + i] != 1)
+
+
 def reduce_to_input(g, grad, i):
     """Write `grad` (shaped like the output) as the gradient of input i, summing over the
     axes along which input i was broadcast."""

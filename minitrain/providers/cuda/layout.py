@@ -1,0 +1,94 @@
+"""Strided device views made dense: make_contiguous (what CudaProvider.contiguous calls for a
+non-contiguous GPUArray) and Transpose, both one gather kernel (cuda/layout.cu).  Also the
+dimension collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares."""
+import numpy as np
+
+from ...registry import register_kernel
+from .compiler import Kernel, module
+
+MAX_RANK = 8        # cuda/strided.cuh's MT_MAX_RANK
+FLOATS = (np.float16, np.float32, np.float64)
+
+
+def collapse(shape, *strides):
+    """The fewest dims that index the same elements as the dense index space `shape` with
+    operands of the given element strides laid over it: size-1 dims go, and a dim merges into
+    the next inner one where every operand steps over the pair as one run.  Returns
+    (sizes, [strides of each operand])."""
+    sizes, merged = [], [[] for _ in strides]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if sizes and all(m[-1] == s[d] * n for m, s in zip(merged, strides)):
+            sizes[-1] *= n
+            for m, s in zip(merged, strides):
+                m[-1] = s[d]
+        else:
+            sizes.append(n)
+            for m, s in zip(merged, strides):
+                m.append(s[d])
+    return sizes, merged
+
+
+def plan_args(sizes, strides):
+    """The kernel arguments `rank, StridedPlan<K>` (K = len(strides)) of collapsed dims."""
+    if len(sizes) > MAX_RANK:
+        raise ValueError(f"a strided CUDA kernel takes at most {MAX_RANK} dims once merged, "
+                         f"not {len(sizes)} (sizes {tuple(sizes)})")
+    pad = MAX_RANK - len(sizes)
+    args = [len(sizes), *sizes, *([1] * pad)]
+    for s in strides:
+        args += [*s, *([0] * pad)]
+    return args
+
+
+def plan_signature(operands):
+    """Signature codes of `rank, StridedPlan<operands>`."""
+    return "i" + "q" * (MAX_RANK * (operands + 1))
+
+
+def element_strides(value):
+    """A GPUArray's strides in elements."""
+    item = value.dtype.itemsize
+    if any(s % item for s in value.strides):
+        raise ValueError(f"strides {value.strides} are not whole {value.dtype} elements")
+    return [s // item for s in value.strides]
+
+
+class _ByWidth(Kernel):
+    """A kernel instantiated per element width (<name>_w1 ... _w8), not per float type: a gather
+    only moves elements, so one serves floats, int64 indices and bool masks alike."""
+
+    def function(self, dtype):
+        width = np.dtype(dtype).itemsize
+        fn = self._functions.get(width)
+        if fn is None:
+            if width not in (1, 2, 4, 8):
+                raise TypeError(f"no {self.name} kernel for elements of {width} bytes ({np.dtype(dtype)})")
+            fn = module(self.family).get_function(f"{self.name}_w{width}")
+            fn.prepare(self.signature)
+            self._functions[width] = fn
+        return fn
+
+
+_gather = _ByWidth("layout", "strided_copy", "PPq" + plan_signature(1))
+
+
+def make_contiguous(provider, value):
+    """A new C-contiguous GPUArray with the elements of the strided view `value`."""
+    out = provider.empty(value.shape, value.dtype)
+    if out.size:
+        sizes, strides = collapse(value.shape, element_strides(value))
+        _gather.launch_elements(provider, value.dtype, out.size, value, out, out.size, *plan_args(sizes, strides))
+    return out
+
+
+@register_kernel("Transpose", since=13, provider="cuda", dtypes=FLOATS)
+def transpose(ctx):
+    x = ctx.inputs[0]
+    perm = ctx.attrs["perm"]
+    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(perm)
+    if x.size == 0:
+        return {"transposed": ctx.provider.empty(tuple(x.shape[p] for p in perm), x.dtype)}
+    # an identity-like perm leaves a contiguous view, returned as is (the CPU returns a view too)
+    return {"transposed": ctx.provider.contiguous(x.transpose(perm))}

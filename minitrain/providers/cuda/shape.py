@@ -1,0 +1,42 @@
+"""CUDA kernels of the re-layout ops that only reinterpret: Identity, Flatten, Reshape and
+Shape.  Like the CPU's, they return views of their (contiguous) input, sharing its device
+memory; Transpose, which moves data, is in layout.py."""
+import math
+
+import numpy as np
+
+from ...ops.shape import reshape_target
+from ...registry import register_kernel
+
+FLOATS = (np.float16, np.float32, np.float64)
+
+
+def view(provider, x, shape):
+    """x with `shape` (as many elements), sharing its memory; an empty x has no memory to
+    share, so it gets a new empty array."""
+    shape = tuple(int(d) for d in shape)
+    return x.reshape(shape) if x.size else provider.empty(shape, x.dtype)
+
+
+@register_kernel("Identity", since=1, provider="cuda", dtypes=FLOATS)
+def identity(ctx):
+    return {"output": ctx.inputs[0]}
+
+
+@register_kernel("Flatten", since=1, provider="cuda", dtypes=FLOATS)
+def flatten(ctx):
+    x = ctx.inputs[0]
+    axis = ctx.attrs["axis"] % (x.ndim + 1) if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
+    return {"output": view(ctx.provider, x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))}
+
+
+@register_kernel("Reshape", since=5, provider="cuda", dtypes=FLOATS, host_inputs=(1,))
+def reshape(ctx):
+    x, target = ctx.inputs[0], ctx.inputs[1]
+    shape = reshape_target(ctx, x.shape, [int(d) for d in target], ctx.attrs.get("allowzero", 0))
+    return {"reshaped": view(ctx.provider, x, shape)}
+
+
+@register_kernel("Shape", since=1, provider="cuda", dtypes=FLOATS, host_outputs=("shape",))
+def shape(ctx):
+    return {"shape": np.array(ctx.inputs[0].shape, dtype=np.int64)}
