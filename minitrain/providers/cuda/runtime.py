@@ -61,7 +61,8 @@ class CudaProvider(Provider):
             driver.memset_d8_async(value.gpudata, 0, value.nbytes, self.stream)
 
     def from_numpy(self, array):
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        array = np.ascontiguousarray(array).reshape(array.shape)    # ascontiguousarray makes 0-d 1-d
         value = self.empty(array.shape, array.dtype)
         if array.size:
             driver.memcpy_htod_async(value.gpudata, array, self.stream)
