@@ -10,7 +10,7 @@
 // is deterministic.
 #include "common.cuh"
 
-// The geometry, passed by value; its fields are the last kernel arguments (22 int32).
+// The geometry, passed by value; its fields are the last kernel arguments (21 int32).
 struct ConvGeo {
     int group, c, m;     // groups; image / column channels per group
     int id, ih, iw;      // image spatial

@@ -33,7 +33,7 @@ from .runtime import device_ptr
 # im2col workspace per chunk of samples (at least one sample's worth).
 CHUNK_BYTES = 256 << 20
 REDUCE_BLOCK = 256
-GEO = "i" * 22   # ConvGeo, the last argument of the geometry kernels
+GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
 _col2im = Kernel("conv", "col2im", "PPPqi" + GEO)
@@ -47,7 +47,7 @@ _direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
 
 @lru_cache(maxsize=1024)
 def geo_args(geom):
-    """The ConvGeo argument (22 ints, every rank as 3D): the CPU core's geometry array."""
+    """The ConvGeo argument (21 ints, every rank as 3D): the CPU core's geometry array."""
     return tuple(int(v) for v in geo_array(geom))
 
 
