@@ -1,0 +1,128 @@
+// Optimizer updates over many tensors at once, written in place (the only kernels besides
+// InPlaceAccumulator that write into their inputs), and the global gradient norm.
+//
+// A launch covers every parameter of a model through a table built by the host
+// (minitrain/providers/cuda/optimizer.py): `tensors` rows of TABLE_COLS int64 (the addresses of
+// param, grad, state 1, state 2, and the element count), then one (tensor, first element) pair
+// per block; block b updates `chunk` elements of its tensor from there.  The clipping scale is
+// read from device memory, written by mt_norm_finish, so a clipped step never waits for the host.
+// Formulas and rounding follow ext/optimizer.pyx (PyTorch's SGD, Adam, AdamW).
+#include "common.cuh"
+#include "block_sum.cuh"
+
+#define TABLE_COLS 5
+
+struct Chunk {
+    const int64_t* row;     // param, grad, state 1, state 2, count
+    int64_t begin, end;
+};
+
+__device__ __forceinline__ Chunk block_chunk(const int64_t* table, int64_t tensors, int64_t chunk) {
+    const int64_t* pair = table + TABLE_COLS * tensors + 2 * (int64_t)blockIdx.x;
+    Chunk c;
+    c.row = table + TABLE_COLS * pair[0];
+    c.begin = pair[1];
+    c.end = min(c.row[4], pair[1] + chunk);
+    return c;
+}
+
+template <typename T> __device__ __forceinline__ T* column(const Chunk& c, int k) {
+    return reinterpret_cast<T*>(c.row[k]);
+}
+
+// partial[b] = the sum of squares of block b's gradient elements, in double.
+template <typename T> __device__ void mt_sq_norm_impl(const int64_t* table, int64_t tensors, int64_t chunk, double* partial) {
+    const Chunk c = block_chunk(table, tensors, chunk);
+    const T* g = column<const T>(c, 1);
+    double s = 0.0;
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        const double v = (double)to_acc<T>(g[i]);
+        s += v * v;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// grad_norm = sqrt(sum of partials); scale = min(1, max_norm / (norm + 1e-6)) (1 when max_norm
+// is 0), clip_grad_norm_'s factor; one block.  grad_norm may be null.
+template <typename T>
+__device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* grad_norm, double* scale, double max_norm) {
+    double s = 0.0;
+    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[b];
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+        const double norm = sqrt(s);
+        if (grad_norm) grad_norm[0] = from_acc<T>((acc_t<T>)norm);
+        scale[0] = max_norm > 0 ? fmin(1.0, max_norm / (norm + 1e-6)) : 1.0;
+    }
+}
+
+// d = scale*g + wd*w; buf = momentum*buf + d; d = d + momentum*buf (nesterov) or buf; w -= lr*d.
+template <typename T>
+__device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, acc_t<T> lr,
+                            acc_t<T> momentum, acc_t<T> weight_decay, int nesterov) {
+    typedef acc_t<T> A;
+    const Chunk c = block_chunk(table, tensors, chunk);
+    T* w = column<T>(c, 0);
+    const T* g = column<const T>(c, 1);
+    T* buf = column<T>(c, 2);
+    const A sc = scale ? (A)scale[0] : A(1);
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        const A wi = to_acc<T>(w[i]);
+        A d = sc * to_acc<T>(g[i]) + weight_decay * wi;
+        if (buf) {
+            const A b = momentum * to_acc<T>(buf[i]) + d;
+            buf[i] = from_acc<T>(b);
+            d = nesterov ? d + momentum * b : b;
+        }
+        w[i] = from_acc<T>(wi - lr * d);
+    }
+}
+
+// Adam (decay added to the gradient: weight_decay != 0, shrink 1) and AdamW (decoupled: w
+// scaled by shrink = 1 - lr*wd first); step = lr / (1 - beta1^t), inv_sqrt_bias2 =
+// 1 / sqrt(1 - beta2^t).
+template <typename T>
+__device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, acc_t<T> beta1,
+                             acc_t<T> beta2, acc_t<T> eps, acc_t<T> weight_decay, acc_t<T> shrink, acc_t<T> step,
+                             acc_t<T> inv_sqrt_bias2) {
+    typedef acc_t<T> A;
+    const Chunk c = block_chunk(table, tensors, chunk);
+    T* w = column<T>(c, 0);
+    const T* g = column<const T>(c, 1);
+    T* m = column<T>(c, 2);
+    T* v = column<T>(c, 3);
+    const A sc = scale ? (A)scale[0] : A(1);
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+        const A wi = to_acc<T>(w[i]);
+        const A d = sc * to_acc<T>(g[i]) + weight_decay * wi;
+        const A mi = beta1 * to_acc<T>(m[i]) + (A(1) - beta1) * d;
+        const A vi = beta2 * to_acc<T>(v[i]) + (A(1) - beta2) * d * d;
+        m[i] = from_acc<T>(mi);
+        v[i] = from_acc<T>(vi);
+        w[i] = from_acc<T>(wi * shrink - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps));
+    }
+}
+
+#define OPTIMIZER(T, S)                                                                                  \
+    extern "C" __global__ void mt_sq_norm_##S(const int64_t* table, int64_t tensors, int64_t chunk,      \
+                                              double* partial) {                                         \
+        mt_sq_norm_impl<T>(table, tensors, chunk, partial);                                              \
+    }                                                                                                    \
+    extern "C" __global__ void mt_norm_finish_##S(const double* partial, int64_t blocks, T* grad_norm,   \
+                                                  double* scale, double max_norm) {                      \
+        mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm);                             \
+    }                                                                                                    \
+    extern "C" __global__ void mt_sgd_##S(const int64_t* table, int64_t tensors, int64_t chunk,          \
+                                          const double* scale, acc_t<T> lr, acc_t<T> momentum,           \
+                                          acc_t<T> weight_decay, int nesterov) {                         \
+        mt_sgd_impl<T>(table, tensors, chunk, scale, lr, momentum, weight_decay, nesterov);              \
+    }                                                                                                    \
+    extern "C" __global__ void mt_adam_##S(const int64_t* table, int64_t tensors, int64_t chunk,         \
+                                           const double* scale, acc_t<T> beta1, acc_t<T> beta2,          \
+                                           acc_t<T> eps, acc_t<T> weight_decay, acc_t<T> shrink,         \
+                                           acc_t<T> step, acc_t<T> inv_sqrt_bias2) {                     \
+        mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, shrink, step,     \
+                        inv_sqrt_bias2);                                                                 \
+    }
+MT_FOR_FLOATS(OPTIMIZER)

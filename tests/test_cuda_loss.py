@@ -1,0 +1,202 @@
+"""SoftmaxCrossEntropyLoss, MSELoss and their gradients on CUDA against the CPU kernels: every
+reduction, class weights, ignore_index, label ranks and dtypes of test_core_ops.py and
+test_nn_losses.py, warp-per-row and thread-per-row layouts, non-contiguous and device inputs,
+and bad input raising the CPU's errors; a bad label is reported by the device's flag without a
+stall, at the next loss call or at check_labels."""
+import numpy as np
+import pytest
+
+from cuda_parity import DTYPES, check_parity
+from minitrain import run_node
+from minitrain.errors import ShapeError
+from minitrain.providers import get_provider
+
+pytestmark = pytest.mark.cuda
+
+MS = "com.microsoft"
+SCE_CASES = [  # scores shape, weighted, ignore_index, label dtype
+    ((5, 4), False, None, np.int64),
+    ((5, 4), True, 1, np.int32),
+    ((5, 4, 3), True, None, np.int64),
+    ((5, 4, 2, 3), False, 1, np.int64),
+    ((6, 4, 3), False, -1, np.int32),
+    ((33, 1000), True, -100, np.int64),      # long rows: a warp strides over the classes
+    ((3, 7, 50), True, 2, np.int64),         # many rows of stride D
+    ((0, 4), False, None, np.int64),
+    ((2, 4, 0), False, None, np.int64),
+]
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def sce_inputs(rng, shape, weighted, ignore, label_dtype):
+    scores = rng.standard_normal(shape) * 3
+    labels = rng.integers(0, shape[1], (shape[0],) + shape[2:]).astype(label_dtype)
+    if ignore is not None and labels.size:
+        labels.reshape(-1)[::3] = ignore
+    weights = rng.uniform(0.5, 2.0, shape[1]) if weighted else None
+    return [scores, labels] + ([weights] if weighted else [])
+
+
+def sce_attrs(reduction, ignore):
+    return {"reduction": reduction} | ({} if ignore is None else {"ignore_index": ignore})
+
+
+@pytest.mark.parametrize("case", range(len(SCE_CASES)))
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_cross_entropy(case, reduction, dtype, rng):
+    shape, weighted, ignore, label_dtype = SCE_CASES[case]
+    inputs = sce_inputs(rng, shape, weighted, ignore, label_dtype)
+    attrs = sce_attrs(reduction, ignore)
+    loss, log_prob = check_parity("SoftmaxCrossEntropyLoss", inputs, attrs, dtypes=[dtype])
+    check_parity("SoftmaxCrossEntropyLoss", inputs, attrs, dtypes=[dtype], outputs=["output"])
+    dy = rng.standard_normal(loss.shape)
+    grad_inputs = [dy, log_prob.astype(np.float64), inputs[1]] + inputs[2:]
+    check_parity("SoftmaxCrossEntropyLossGrad", grad_inputs, attrs, domain=MS, dtypes=[dtype])
+
+
+@pytest.mark.parametrize("opset", [12, 13])
+def test_softmax_cross_entropy_opsets_and_noncontiguous_inputs(opset, rng):
+    inputs = sce_inputs(rng, (6, 5, 3), True, 0, np.int64)
+    check_parity("SoftmaxCrossEntropyLoss", inputs, sce_attrs("mean", 0), opset=opset, noncontiguous_inputs=True)
+
+
+def test_all_rows_ignored_gives_the_cpu_nan(rng):
+    scores, labels = rng.standard_normal((4, 3)), np.full(4, -1)
+    check_parity("SoftmaxCrossEntropyLoss", [scores, labels], {"ignore_index": -1})
+
+
+def test_device_inputs_give_device_outputs(rng):
+    cuda = get_provider("cuda")
+    scores, labels = rng.standard_normal((8, 5)), rng.integers(0, 5, 8)
+    loss, log_prob = run_node("SoftmaxCrossEntropyLoss", [cuda.from_numpy(scores), cuda.from_numpy(labels)],
+                              provider="cuda")
+    assert cuda.is_native(loss) and cuda.is_native(log_prob)
+    (dx,) = run_node("SoftmaxCrossEntropyLossGrad", [cuda.from_numpy(np.array(1.0)), log_prob,
+                                                     cuda.from_numpy(labels)], domain=MS, provider="cuda")
+    assert cuda.is_native(dx)
+    expected_loss, expected_lp = run_node("SoftmaxCrossEntropyLoss", [scores, labels])
+    (expected_dx,) = run_node("SoftmaxCrossEntropyLossGrad", [np.array(1.0), expected_lp, labels], domain=MS)
+    np.testing.assert_allclose(cuda.to_numpy(loss), expected_loss, rtol=1e-12)
+    np.testing.assert_allclose(cuda.to_numpy(dx), expected_dx, rtol=1e-12, atol=1e-15)
+
+
+BAD_LABELS = [  # labels, attributes
+    (np.array([0, 3, 1]), {}),
+    (np.array([0, -1, 1]), {}),
+    (np.array([0, -1, 7]), {"ignore_index": -1}),
+    (np.array([[0, 1], [2, 5], [1, 1]]), {"reduction": "none"}),
+]
+
+
+def _cpu_error(op, inputs, attrs, domain=""):
+    with pytest.raises(ShapeError) as cpu:
+        run_node(op, inputs, attrs=attrs, domain=domain)
+    return str(cpu.value)
+
+
+@pytest.mark.parametrize("case", range(len(BAD_LABELS)))
+def test_bad_label_is_the_cpu_error_at_check_labels(case, rng):
+    from minitrain.providers.cuda.loss import check_labels
+    cuda = get_provider("cuda")
+    labels, attrs = BAD_LABELS[case]
+    scores = rng.standard_normal((3, 3) + labels.shape[1:])
+    message = _cpu_error("SoftmaxCrossEntropyLoss", [scores, labels], attrs)
+    run_node("SoftmaxCrossEntropyLoss", [scores, labels], attrs=attrs, provider="cuda")
+    with pytest.raises(ShapeError) as gpu:
+        check_labels(cuda)
+    assert str(gpu.value) == message
+    check_labels(cuda)      # reported once, then cleared
+
+    dy = np.ones(labels.shape) if attrs.get("reduction") == "none" else np.array(1.0)
+    log_prob = np.log(np.full(scores.shape, 1 / 3))
+    message = _cpu_error("SoftmaxCrossEntropyLossGrad", [dy, log_prob, labels], attrs, MS)
+    run_node("SoftmaxCrossEntropyLossGrad", [dy, log_prob, labels], attrs=attrs, domain=MS, provider="cuda")
+    with pytest.raises(ShapeError) as gpu:
+        check_labels(cuda)
+    assert str(gpu.value) == message
+
+
+def test_bad_label_is_raised_by_the_next_loss_call(rng):
+    cuda = get_provider("cuda")
+    scores, good, bad = rng.standard_normal((4, 3)), np.array([0, 1, 2, 0]), np.array([0, 1, 9, 0])
+    run_node("SoftmaxCrossEntropyLoss", [scores, bad], provider="cuda")     # returns NumPy: synchronised
+    with pytest.raises(ShapeError, match="holds 9, outside \\[0, 3\\)"):
+        run_node("SoftmaxCrossEntropyLoss", [scores, good], provider="cuda")
+    check_parity("SoftmaxCrossEntropyLoss", [scores, good])
+
+
+def test_many_calls_in_flight_then_a_bad_one(rng):
+    """More calls than the guard has slots, none waited for, then a bad label."""
+    from minitrain.providers.cuda.loss import LabelGuard, check_labels
+    cuda = get_provider("cuda")
+    scores = cuda.from_numpy(rng.standard_normal((16, 10)))
+    good = cuda.from_numpy(rng.integers(0, 10, 16))
+    bad = cuda.from_numpy(np.array([3] * 15 + [10]))
+    for _ in range(LabelGuard.SLOTS + 5):
+        run_node("SoftmaxCrossEntropyLoss", [scores, good], provider="cuda", outputs=["output"])
+    run_node("SoftmaxCrossEntropyLoss", [scores, bad], provider="cuda", outputs=["output"])
+    with pytest.raises(ShapeError, match="holds 10, outside \\[0, 10\\)"):
+        check_labels(cuda)
+
+
+@pytest.mark.parametrize("inputs,attrs", [
+    ([np.ones((3, 4)), np.array([0, 1])], {}),
+    ([np.ones((3, 4)), np.array([0, 1, 2]), np.ones(3)], {}),
+    ([np.ones((3, 4)), np.array([0, 1, 2])], {"reduction": "avg"}),
+    ([np.ones((3, 4)), np.array([0.0, 1.0, 2.0])], {}),
+])
+def test_bad_input_raises_the_cpu_error(inputs, attrs):
+    with pytest.raises(Exception) as cpu:
+        run_node("SoftmaxCrossEntropyLoss", inputs, attrs=attrs)
+    with pytest.raises(type(cpu.value)) as gpu:
+        run_node("SoftmaxCrossEntropyLoss", inputs, attrs=attrs, provider="cuda")
+    assert str(gpu.value) == str(cpu.value)
+
+
+# ---------------------------------------------------------------------------------- MSELoss
+MSE_SHAPES = [(5,), (2, 3, 4), (3, 100001), (0, 3)]
+
+
+@pytest.mark.parametrize("shape", MSE_SHAPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mse(shape, reduction, dtype, rng):
+    if reduction == "mean" and 0 in shape:
+        pytest.skip("an empty mean is an error (test_mse_bad_input)")
+    p, t = rng.standard_normal(shape), rng.standard_normal(shape)
+    (loss,) = check_parity("MSELoss", [p, t], {"reduction": reduction}, domain=MS, dtypes=[dtype])
+    dy = rng.standard_normal(loss.shape)
+    check_parity("MSELossGrad", [dy, p, t], {"reduction": reduction}, domain=MS, dtypes=[dtype])
+
+
+def test_mse_grad_scalar_seed_with_reduction_none_and_noncontiguous(rng):
+    p, t = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    check_parity("MSELossGrad", [np.array(0.5), p, t], {"reduction": "none"}, domain=MS, noncontiguous_inputs=True)
+    check_parity("MSELoss", [p, t], domain=MS, noncontiguous_inputs=True)
+
+
+def test_mse_device_inputs_give_device_outputs(rng):
+    cuda = get_provider("cuda")
+    p, t = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    (loss,) = run_node("MSELoss", [cuda.from_numpy(p), cuda.from_numpy(t)], domain=MS, provider="cuda")
+    assert cuda.is_native(loss)
+    np.testing.assert_allclose(cuda.to_numpy(loss), ((p - t) ** 2).mean(), rtol=1e-12)
+    (grad,) = run_node("MSELossGrad", [np.array(1.0), cuda.from_numpy(p), cuda.from_numpy(t)], domain=MS,
+                       provider="cuda")
+    assert cuda.is_native(grad)
+    np.testing.assert_allclose(cuda.to_numpy(grad), 2 * (p - t) / p.size, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("MSELoss", [np.ones((0, 3)), np.ones((0, 3))], {}),
+    ("MSELoss", [np.ones((2, 3)), np.ones((3, 2))], {}),
+    ("MSELoss", [np.ones(2), np.ones(2)], {"reduction": "max"}),
+    ("MSELossGrad", [np.array(1.0), np.ones((2, 3)), np.ones((3, 2))], {}),
+])
+def test_mse_bad_input(op, inputs, attrs):
+    with pytest.raises(Exception) as cpu:
+        run_node(op, inputs, attrs=attrs, domain=MS)
+    with pytest.raises(type(cpu.value)) as gpu:
+        run_node(op, inputs, attrs=attrs, domain=MS, provider="cuda")
+    assert str(gpu.value) == str(cpu.value)
