@@ -5,6 +5,8 @@ probability 1 - ratio and scaled by 1 / (1 - ratio); the bool output `mask` reco
 elements were kept, and DropoutGrad multiplies dY by that same mask and scale.  Otherwise (the
 default) Dropout is the identity and the mask is all true.  Masks come from minitrain's global
 generator (minitrain.random.seed); with the `seed` attribute every run draws the same mask.
+The CUDA kernel draws its mask with Philox4x32-10 keyed by a seed per call (the attribute, or
+a number drawn from the global generator): reproducible on the GPU, but not the CPU's mask.
 """
 import numpy as np
 

@@ -1,0 +1,250 @@
+"""CUDA kernels of the pooling family (cuda/pool.cu), registered as the CPU's are
+(providers/cpu/pool.py): the same ops, versions, attributes, ranks and errors.
+
+Python settles the geometry with ops/pool_geometry.py (dX's shape of the gradients with the
+CPU's `dx_shape`), pads 1-D and 2-D pooling to 3-D with leading unit axes and passes it to the
+kernels as one PoolGeom struct; that depends only on the shapes and attributes, so it is kept
+per signature in a small cache, as the CPU side does.
+
+MaxPoolGrad takes `max_pool_grad_tiles` when the windows tile the input (kernel = stride, no
+padding or dilation: k = s = 2 among them): one thread per window writes its whole box, with
+no atomics.  Other geometries scatter-add dY into a zeroed dX with atomics.  An Indices value
+outside its (n, c) plane is skipped rather than reported: the CPU kernel raises a ShapeError
+for it, which here would cost a host synchronisation per call.
+"""
+import math
+import weakref
+
+import numpy as np
+
+from ...ops.pool_geometry import DimGeometry, pool_geometry
+from ...ops.schema import MS_DOMAIN
+from ...registry import register_kernel
+from ..cpu.pool import dx_shape
+from .compiler import Kernel
+
+FLOATS = (np.float16, np.float32, np.float64)
+GEOM = "i" * 21     # struct PoolGeom: size, out, kernel, stride, dilation, pad, pad_end per axis
+_UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
+
+_max_pool = Kernel("pool", "max_pool", "PPPq" + GEOM + "i")
+_max_pool_grad_tiles = Kernel("pool", "max_pool_grad_tiles", "PPPPq" + GEOM + "i")
+_max_pool_grad_scatter = Kernel("pool", "max_pool_grad_scatter", "PPPq" + GEOM + "i")
+_avg_pool = Kernel("pool", "avg_pool", "PPqT" + GEOM + "i")
+_avg_pool_grad = Kernel("pool", "avg_pool_grad", "PPqT" + GEOM + "i")
+_global_pool = Kernel("pool", "global_pool", "PPqqi")
+_global_avg_pool_grad = Kernel("pool", "global_avg_pool_grad", "PPqq")
+_global_max_pool_grad = Kernel("pool", "global_max_pool_grad", "PPPqq")
+
+_PLANS = {}
+_MAX_PLANS = 256
+_scratch = weakref.WeakKeyDictionary()      # provider -> max_pool_grad_tiles' two counters
+
+
+def _plan(ctx, kind, signature, build):
+    """build() -> plan, cached by (kind, signature, attributes); errors are raised, not cached."""
+    try:
+        key = (kind, signature, tuple(sorted(
+            (k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in ctx.attrs.items())))
+        plan = _PLANS.get(key)
+    except TypeError:           # an unhashable attribute value: no caching
+        return build()
+    if plan is None:
+        plan = build()
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _dims(ctx, shape, what="input 'X'"):
+    """The per-axis geometry of pooling `shape`, padded to three axes with unit ones."""
+    if not 3 <= len(shape) <= 5:
+        ctx.fail(f"{what} has shape {tuple(shape)}; pooling needs (N, C, D1[, D2[, D3]])")
+    dims = pool_geometry(ctx.attrs, shape[2:], ctx.fail, what)
+    return (_UNIT,) * (3 - len(dims)) + tuple(dims)
+
+
+def _geom(dims):
+    """The PoolGeom struct's fields, in its order."""
+    fields = ("size", "out", "kernel", "stride", "dilation", "pad_begin", "pad_end")
+    return tuple(getattr(g, f) for f in fields for g in dims)
+
+
+def _planes(shape):
+    return int(shape[0]) * int(shape[1]), math.prod(int(d) for d in shape[2:])
+
+
+def _col_major(ctx):
+    return int(ctx.attrs.get("storage_order", 0) == 1)
+
+
+# --------------------------------------------------------------------------- MaxPool
+def max_pool(ctx):
+    x = ctx.inputs[0]
+
+    def build():
+        dims = _dims(ctx, x.shape)
+        return tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:]), _geom(dims)
+    out_shape, geom = _plan(ctx, "MaxPool", x.shape, build)
+    want_indices = ctx.wants("Indices")
+    y = ctx.provider.empty(out_shape, x.dtype)
+    indices = ctx.provider.empty(out_shape, np.int64) if want_indices else None
+    if x.size:
+        _max_pool.launch_elements(ctx.provider, x.dtype, y.size, x, y, 0 if indices is None else indices, y.size,
+                                  *geom, _col_major(ctx))
+    result = {"Y": y}
+    if want_indices:
+        result["Indices"] = indices
+    return result
+
+
+def _tiles(dims):
+    """Whether the windows tile the input: kernel = stride, no padding or dilation on every axis."""
+    return all(g.kernel == g.stride and g.dilation == 1 and g.pad_begin == 0 and g.out * g.kernel <= g.size
+               for g in dims)
+
+
+def _tile_scratch(provider):
+    scratch = _scratch.get(provider)
+    if scratch is None:
+        scratch = _scratch[provider] = provider.zeros((2,), np.uint32)
+    return scratch
+
+
+def max_pool_grad(ctx):
+    dy, indices = ctx.inputs[0], ctx.inputs[1]
+    if indices.shape != dy.shape:
+        ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match dY {dy.shape}")
+
+    def build():
+        shape = dx_shape(ctx, dy)
+        dims = _dims(ctx, shape, "dX")
+        covered = all(g.out * g.kernel == g.size for g in dims)
+        return shape, _geom(dims), _tiles(dims), covered
+    shape, geom, tiles, covered = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")), build)
+    provider = ctx.provider
+    dx = provider.empty(shape, dy.dtype)
+    if not (tiles and covered):
+        provider.fill_zero(dx)
+    if dy.size and dx.size:
+        if tiles:
+            _max_pool_grad_tiles.launch_elements(provider, dy.dtype, dy.size, dy, indices, dx,
+                                                 _tile_scratch(provider), dy.size, *geom, _col_major(ctx))
+        else:
+            _max_pool_grad_scatter.launch_elements(provider, dy.dtype, dy.size, dy, indices, dx, dy.size,
+                                                   *geom, _col_major(ctx))
+    return {"dX": dx}
+
+
+# --------------------------------------------------------------------------- AveragePool
+def _uniform_weight(dims, include_pad):
+    """1 / (the count of every window) when all windows count the same taps, else 0."""
+    counts = 1
+    for g in dims:
+        per_window = set()
+        for o in range(g.out):
+            t0, t1 = g.valid_taps(o)
+            per_window.add(g.padded_taps(o) if include_pad else t1 - t0)
+        if len(per_window) != 1:
+            return 0.0
+        counts *= per_window.pop()
+    return 1.0 / counts
+
+
+def _average_geometry(ctx, shape, what):
+    dims = _dims(ctx, shape, what)
+    include_pad = int(ctx.attrs.get("count_include_pad", 0) == 1)
+    return dims, _geom(dims), include_pad, _uniform_weight(dims, include_pad)
+
+
+def average_pool(ctx):
+    x = ctx.inputs[0]
+
+    def build():
+        dims, geom, include_pad, uniform = _average_geometry(ctx, x.shape, "input 'X'")
+        return tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:]), geom, include_pad, uniform
+    out_shape, geom, include_pad, uniform = _plan(ctx, "AveragePool", x.shape, build)
+    y = ctx.provider.empty(out_shape, x.dtype)
+    if x.size:
+        _avg_pool.launch_elements(ctx.provider, x.dtype, y.size, x, y, y.size, uniform, *geom, include_pad)
+    return {"Y": y}
+
+
+def average_pool_grad(ctx):
+    dy = ctx.inputs[0]
+
+    def build():
+        shape = dx_shape(ctx, dy)
+        return (shape, *_average_geometry(ctx, shape, "dX")[1:])
+    shape, geom, include_pad, uniform = _plan(ctx, "AveragePoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
+                                              build)
+    dx = ctx.provider.empty(shape, dy.dtype)
+    if dy.size and dx.size:
+        _avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, dx.size, uniform, *geom,
+                                       include_pad)
+    return {"dX": dx}
+
+
+# --------------------------------------------------------------------------- global pooling
+def _plane_launch(planes, size):
+    """(grid, block) of the one-block-per-plane kernels: a block as wide as the plane needs."""
+    threads = 32 if size <= 256 else 128 if size <= 4096 else 256
+    return (min(planes, 65535 * 16), 1, 1), (threads, 1, 1)
+
+
+def _global(is_max):
+    def kernel(ctx):
+        x = ctx.inputs[0]
+        if not 3 <= x.ndim <= 5:
+            ctx.fail(f"input 'X' has shape {x.shape}; pooling needs (N, C, D1[, D2[, D3]])")
+        planes, size = _planes(x.shape)
+        if size == 0:
+            ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
+        y = ctx.provider.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
+        if planes:
+            _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes,
+                                size, int(is_max))
+        return {"Y": y}
+    return kernel
+
+
+def global_average_pool_grad(ctx):
+    dy, shape = ctx.inputs[0], tuple(int(d) for d in ctx.inputs[1])
+    expected = shape[:2] + (1,) * (len(shape) - 2)
+    if not 3 <= len(shape) <= 5 or dy.shape != expected:
+        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {shape} gives {expected}")
+    planes, size = _planes(shape)
+    dx = ctx.provider.empty(shape, dy.dtype)
+    if planes and size:
+        _global_avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, size, dx.size)
+    return {"dX": dx}
+
+
+def global_max_pool_grad(ctx):
+    dy, x = ctx.inputs[0], ctx.inputs[1]
+    expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
+    if not 3 <= x.ndim <= 5 or dy.shape != expected:
+        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {x.shape} gives {expected}")
+    planes, size = _planes(x.shape)
+    dx = ctx.provider.empty(x.shape, x.dtype)
+    if planes and size:
+        _global_max_pool_grad.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), dy, x, dx,
+                                     planes, size)
+    return {"dX": dx}
+
+
+def _register(op, ranges, fn, **kwargs):
+    for since, end in ranges:
+        register_kernel(op, since=since, end=end, provider="cuda", dtypes=FLOATS, **kwargs)(fn)
+
+
+# the CPU's version ranges (the attributes each version accepts are the schema's business)
+_register("MaxPool", ((1, 7), (8, 9), (10, 10), (11, 11), (12, None)), max_pool)
+_register("AveragePool", ((1, 6), (7, 9), (10, 10), (11, 18), (19, None)), average_pool)
+_register("MaxPoolGrad", ((9, None),), max_pool_grad)
+_register("AveragePoolGrad", ((9, None),), average_pool_grad)
+_register("GlobalAveragePool", ((1, None),), _global(False))
+_register("GlobalMaxPool", ((1, None),), _global(True))
+_register("GlobalAveragePoolGrad", ((1, None),), global_average_pool_grad, domain=MS_DOMAIN, host_inputs=(1,))
+_register("GlobalMaxPoolGrad", ((1, None),), global_max_pool_grad, domain=MS_DOMAIN)
