@@ -55,13 +55,14 @@ __device__ void softmax_warp_impl(const T* x, T* y, int64_t rows, int n, int log
     x += row * n;
     y += row * n;
     A v[E];
-    A m = to_acc<T>(x[0]);
 #pragma unroll
-    for (int k = 0; k < E; ++k) {
+    for (int k = 0; k < E; ++k) {       // every load issued before the first max
         const int j = k * 32 + lane;
-        v[k] = j < n ? to_acc<T>(x[j]) : m;
-        m = max_of(m, v[k]);
+        v[k] = j < n ? to_acc<T>(x[j]) : A(-INFINITY);
     }
+    A m = v[0];
+#pragma unroll
+    for (int k = 1; k < E; ++k) m = max_of(m, v[k]);
     m = warp_max(m);
     A s = 0;
 #pragma unroll

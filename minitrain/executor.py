@@ -93,8 +93,8 @@ def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cp
 
 def _to_host(value):
     """A C-contiguous host (NumPy) array of a value that a kernel reads from host memory."""
-    if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
+    if isinstance(value, np.ndarray):     # ascontiguousarray would make a 0-d array 1-d
+        return value if value.flags.c_contiguous else np.ascontiguousarray(value)
     return np.asarray(value.get()) if hasattr(value, "get") else np.asarray(value)
 
 

@@ -29,7 +29,7 @@ def assert_same_error(op, inputs, **kwargs):
 
 def divisor(rng, shape):
     """Magnitudes in [0.5, 2.5): quotients stay well inside float16's range."""
-    return rng.uniform(0.5, 2.5, shape) * rng.choice([-1.0, 1.0], shape)
+    return np.asarray(rng.uniform(0.5, 2.5, shape) * rng.choice([-1.0, 1.0], shape))
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])

@@ -73,7 +73,7 @@ def test_views_share_device_memory(cuda, rng):
     np.testing.assert_array_equal(cuda.to_numpy(t), x.transpose(1, 2, 0))
 
 
-VIEWS = [lambda a: a[:, ::2], lambda a: a[::-1], lambda a: a[1:, 2:7], lambda a: a.transpose(2, 0, 1),
+VIEWS = [lambda a: a[:, ::2], lambda a: a[::-1], lambda a: a[1:, 2:7], lambda a: a.transpose((2, 0, 1)),
          lambda a: a[::-2, :, ::-3], lambda a: a[:, 0], lambda a: a.T[1:]]
 
 
