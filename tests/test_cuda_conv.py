@@ -259,8 +259,8 @@ def test_deterministic_weight_gradient(algorithm, search):
     force(search, algorithm)
     search.OPTIONS.deterministic = True
     x, w, b, attrs, rng = conv_case(2, "g1", 1, 1, "p1", n=8)
-    dy = rng.standard_normal((8, 6, 6, 7)).astype(np.float32)
-    args = [dy, x.astype(np.float32), w.astype(np.float32)]
+    dy = rng.standard_normal(run_node("Conv", [x, w], attrs=attrs)[0].shape)
+    args = [a.astype(np.float32) for a in (dy, x, w)]
     first = run_node("ConvGrad", args, attrs=attrs, domain=MS, provider="cuda", outputs=["dW"])[0]
     for _ in range(3):
         again = run_node("ConvGrad", args, attrs=attrs, domain=MS, provider="cuda", outputs=["dW"])[0]
