@@ -48,10 +48,16 @@ __device__ __forceinline__ void coords(int q, const int* n, int* c) {
     c[0] = q / n[1];
 }
 
-// The taps [t0, t1) of window o along axis a that land inside the input; start is its first tap.
+// The taps [t0, t1) of window o along axis a that land inside the input; start is its first
+// tap.  Windows always start inside the padded input, before its end.
 __device__ __forceinline__ void valid_taps(const PoolGeom& g, int a, int o, int& start, int& t0, int& t1) {
     const int d = g.dilation[a];
     start = o * g.stride[a] - g.pad[a];
+    if (d == 1) {
+        t0 = max(0, -start);
+        t1 = max(t0, min(g.kernel[a], g.size[a] - start));
+        return;
+    }
     t0 = start < 0 ? (-start + d - 1) / d : 0;
     const int last = g.size[a] - 1 - start;
     t1 = last >= 0 ? min(g.kernel[a], last / d + 1) : 0;
@@ -64,7 +70,8 @@ __device__ __forceinline__ int counted_taps(const PoolGeom& g, int a, int o, int
     int start, t0, t1;
     valid_taps(g, a, o, start, t0, t1);
     if (!include_pad) return t1 - t0;
-    return min(g.kernel[a], (g.size[a] + g.pad_end[a] - 1 - start) / g.dilation[a] + 1);
+    const int room = g.size[a] + g.pad_end[a] - start;      // >= 1
+    return min(g.kernel[a], g.dilation[a] == 1 ? room : (room - 1) / g.dilation[a] + 1);
 }
 
 // A position in a plane, from one storage order to the other.
@@ -272,12 +279,17 @@ __device__ __forceinline__ void windows_over(const PoolGeom& g, int a, int v, in
     hi = min(s == 1 ? u : u / s, g.out[a] - 1);
 }
 
-template <typename T>
-__device__ void avg_pool_grad_impl(const T* dy, T* dx, int64_t total, acc_t<T> uniform, PoolGeom g,
+// Whether coordinate v of axis a is a tap of window o (a window of windows_over's range).
+__device__ __forceinline__ bool on_tap(const PoolGeom& g, int a, int v, int o) {
+    return g.dilation[a] == 1 || (v + g.pad[a] - o * g.stride[a]) % g.dilation[a] == 0;
+}
+
+// WEIGHTED: each window weighs 1 / its counted taps; else all weigh `uniform`, applied once.
+template <typename T, bool WEIGHTED>
+__device__ void avg_pool_grad_loop(const T* dy, T* dx, int64_t total, acc_t<T> uniform, const PoolGeom& g,
                                    int include_pad) {
     typedef acc_t<T> A;
     const int P = plane_size(g), Q = out_size(g), OH = g.out[1], OW = g.out[2];
-    const bool weighted = uniform <= A(0);
     GRID_STRIDE_LOOP(i, total) {
         int64_t p;
         int e, c[3], lo[3], hi[3];
@@ -287,23 +299,31 @@ __device__ void avg_pool_grad_impl(const T* dy, T* dx, int64_t total, acc_t<T> u
         const T* dyp = dy + p * Q;
         A sum = 0;
         for (int od = lo[0]; od <= hi[0]; ++od) {
-            if (g.dilation[0] > 1 && (c[0] + g.pad[0] - od * g.stride[0]) % g.dilation[0]) continue;
-            const A wd = weighted ? A(1) / A(counted_taps(g, 0, od, include_pad)) : A(1);
+            if (!on_tap(g, 0, c[0], od)) continue;
+            const A wd = WEIGHTED ? A(1) / A(counted_taps(g, 0, od, include_pad)) : A(1);
             for (int oh = lo[1]; oh <= hi[1]; ++oh) {
-                if (g.dilation[1] > 1 && (c[1] + g.pad[1] - oh * g.stride[1]) % g.dilation[1]) continue;
-                const A wh = weighted ? wd / A(counted_taps(g, 1, oh, include_pad)) : A(1);
+                if (!on_tap(g, 1, c[1], oh)) continue;
                 const T* row = dyp + (od * OH + oh) * OW;
                 A part = 0;
                 for (int ow = lo[2]; ow <= hi[2]; ++ow) {
-                    if (g.dilation[2] > 1 && (c[2] + g.pad[2] - ow * g.stride[2]) % g.dilation[2]) continue;
+                    if (!on_tap(g, 2, c[2], ow)) continue;
                     const A v = to_acc(row[ow]);
-                    part += weighted ? v / A(counted_taps(g, 2, ow, include_pad)) : v;
+                    part += WEIGHTED ? v / A(counted_taps(g, 2, ow, include_pad)) : v;
                 }
-                sum += weighted ? part * wh : part;
+                sum += WEIGHTED ? part * (wd / A(counted_taps(g, 1, oh, include_pad))) : part;
             }
         }
-        dx[i] = from_acc<T>(weighted ? sum : sum * uniform);
+        dx[i] = from_acc<T>(WEIGHTED ? sum : sum * uniform);
     }
+}
+
+template <typename T>
+__device__ void avg_pool_grad_impl(const T* dy, T* dx, int64_t total, acc_t<T> uniform, PoolGeom g,
+                                   int include_pad) {
+    if (uniform > acc_t<T>(0))
+        avg_pool_grad_loop<T, false>(dy, dx, total, uniform, g, include_pad);
+    else
+        avg_pool_grad_loop<T, true>(dy, dx, total, uniform, g, include_pad);
 }
 
 #define AVG_POOL(T, S)                                                                                         \
