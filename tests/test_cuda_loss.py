@@ -200,3 +200,11 @@ def test_mse_bad_input(op, inputs, attrs):
     with pytest.raises(type(cpu.value)) as gpu:
         run_node(op, inputs, attrs=attrs, domain=MS, provider="cuda")
     assert str(gpu.value) == str(cpu.value)
+
+
+def test_a_bad_label_is_raised_when_the_host_fetches_results():
+    scores = np.zeros((3, 4), np.float32)
+    with pytest.raises(ShapeError, match="outside \\[0, 4\\)"):
+        run_node("SoftmaxCrossEntropyLoss", [scores, np.array([0, 7, 1])], provider="cuda")
+    (loss,) = run_node("SoftmaxCrossEntropyLoss", [scores, np.array([0, 3, 1])], provider="cuda")
+    assert np.isclose(loss, np.log(4))

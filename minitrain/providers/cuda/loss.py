@@ -5,9 +5,9 @@ Labels are checked on the device.  A label outside [0, C) that is not ignore_ind
 read through (its row counts as ignored) and is recorded in a flag on the device; a copy of
 the flag goes to pinned host memory after each call, in stream order, and LabelGuard reads
 it once that copy has landed, so no call waits for the GPU.  The error (ShapeError, the CPU
-kernel's message) is raised by the next loss call on the provider, or by
-`check_labels(provider)`, which waits: call it where the host synchronises anyway (after
-fetching the loss, say).
+kernel's message) is raised when the host next waits for the provider's stream (fetching the
+loss, run_node's results), by the next loss call on the provider, or by
+`check_labels(provider)`, which waits.
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ class LabelGuard:
         self.events = [driver.Event(driver.event_flags.DISABLE_TIMING) for _ in range(self.SLOTS)]
         self.pending = collections.deque()      # (slot, who, num_classes, ignore_index)
         self.next_slot = 0
+        provider.add_sync_check(self.check)
 
     def launched(self, who, num_classes, ignore_index):
         """Queue the verdict of the kernels just launched."""

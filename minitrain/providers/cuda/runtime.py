@@ -37,6 +37,16 @@ class CudaProvider(Provider):
         self.multiprocessors = self.device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
         self.compute_capability = self.device.compute_capability()
         self._blas = None
+        self._sync_checks = []
+
+    def add_sync_check(self, check):
+        """Call `check()` whenever the host has waited for this stream: kernels that find bad
+        input on the device (a label out of range) report it there, without a sync of their own."""
+        self._sync_checks.append(check)
+
+    def _checked(self):
+        for check in self._sync_checks:
+            check()
 
     def for_session(self, use_tf32=None):
         return CudaProvider(self.use_tf32 if use_tf32 is None else use_tf32)
@@ -74,6 +84,7 @@ class CudaProvider(Provider):
         if array.size:
             driver.memcpy_dtoh_async(array, value.gpudata, self.stream)
         self.stream.synchronize()
+        self._checked()
         return array
 
     def as_native(self, value):
@@ -100,3 +111,4 @@ class CudaProvider(Provider):
 
     def synchronize(self):
         self.stream.synchronize()
+        self._checked()
