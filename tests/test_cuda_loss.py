@@ -102,7 +102,8 @@ def test_bad_label_is_the_cpu_error_at_check_labels(case, rng):
     labels, attrs = BAD_LABELS[case]
     scores = rng.standard_normal((3, 3) + labels.shape[1:])
     message = _cpu_error("SoftmaxCrossEntropyLoss", [scores, labels], attrs)
-    run_node("SoftmaxCrossEntropyLoss", [scores, labels], attrs=attrs, provider="cuda")
+    run_node("SoftmaxCrossEntropyLoss", [cuda.from_numpy(scores), cuda.from_numpy(labels)], attrs=attrs,
+             provider="cuda")       # device tensors: nothing waits for the stream
     with pytest.raises(ShapeError) as gpu:
         check_labels(cuda)
     assert str(gpu.value) == message
@@ -111,7 +112,8 @@ def test_bad_label_is_the_cpu_error_at_check_labels(case, rng):
     dy = np.ones(labels.shape) if attrs.get("reduction") == "none" else np.array(1.0)
     log_prob = np.log(np.full(scores.shape, 1 / 3))
     message = _cpu_error("SoftmaxCrossEntropyLossGrad", [dy, log_prob, labels], attrs, MS)
-    run_node("SoftmaxCrossEntropyLossGrad", [dy, log_prob, labels], attrs=attrs, domain=MS, provider="cuda")
+    run_node("SoftmaxCrossEntropyLossGrad", [cuda.from_numpy(a) for a in (dy, log_prob, labels)], attrs=attrs,
+             domain=MS, provider="cuda")
     with pytest.raises(ShapeError) as gpu:
         check_labels(cuda)
     assert str(gpu.value) == message
@@ -120,9 +122,10 @@ def test_bad_label_is_the_cpu_error_at_check_labels(case, rng):
 def test_bad_label_is_raised_by_the_next_loss_call(rng):
     cuda = get_provider("cuda")
     scores, good, bad = rng.standard_normal((4, 3)), np.array([0, 1, 2, 0]), np.array([0, 1, 9, 0])
-    run_node("SoftmaxCrossEntropyLoss", [scores, bad], provider="cuda")     # returns NumPy: synchronised
+    run_node("SoftmaxCrossEntropyLoss", [cuda.from_numpy(scores), cuda.from_numpy(bad)], provider="cuda")
+    cuda.stream.synchronize()       # the verdict has landed, nobody has read it yet
     with pytest.raises(ShapeError, match="holds 9, outside \\[0, 3\\)"):
-        run_node("SoftmaxCrossEntropyLoss", [scores, good], provider="cuda")
+        run_node("SoftmaxCrossEntropyLoss", [cuda.from_numpy(scores), cuda.from_numpy(good)], provider="cuda")
     check_parity("SoftmaxCrossEntropyLoss", [scores, good])
 
 
