@@ -252,6 +252,19 @@ class InferContext:
             self.fail(f"input {name!r} has shape {tuple(shape)} (rank {len(shape)}), "
                       f"expected rank {' or '.join(map(str, allowed))}")
 
+    def require_shape(self, i, expected, because):
+        """Fail unless input i (when present and known) has the shape `expected`; dims are
+        compared where both are ints, symbolic dims match anything.  Gradient ops use this to
+        check each input against the forward shapes it implies: their kernels index every
+        input with those sizes."""
+        shape = self.shape(i)
+        if shape is None or expected is None:
+            return
+        if len(shape) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                              for a, b in zip(shape, expected)):
+            name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
+            self.fail(f"input {name!r} has shape {tuple(shape)}; expected {tuple(expected)} ({because})")
+
 
 def check_inputs(ctx: InferContext):
     """Arity and dtype checks shared by every op, done before its own inference."""
