@@ -186,6 +186,19 @@ def test_softmax_cross_entropy(rng, reduction, extra, weighted, ignore):
     gradcheck("SoftmaxCrossEntropyLoss", inputs, attrs, outputs=["output"])
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_softmax_cross_entropy_negative_class_weights(rng, reduction):
+    """A negative class weight scales its samples' loss like any other weight (ONNX's
+    reference, PyTorch): the loss and its gradient agree."""
+    scores = rng.standard_normal((6, 4))
+    labels = np.array([0, 1, 2, 3, 0, 2])
+    weights = np.array([1.0, 1.5, -0.5, 2.0])
+    attrs = {"reduction": reduction}
+    loss, _ = run_node("SoftmaxCrossEntropyLoss", [scores, labels, weights], attrs=attrs)
+    np.testing.assert_allclose(loss, sce_ref(scores, labels, weights, reduction), rtol=1e-10)
+    gradcheck("SoftmaxCrossEntropyLoss", [scores, labels, weights], attrs, outputs=["output"])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_run_node_keeps_inputs_and_accepts_views(rng, dtype):
     base = rng.standard_normal((6, 8)).astype(dtype)

@@ -22,14 +22,18 @@ def check_sce(ctx, scores_shape, labels_shape):
         ctx.fail(f"input 'labels' has shape {tuple(labels_shape)}; scores {tuple(scores_shape)} need {expected}")
 
 
+def check_class_weights(ctx, i, scores_shape):
+    """The optional class weights (input i) are (C,)."""
+    channels = None if scores_shape is None or len(scores_shape) < 2 else scores_shape[1]
+    ctx.require_shape(i, (channels,), "one weight per class")
+
+
 def infer_sce(ctx):
     """loss: a scalar (mean/sum) or the per-sample shape (none); log_prob: like scores."""
     scores, labels = ctx.shape(0), ctx.shape(1)
     check_sce(ctx, scores, labels)
-    weights = ctx.shape(2)
-    if weights is not None and scores is not None and (len(weights) != 1 or weights[0] != scores[1]):
-        ctx.fail(f"input 'weights' has shape {tuple(weights)}; expected ({scores[1]},)")
-    loss_shape = () if ctx.attrs["reduction"] != "none" else labels
+    check_class_weights(ctx, 2, scores)
+    loss_shape = labels if ctx.attrs["reduction"] == "none" else ()
     return [ctx.out(loss_shape), ctx.out(scores)]
 
 
@@ -43,7 +47,13 @@ for _v in (12, 13):
         inputs=["dY", "log_prob", Input("label", types=LABEL_TYPES), Input("weight", optional=True)],
         outputs=["d_logits"], attrs=SCE_ATTRS)
 def infer_sce_grad(ctx):
+    """d_logits like log_prob; dY has the loss's shape, weight is (C,)."""
     check_sce(ctx, ctx.shape(1), ctx.shape(2))
+    check_class_weights(ctx, 3, ctx.shape(1))
+    if ctx.attrs["reduction"] == "none":
+        ctx.require_shape(0, ctx.shape(2), "the labels' shape, as the loss of reduction 'none'")
+    else:
+        ctx.require_scalar(0, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
     return [ctx.out(ctx.shape(1))]
 
 

@@ -265,6 +265,14 @@ class InferContext:
             name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
             self.fail(f"input {name!r} has shape {tuple(shape)}; expected {tuple(expected)} ({because})")
 
+    def require_scalar(self, i, because):
+        """Fail unless input i (when present and known) holds one element: shape () or (1,),
+        the shape the CPU provider gives a 0-d array."""
+        shape = self.shape(i)
+        if shape is not None and (len(shape) > 1 or any(isinstance(d, int) and d != 1 for d in shape)):
+            name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
+            self.fail(f"input {name!r} has shape {tuple(shape)}; expected a scalar, () or (1,) ({because})")
+
 
 def check_inputs(ctx: InferContext):
     """Arity and dtype checks shared by every op, done before its own inference."""
