@@ -32,3 +32,12 @@ class GraphError(MinitrainError, ValueError):
 
 class CheckpointError(MinitrainError, ValueError):
     """A checkpoint file is truncated, foreign or of an unsupported version."""
+
+
+class RunFolderError(MinitrainError, ValueError):
+    """A run folder already holds a run (and neither resume nor overwrite was asked), or holds
+    nothing to resume."""
+
+
+class TrainingDivergedError(MinitrainError, ValueError):
+    """A training step's loss is not finite; the last good checkpoint is kept."""
