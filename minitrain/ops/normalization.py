@@ -28,7 +28,7 @@ def _check_channels(ctx, x_index, channel_inputs):
     x = ctx.shape(x_index)
     channels = None if x is None else x[1]
     for i in channel_inputs:
-        ctx.require_shape(i, (channels,), f"one entry per channel of X {None if x is None else tuple(x)}")
+        ctx.require_shape(i, (channels,), f"one entry per channel of input 'X' {None if x is None else tuple(x)}")
     return x
 
 
@@ -55,7 +55,7 @@ def infer_batchnorm_grad(ctx):
     """dX like X; dscale and dbias (C,).  With training_mode=1, mean and inv_std are the batch
     statistics and dX includes the paths through them; with 0 they are constants."""
     x = _check_channels(ctx, 1, (2, 3, 4))
-    ctx.require_shape(0, x, "Y's shape, which is X's")
+    ctx.require_shape(0, x, "the shape of input 'X', as Y had")
     c = None if x is None else (x[1],)
     return [ctx.out(x), ctx.out(c), ctx.out(c)]
 

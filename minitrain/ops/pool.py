@@ -104,7 +104,7 @@ def infer_pool_grad(ctx):
         ind = ctx.shape(1)
         if shape is not None and ind is not None and (len(ind) != len(shape) or any(
                 isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(ind, shape))):
-            ctx.fail(f"input 'Indices' has shape {tuple(ind)}; it must match dY {tuple(shape)}")
+            ctx.fail(f"input 'Indices' has shape {tuple(ind)}; it must match input 'dY' {tuple(shape)}")
     if shape is None or not all(isinstance(d, int) for d in shape[2:]):
         return [ctx.out(None)]
     sizes = input_sizes_for(ctx.attrs, shape[2:], _fail(ctx))
@@ -149,7 +149,7 @@ def _check_global_dy(ctx, dy, x):
     expected = tuple(x[:2]) + (1,) * (len(x) - 2)
     if len(dy) != len(x) or any(isinstance(a, int) and isinstance(b, int) and a != b
                                 for a, b in zip(dy, expected)):
-        ctx.fail(f"input 'dY' has shape {tuple(dy)}; global pooling of {tuple(x)} gives {expected}")
+        ctx.fail(f"input 'dY' has shape {tuple(dy)}; global pooling of input 'X' {tuple(x)} gives {expected}")
 
 
 @schema("GlobalAveragePoolGrad", domain=MS_DOMAIN, inputs=["dY", Input("shape", types=INDEX_TYPES)],

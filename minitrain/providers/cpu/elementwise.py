@@ -1,6 +1,7 @@
 """CPU kernels of broadcasting arithmetic and SumToShape (NumPy ufuncs, vectorised)."""
 import numpy as np
 
+from ...errors import ShapeError
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 
@@ -37,7 +38,7 @@ def sum_to_shape(x, shape):
     shape = tuple(int(d) for d in shape)
     lead = x.ndim - len(shape)
     if lead < 0 or any(s not in (1, d) for s, d in zip(shape, x.shape[lead:])):
-        raise ValueError(f"SumToShape: shape {shape} does not broadcast to {x.shape}")
+        raise ShapeError(f"SumToShape: input 'shape' {shape} does not broadcast to input 'X' {x.shape}")
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1)
     return np.sum(x, axis=axes).reshape(shape) if axes else x.reshape(shape)
 
