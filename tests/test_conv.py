@@ -581,3 +581,14 @@ def test_plan_cost_does_not_grow_with_the_stride():
     result = subprocess.run([sys.executable, "-c", HUGE_STRIDE_CHILD], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and result.stdout.split() == ["ok"], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("attrs", [{"output_padding": [2]}, {"output_padding": [1], "strides": [1]},
+                                   {"output_padding": [3], "strides": [2], "dilations": [3]}])
+def test_output_padding_must_be_smaller_than_stride_or_dilation(attrs):
+    """As PyTorch requires: a larger output_padding only appends outputs no input reaches."""
+    x, w = np.ones((1, 2, 4)), np.ones((2, 3, 3))
+    with pytest.raises(OpAttributeError, match=r"ConvTranspose: attribute 'output_padding'=\[\d\] must be smaller"):
+        run_node("ConvTranspose", [x, w], attrs={"strides": [2], **attrs})
+    (y,) = run_node("ConvTranspose", [x, w], attrs={"strides": [2], "output_padding": [1]})
+    assert y.shape == (1, 3, 10)
