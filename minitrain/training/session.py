@@ -29,6 +29,7 @@ from ..errors import GraphError
 from ..executor import Executor
 from ..nn.tensor import GraphBuilder
 from ..scheduler import schedule
+from .targets import as_targets
 
 INPUT, TARGET = "input", "target"
 
@@ -110,7 +111,7 @@ class TrainingSession:
     def _feeds(self, inputs, targets=None):
         feeds = {INPUT: np.asarray(inputs, dtype=self.input_spec[0])}
         if targets is not None:
-            feeds[TARGET] = np.asarray(targets, dtype=self.target_spec[0])
+            feeds[TARGET] = as_targets(targets, self.target_spec[0])
         return feeds
 
     def _apply_state_updates(self, results):
