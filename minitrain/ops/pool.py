@@ -15,7 +15,11 @@ Gradients, as ONNX Runtime builds them (both ops in the ONNX domain, version 9):
                  that overhang the padded input in ceil mode count only their part inside it,
                  as in PyTorch).
 Both carry the forward node's attributes and take dX's shape from the graph (run_node's
-`output_shapes={"dX": shape}`); without it they infer the smallest consistent input shape.
+`output_shapes={"dX": shape}`); without it they take the smallest input shape that pools to
+dY's shape.  That is a guess whenever several sizes pool alike (floor mode with stride > 1:
+sizes 4 and 5 both pool to 2 by kernel 2, stride 2), and then the dX of a larger forward input
+comes back too small, its last rows missing: callers of run_node with such geometry must pass
+output_shapes.  Graphs pass it from the forward input's type, which autodiff records.
 Their builders exist from opset 9, where MaxPoolGrad/AveragePoolGrad start.
 
 Global pooling gradients are two small com.microsoft ops of minitrain's own:

@@ -142,7 +142,8 @@ def _geometry(ctx, x_shape, what="input 'X'"):
 
 def dx_shape(ctx, dy):
     """dX's shape: from ctx.output_shapes when the graph gives it (checked against dY), else
-    the smallest input shape that pools to dY's spatial shape."""
+    the smallest input shape that pools to dY's spatial shape (a guess where several do; see
+    minitrain/ops/pool.py)."""
     if not 3 <= dy.ndim <= 5:
         ctx.fail(f"input 'dY' has shape {dy.shape}; pooling needs (N, C, D1[, D2[, D3]])")
     given = ctx.output_shapes.get("dX")
