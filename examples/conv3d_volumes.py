@@ -60,14 +60,15 @@ def build_model():
                          *conv_stage(16, 32), nn.GlobalAvgPool(flatten=True), nn.Linear(32, len(CLASSES)))
 
 
-def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True):
+def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True,
+        resume=False, overwrite=False):
     """Train and return the final test accuracy."""
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_volumes(seed=seed)
     return train_classifier(build_model(), data, (1, SIZE, SIZE, SIZE), epochs=epochs,
                             batch_size=batch_size, lr=lr, weight_decay=1e-4, device=device, seed=seed, out=out,
-                            max_steps=max_steps, progress=progress)
+                            max_steps=max_steps, progress=progress, resume=resume, overwrite=overwrite)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ def build_model():
         nn.ConvTranspose2d(16, 1, 3, stride=2, padding=1, output_padding=1), nn.Sigmoid())
 
 
-def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True):
+def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True,
+        resume=False, overwrite=False):
     """Train and return the final test MSE."""
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
@@ -36,7 +37,7 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     session = TrainingSession(build_model(), nn.MSELoss(), optim.Adam(lr, schedule=schedule),
                               input_shape=(1, 8, 8), device=device)
     history = fit(session, loader, epochs=epochs, test=(data.x_test, data.x_test), task="regression",
-                  out_dir=out, progress=progress, max_steps=max_steps)
+                  out_dir=out, progress=progress, max_steps=max_steps, resume=resume, overwrite=overwrite)
     mse = history[-1]["test_mse"]
     baseline = float(np.mean((data.x_test - data.x_train.mean(axis=0)) ** 2))
     print(f"mean-image baseline MSE {baseline:.4f}; target < {MSE_THRESHOLD}")

@@ -20,14 +20,15 @@ def build_model():
         nn.Flatten(), nn.Linear(32 * 2 * 2, 64), nn.Relu(), nn.Dropout(0.25), nn.Linear(64, 10))
 
 
-def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True):
+def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, max_steps=None, progress=True,
+        resume=False, overwrite=False):
     """Train and return the final test accuracy."""
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_digits()
     return train_classifier(build_model(), data, (1, 8, 8), epochs=epochs,
                             batch_size=batch_size, lr=lr, weight_decay=1e-4, device=device, seed=seed, out=out,
-                            max_steps=max_steps, progress=progress)
+                            max_steps=max_steps, progress=progress, resume=resume, overwrite=overwrite)
 
 
 if __name__ == "__main__":

@@ -65,9 +65,9 @@ cdef enum:
 
 cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real alpha) noexcept nogil:
     cdef Py_ssize_t i
-    if op == RELU:
+    if op == RELU:            # NaN fails x <= 0 and passes through, as in ONNX
         for i in range(n):
-            y[i] = x[i] if x[i] > 0 else 0
+            y[i] = 0 if x[i] <= 0 else x[i]
     elif op == SIGMOID:
         for i in range(n):
             y[i] = _sigmoid(x[i])

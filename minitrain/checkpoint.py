@@ -3,9 +3,9 @@ global random generator's state, and a caller's `extra` dict (epoch, data-loader
 
 The file is a zip archive: `checkpoint.json` (format name, version, scalars, extra) and one
 `.npy` entry per array, read back without pickle.  `save` writes a temporary file beside the
-target and renames it over the target (os.replace), so a crash leaves either the old
-checkpoint or the new one, never a torn file.  `load` reads and checks everything before it
-touches the session: a truncated, foreign or mismatched file raises CheckpointError and
+target, renames it over the target (os.replace) and fsyncs the folder, so a crash leaves
+either the old checkpoint or the new one, never a torn file.  `load` reads and checks
+everything (arrays and every metadata entry) before it touches the session: a truncated, foreign or mismatched file raises CheckpointError and
 leaves the model, optimizer and generator as they were.  A resumed run repeats an
 uninterrupted one bitwise on the same device (same thread count, same batches).  The arrays
 are pulled from the session's device before saving and pushed to it after loading, so a
@@ -62,6 +62,48 @@ def save(path, session, extra=None):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder):
+    """Make a rename in `folder` durable (a no-op where folders cannot be opened, as on Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_meta(path, meta):
+    """Every metadata entry load() uses has the type it needs; raises CheckpointError naming it."""
+    def bad(entry, value, expected):
+        raise CheckpointError(f"{path}: metadata entry {entry!r} is {value!r}; expected {expected}")
+    if not _is_count(meta.get("step")):
+        bad("step", meta.get("step"), "a count >= 0")
+    optimizer = meta.get("optimizer")
+    if not isinstance(optimizer, dict):
+        bad("optimizer", optimizer, "a dict with 'type' and 'step_count'")
+    if not isinstance(optimizer.get("type"), str):
+        bad("optimizer.type", optimizer.get("type"), "the optimizer's class name")
+    if not _is_count(optimizer.get("step_count")):
+        bad("optimizer.step_count", optimizer.get("step_count"), "a count >= 0")
+    if not isinstance(meta.get("extra"), dict):
+        bad("extra", meta.get("extra"), "a dict")
+    for entry in ("model_arrays", "optimizer_arrays"):
+        names = meta.get(entry)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            bad(entry, names, "a list of array names")
+    try:
+        np.random.default_rng().bit_generator.state = meta.get("rng")
+    except (ValueError, TypeError, KeyError):
+        bad("rng", meta.get("rng"), "a NumPy bit generator state")
 
 
 def read(path):
@@ -80,6 +122,7 @@ def read(path):
             if meta.get("version") != VERSION:
                 raise CheckpointError(f"{path}: checkpoint version {meta.get('version')!r} is not supported "
                                       f"(this minitrain reads version {VERSION})")
+            _check_meta(path, meta)
 
             def arrays(prefix, names):
                 out = {}
@@ -105,8 +148,6 @@ def load(path, session):
     try:
         session.model.check_state_dict(model_state)
         session.optimizer.check_state_dict(optimizer_state)
-        rng = np.random.default_rng()
-        rng.bit_generator.state = meta["rng"]
     except (ValueError, TypeError, KeyError) as e:
         raise CheckpointError(f"{os.fspath(path)}: checkpoint does not fit this session: {e}") from None
     session.model.load_state_dict(model_state)

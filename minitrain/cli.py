@@ -4,18 +4,27 @@
 `train` runs examples/<example>.py (its file stem, e.g. lenet_digits) through the example's
 `run(...)` function, with the common options below; each example ends by printing one line
 `final test_accuracy=<value>` (or `final test_mse=<value>`).  Examples are found in ./examples
-and in the examples/ folder of the source tree minitrain is installed from.
+and in the examples/ folder of the source tree minitrain is installed from; an example is
+named by its file stem only, never by a path.
+
+Run folders: `--out DIR` refuses a DIR that already holds a run (metrics.jsonl, checkpoints)
+unless `--resume` continues it from its checkpoint.mtc (on whichever --device this run uses)
+or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
+stops the run with a message; the checkpoints keep the last finished epoch.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
+import re
 import sys
 
 import numpy as np
 
-EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress")
+EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress", "resume",
+                   "overwrite")
+EXAMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 
 def add_training_options(parser, defaults=None):
@@ -26,17 +35,37 @@ def add_training_options(parser, defaults=None):
     parser.add_argument("--lr", type=float, default=defaults.get("lr"), help="peak learning rate")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, shuffling and dropout")
-    parser.add_argument("--out", default=None, help="folder for metrics.jsonl, metrics.png and checkpoint.mtc")
+    parser.add_argument("--out", default=None, help="run folder: metrics.jsonl, metrics.png, checkpoint.mtc and "
+                                                     "checkpoint-best.mtc; refused when it holds a run already")
+    runs = parser.add_mutually_exclusive_group()
+    runs.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    runs.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     parser.add_argument("--max-steps", type=int, default=None, help="cap the steps per epoch (smoke runs)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     return parser
+
+
+def _check_run_options(parser, args):
+    if (args.resume or args.overwrite) and not args.out:
+        parser.error(f"--{'resume' if args.resume else 'overwrite'} needs --out, the run folder")
+
+
+def call_example(run, args):
+    """run(**options) of an example; a refused run folder or a diverged run ends the program
+    with its message instead of a traceback."""
+    from .errors import RunFolderError, TrainingDivergedError
+    try:
+        return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+    except (RunFolderError, TrainingDivergedError) as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def run_example(run, description, defaults, argv=None):
     """The `__main__` of an example: parse the common options and call run(**options)."""
     parser = add_training_options(argparse.ArgumentParser(description=description), defaults)
     args = parser.parse_args(argv)
-    return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+    _check_run_options(parser, args)
+    return call_example(run, args)
 
 
 def example_folders():
@@ -53,7 +82,10 @@ def available_examples():
 
 
 def load_example(name):
-    """Import examples/<name>.py as a module."""
+    """Import examples/<name>.py as a module; `name` is a file stem, not a path."""
+    if not EXAMPLE_NAME.fullmatch(name):
+        raise SystemExit(f"example {name!r}: an example is named by its file stem, such as lenet_digits; "
+                         f"available: {', '.join(available_examples()) or 'none found'}")
     for folder in example_folders():
         path = os.path.join(folder, f"{name}.py")
         if os.path.isfile(path):
@@ -147,10 +179,10 @@ def main(argv=None):
         if not args.input:
             parser.error("gradcheck needs at least one --input")
         return gradcheck_command(args)
+    _check_run_options(train, args)
     module = load_example(args.example)
-    options = {k: getattr(args, k) for k in EXAMPLE_OPTIONS}
     try:
-        module.run(**options)
+        call_example(module.run, args)
     except ValueError as e:
         if args.device == "cpu" or "provider" not in str(e):
             raise

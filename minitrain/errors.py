@@ -37,3 +37,12 @@ class CheckpointError(MinitrainError, ValueError):
 class ProviderUnavailableError(MinitrainError, RuntimeError):
     """An execution provider was asked for on a machine that cannot run it (no pycuda, no
     driver, no device); the message says which of these is missing."""
+
+
+class RunFolderError(MinitrainError, ValueError):
+    """A run folder already holds a run (and neither resume nor overwrite was asked), or holds
+    nothing to resume."""
+
+
+class TrainingDivergedError(MinitrainError, ValueError):
+    """A training step's loss is not finite; the last good checkpoint is kept."""

@@ -1,14 +1,34 @@
 """How many OpenMP threads the CPU kernels use (default: OMP_NUM_THREADS, else all cores).
 
 Kernels pass this number to their parallel loops explicitly, so `set_num_threads` takes effect
-on the next kernel call without touching the OpenMP runtime's global state."""
+on the next kernel call without touching the OpenMP runtime's global state.  Kernels size
+per-thread scratch by it, so it is bounded: above MAX_THREADS_PER_CORE threads per core, a
+warning says so and the count is clamped."""
 import os
+import warnings
+
+MAX_THREADS_PER_CORE = 4
+
+
+def max_threads():
+    """The largest thread count the kernels accept."""
+    return MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def _bounded(n, source):
+    if n > max_threads():
+        warnings.warn(f"{source}: {n} threads is more than {MAX_THREADS_PER_CORE} per core on this "
+                      f"{os.cpu_count() or 1}-core machine; using {max_threads()}", RuntimeWarning, stacklevel=3)
+        return max_threads()
+    return n
 
 
 def _threads_from_env():
-    """OMP_NUM_THREADS' first entry when it is a count >= 1, else the number of cores."""
+    """OMP_NUM_THREADS' first entry when it is a count >= 1 (bounded), else the number of cores."""
     first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    return int(first) if first.isdigit() and int(first) >= 1 else (os.cpu_count() or 1)
+    if first.isdigit() and int(first) >= 1:
+        return _bounded(int(first), "OMP_NUM_THREADS")
+    return os.cpu_count() or 1
 
 
 _num_threads = _threads_from_env()
@@ -35,8 +55,9 @@ def get_num_threads():
 
 
 def set_num_threads(n):
-    """Set the number of threads of minitrain's CPU kernels (n >= 1)."""
+    """Set the number of threads of minitrain's CPU kernels (n >= 1; above max_threads() a
+    warning, and max_threads())."""
     global _num_threads
     if int(n) < 1:
         raise ValueError(f"set_num_threads: n must be >= 1, got {n!r}")
-    _num_threads = int(n)
+    _num_threads = _bounded(int(n), "set_num_threads")

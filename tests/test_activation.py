@@ -66,6 +66,22 @@ def test_forward_is_safe_for_large_inputs(op, dtype):
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-30)
 
 
+@pytest.mark.parametrize("op", sorted(FORWARD))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_propagates_nan(op, dtype):
+    """NaN in, NaN out, as in ONNX's reference, onnxruntime and PyTorch: a diverging run must
+    show.  Long enough to take the threaded chunks too."""
+    attrs, domain, _ = FORWARD[op]
+    x = np.tile(np.array([np.nan, 1.0, -1.0, 0.0], dtype), 20000)
+    (y,) = run_node(op, [x], attrs=attrs, domain=domain)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(x))
+
+
+def test_relu_of_infinities_and_signed_zero():
+    x = np.array([np.inf, -np.inf, -0.0, 0.0], np.float32)
+    np.testing.assert_array_equal(run_node("Relu", [x])[0], [np.inf, 0, 0, 0])
+
+
 @pytest.mark.parametrize("grad_op", sorted(GRADIENTS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gradient_kernels_match_formulas(grad_op, dtype, rng):

@@ -181,3 +181,68 @@ def test_checkpoint_of_another_model_or_optimizer_is_rejected(tmp_path):
     sgd = make_session(optimizer=SGD(0.1, momentum=0.9))
     with pytest.raises(CheckpointError, match="Adam"):
         sgd.load(path)
+
+
+def _with_meta(good, path, change):
+    """A copy of checkpoint `good` whose checkpoint.json went through `change(meta)`: every
+    CRC is valid, only the metadata is wrong."""
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as dst:
+        for item in src.namelist():
+            data = src.read(item)
+            if item == "checkpoint.json":
+                meta = json.loads(data)
+                change(meta)
+                data = json.dumps(meta)
+            dst.writestr(item, data)
+    return path
+
+
+BAD_META = {
+    "step_count_text": (lambda m: m["optimizer"].update(step_count="many"), "step_count"),
+    "step_count_negative": (lambda m: m["optimizer"].update(step_count=-1), "step_count"),
+    "step_count_float": (lambda m: m["optimizer"].update(step_count=2.5), "step_count"),
+    "no_optimizer": (lambda m: m.pop("optimizer"), "'optimizer'"),
+    "optimizer_not_a_dict": (lambda m: m.update(optimizer=[1]), "'optimizer'"),
+    "no_extra": (lambda m: m.pop("extra"), "'extra'"),
+    "extra_not_a_dict": (lambda m: m.update(extra=3), "'extra'"),
+    "no_rng": (lambda m: m.pop("rng"), "'rng'"),
+    "bad_rng": (lambda m: m.update(rng={"bit_generator": "PCG64", "state": 5}), "'rng'"),
+    "no_step": (lambda m: m.pop("step"), "'step'"),
+    "array_names_not_a_list": (lambda m: m.update(model_arrays="0.weight"), "'model_arrays'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_META))
+def test_bad_metadata_is_refused_before_the_session_changes(tmp_path, name):
+    change, words = BAD_META[name]
+    s = make_session()
+    s.train_step(*batches(1)[0])
+    good = tmp_path / "good.mtc"
+    s.save(good)
+    s.train_step(*batches(1, seed=3)[0])
+    before, step, rng = snapshot(s), s.step_count, minitrain.random.get_state()
+    with pytest.raises(CheckpointError, match=words):
+        s.load(_with_meta(good, tmp_path / f"{name}.mtc", change))
+    assert_same(snapshot(s), before)
+    assert s.step_count == step and minitrain.random.get_state() == rng
+
+
+def test_save_fsyncs_the_folder_after_the_rename(tmp_path, monkeypatch):
+    """The rename is durable only once the folder's entry is on disk."""
+    import stat
+    synced = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        synced.append(("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file", len(renamed)))
+        return real_fsync(fd)
+
+    renamed = []
+
+    def replace(*args):
+        renamed.append(args)
+        return real_replace(*args)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    make_session().save(tmp_path / "ck.mtc")
+    assert synced == [("file", 0), ("dir", 1)]

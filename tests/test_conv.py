@@ -547,3 +547,48 @@ def test_bad_input(op, inputs, attrs, error, words):
         run_node(op, inputs, attrs=attrs, domain=domain)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+HUGE_STRIDE_CHILD = """
+import numpy as np, minitrain
+S = [10 ** 12]
+rng = np.random.default_rng(0)
+x1, w = rng.standard_normal((1, 2, 1)), rng.standard_normal((2, 1, 3))
+dy3, x3, wc = rng.standard_normal((1, 1, 3)), rng.standard_normal((1, 2, 3)), rng.standard_normal((1, 2, 3))
+for threads in (1, 2):            # the direct kernels, then the GEMM route (batch 1 < 2 threads)
+    minitrain.set_num_threads(threads)
+    (y,) = minitrain.run_node("ConvTranspose", [x1, w], attrs={"strides": S})
+    np.testing.assert_allclose(y[0, 0], (x1[0, :, 0, None] * w[:, 0]).sum(0), rtol=1e-12)
+    dx, dw = minitrain.run_node("ConvTransposeGrad", [dy3, x1, w], attrs={"strides": S},
+                                domain="com.microsoft", outputs=["dX", "dW"])
+    np.testing.assert_allclose(dx[0, :, 0], w[:, 0] @ dy3[0, 0], rtol=1e-12)
+    np.testing.assert_allclose(dw[:, 0], x1[0, :, 0, None] * dy3[0, 0], rtol=1e-12)
+    g = np.array([[[1.5]]])
+    dx, dw = minitrain.run_node("ConvGrad", [g, x3, wc], attrs={"strides": S}, domain="com.microsoft",
+                                outputs=["dX", "dW"])
+    np.testing.assert_allclose(dx, 1.5 * wc, rtol=1e-12)
+    np.testing.assert_allclose(dw, 1.5 * x3, rtol=1e-12)
+print("ok")
+"""
+
+
+def test_plan_cost_does_not_grow_with_the_stride():
+    """A stride of 10**12 on 3-element images: planning used to loop over every stride phase
+    (4.5 s at 10**7), so this would never finish; in a child process with a time limit, so a
+    regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", HUGE_STRIDE_CHILD], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and result.stdout.split() == ["ok"], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("attrs", [{"output_padding": [2]}, {"output_padding": [1], "strides": [1]},
+                                   {"output_padding": [3], "strides": [2], "dilations": [3]}])
+def test_output_padding_must_be_smaller_than_stride_or_dilation(attrs):
+    """As PyTorch requires: a larger output_padding only appends outputs no input reaches."""
+    x, w = np.ones((1, 2, 4)), np.ones((2, 3, 3))
+    with pytest.raises(OpAttributeError, match=r"ConvTranspose: attribute 'output_padding'=\[\d\] must be smaller"):
+        run_node("ConvTranspose", [x, w], attrs={"strides": [2], **attrs})
+    (y,) = run_node("ConvTranspose", [x, w], attrs={"strides": [2], "output_padding": [1]})
+    assert y.shape == (1, 3, 10)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from minitrain import run_node
+from minitrain.errors import OpAttributeError
 from minitrain.gradcheck import gradcheck
 
 
@@ -73,13 +74,21 @@ def test_relu(rng, dtype):
     gradcheck("Relu", [x.astype(np.float64) + np.sign(x) * 0.01])
 
 
-@pytest.mark.parametrize("axis", [0, 1, 2, -1])
-def test_flatten(rng, axis):
+@pytest.mark.parametrize("axis,expected", [(0, (1, 24)), (1, (2, 12)), (2, (6, 4)), (3, (24, 1)),
+                                           (-1, (6, 4)), (-2, (2, 12)), (-3, (1, 24))])
+def test_flatten(rng, axis, expected):
+    """ONNX: a negative axis counts from the back (axis + rank); [-rank, rank] is valid."""
     x = rng.standard_normal((2, 3, 4))
     (y,) = run_node("Flatten", [x], attrs={"axis": axis})
-    a = axis % 4 if axis < 0 else axis
-    assert y.shape == (int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))
+    assert y.shape == expected
+    np.testing.assert_array_equal(y, x.reshape(expected))
     gradcheck("Flatten", [x], {"axis": axis})
+
+
+@pytest.mark.parametrize("axis", [4, -4])
+def test_flatten_axis_out_of_range(axis):
+    with pytest.raises(OpAttributeError, match=f"Flatten: attribute 'axis'={axis}"):
+        run_node("Flatten", [np.ones((2, 3, 4))], attrs={"axis": axis})
 
 
 @pytest.mark.parametrize("target,expected", [([4, -1], (4, 6)), ([0, -1], (2, 12)), ([2, 3, 4], (2, 3, 4)),
@@ -175,6 +184,19 @@ def test_softmax_cross_entropy(rng, reduction, extra, weighted, ignore):
     np.testing.assert_allclose(loss, sce_ref(scores, labels, weights, reduction, ignore), rtol=1e-10)
     np.testing.assert_allclose(np.exp(log_prob).sum(1), 1.0, rtol=1e-12)
     gradcheck("SoftmaxCrossEntropyLoss", inputs, attrs, outputs=["output"])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_softmax_cross_entropy_negative_class_weights(rng, reduction):
+    """A negative class weight scales its samples' loss like any other weight (ONNX's
+    reference, PyTorch): the loss and its gradient agree."""
+    scores = rng.standard_normal((6, 4))
+    labels = np.array([0, 1, 2, 3, 0, 2])
+    weights = np.array([1.0, 1.5, -0.5, 2.0])
+    attrs = {"reduction": reduction}
+    loss, _ = run_node("SoftmaxCrossEntropyLoss", [scores, labels, weights], attrs=attrs)
+    np.testing.assert_allclose(loss, sce_ref(scores, labels, weights, reduction), rtol=1e-10)
+    gradcheck("SoftmaxCrossEntropyLoss", [scores, labels, weights], attrs, outputs=["output"])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

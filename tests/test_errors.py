@@ -34,6 +34,17 @@ X = np.ones((2, 3), np.float32)
      ["SoftmaxCrossEntropyLoss", "labels", "(3,)"]),
     (lambda: run_node("SoftmaxCrossEntropyLoss", [X, np.array([0, 1])], attrs={"reduction": "avg"}),
      OpAttributeError, ["SoftmaxCrossEntropyLoss", "reduction", "avg"]),
+    (lambda: run_node("LeakyRelu", [X], attrs={"alpha": float("nan")}), OpAttributeError,
+     ["LeakyRelu", "'alpha'=nan", "not finite"]),
+    (lambda: run_node("BatchNormalization", [np.ones((2, 3)), *[np.ones(3)] * 4], attrs={"epsilon": float("inf")}),
+     OpAttributeError, ["BatchNormalization", "'epsilon'=inf"]),
+    (lambda: run_node("Flatten", [X], attrs={"axis": 2 ** 63}), OpAttributeError,
+     ["Flatten", "'axis'", "int64"]),
+    (lambda: run_node("Gemm", [X, X], attrs={"transB": 2}), OpAttributeError, ["Gemm", "'transB'=2", "0 or 1"]),
+    (lambda: run_node("Dropout", [X], attrs={"seed": -1}), OpAttributeError, ["Dropout", "'seed'=-1"]),
+    (lambda: run_node("ConvTranspose", [np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2))],
+                      attrs={"strides": [2 ** 40, 2 ** 40]}),
+     ShapeError, ["ConvTranspose", "output 'Y'", "bytes", "strides"]),
 ])
 def test_bad_input_raises_a_clear_error(call, error, words):
     with pytest.raises(error) as info:

@@ -1,4 +1,5 @@
 """Smoke runs of every example (a few steps each) and of the command line."""
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ def test_example_smoke_run(name, tmp_path, capsys, monkeypatch):
     key = "test_mse" if name.startswith("convtranspose") else "test_accuracy"
     assert lines[-1] == f"final {key}={result:.{5 if key == 'test_mse' else 4}f}"
     assert np.isfinite(result)
-    assert sorted(os.listdir(tmp_path / "run"))[:2] == ["checkpoint.mtc", "metrics.jsonl"]
+    assert {"checkpoint.mtc", "checkpoint-best.mtc", "metrics.jsonl"} <= set(os.listdir(tmp_path / "run"))
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         assert len(f.readlines()) == 2
 
@@ -39,6 +40,43 @@ def test_train_command_end_to_end(tmp_path):
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("final test_accuracy=") and 0 <= float(last.split("=")[1]) <= 1
+
+
+def _train(out, *extra):
+    return cli.main(["train", "lenet_digits", "--epochs", "1", "--max-steps", "2", "--batch-size", "16",
+                     "--out", str(out), "--no-progress", *extra])
+
+
+def test_train_command_run_folder_rules(tmp_path, capsys):
+    """--out refuses a folder holding a run; --resume continues it, --overwrite replaces it."""
+    out = tmp_path / "a"
+    assert _train(out) == 0
+    first = {name: (out / name).read_bytes() for name in ("metrics.jsonl", "checkpoint.mtc", "checkpoint-best.mtc")}
+    with pytest.raises(SystemExit, match="already holds a run.*--resume.*--overwrite"):
+        _train(out)
+    assert {name: (out / name).read_bytes() for name in first} == first
+    assert _train(out, "--epochs", "2", "--resume") == 0
+    assert "resumed from" in capsys.readouterr().out
+    assert [json.loads(l)["epoch"] for l in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert _train(out, "--overwrite") == 0
+    assert [json.loads(l)["epoch"] for l in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    with pytest.raises(SystemExit, match="no checkpoint.mtc to resume"):
+        _train(tmp_path / "b", "--resume")
+    with pytest.raises(SystemExit):
+        _train(out, "--resume", "--overwrite")
+    with pytest.raises(SystemExit):
+        cli.main(["train", "lenet_digits", "--resume"])
+    assert "--resume needs --out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/x", "x.py", "sub/x", ".hidden", ""])
+def test_train_command_takes_file_stems_not_paths(name, tmp_path, monkeypatch):
+    """Only examples/<stem>.py runs: a path such as ../../x must not import an arbitrary file."""
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "x.py").write_text("raise RuntimeError('ran a file outside examples/')\n")
+    monkeypatch.chdir(tmp_path / "examples")
+    with pytest.raises(SystemExit, match="file stem"):
+        cli.main(["train", name])
 
 
 def test_train_command_names_unknown_examples(capsys):

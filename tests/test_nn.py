@@ -185,6 +185,9 @@ def test_build_errors_name_the_layer():
         nn.trace(nn.Linear(4, 2), {"x": (np.float32, ("N", 2, 2))})
     with pytest.raises(ValueError, match="divisible by groups"):
         nn.Conv2d(3, 4, 3, groups=2)
+    for groups in (0, -2, 1.5):
+        with pytest.raises(ValueError, match=f"Conv2d: groups must be an int >= 1, got {groups}"):
+            nn.Conv2d(4, 4, 3, groups=groups)
     with pytest.raises(ValueError, match="rank"):
         nn.trace(nn.BatchNorm2d(3), {"x": (np.float32, ("N", 3))})
 

@@ -1,5 +1,7 @@
 """Losses: MSELoss op (forward, gradcheck, torch), and the loss modules' reductions and
 ignore_index through a graph."""
+import re
+
 import numpy as np
 import pytest
 
@@ -47,6 +49,29 @@ def test_mse_bad_input(rng):
         run_node("MSELoss", [np.ones(2), np.ones(2)], attrs={"reduction": "max"}, domain=MS)
     with pytest.raises(ValueError, match="reduction"):
         nn.MSELoss("max")
+
+
+@pytest.mark.parametrize("reduction,dy_shape", [("none", (1,)), ("none", (3, 1)), ("none", ()),
+                                                 ("mean", (3, 2)), ("mean", (1, 1)), ("sum", (2,))])
+def test_mse_grad_checks_dy(reduction, dy_shape):
+    """dY has the loss's shape: the prediction's for 'none', a scalar (() or (1,)) otherwise."""
+    with pytest.raises(ShapeError, match=re.escape(f"MSELossGrad: input 'dY' has shape {dy_shape}")):
+        run_node("MSELossGrad", [np.ones(dy_shape), np.ones((3, 2)), np.zeros((3, 2))],
+                 attrs={"reduction": reduction}, domain=MS)
+
+
+@pytest.mark.parametrize("reduction,dy_shape,weight_shape,bad", [
+    ("mean", (5,), None, "dY"), ("sum", (1, 1), None, "dY"), ("none", (), None, "dY"), ("none", (4,), None, "dY"),
+    ("mean", (), (3,), "weight"), ("none", (5,), (4, 1), "weight")])
+def test_sce_grad_checks_dy_and_weight(reduction, dy_shape, weight_shape, bad):
+    """dY has the loss's shape (labels' for 'none', a scalar (() or (1,)) otherwise); weight is (C,)."""
+    log_prob = np.log(np.full((5, 4), 0.25))
+    inputs = [np.ones(dy_shape), log_prob, np.array([0, 1, 2, 3, 0])]
+    if weight_shape is not None:
+        inputs.append(np.ones(weight_shape))
+    shape = dy_shape if bad == "dY" else weight_shape
+    with pytest.raises(ShapeError, match=re.escape(f"SoftmaxCrossEntropyLossGrad: input '{bad}' has shape {shape}")):
+        run_node("SoftmaxCrossEntropyLossGrad", inputs, attrs={"reduction": reduction}, domain=MS)
 
 
 def _loss_value(loss_module, scores, target):

@@ -37,11 +37,13 @@ def test_users_spin_count_wins():
     assert fresh_env(GOMP_SPINCOUNT="7") == ["7", "None"]
 
 
-@pytest.mark.parametrize("value,expected", [("3", 3), ("4,2", 4), ("0", None), ("-2", None), ("two", None)])
+@pytest.mark.parametrize("value,expected", [("3", 3), ("4,2", 4), ("0", None), ("-2", None), ("two", None),
+                                            ("100000000", "bound")])
 def test_thread_count_from_omp_num_threads(value, expected):
-    """OMP_NUM_THREADS' first entry when it is a count >= 1; anything else means all cores."""
+    """OMP_NUM_THREADS' first entry when it is a count >= 1, at most 4 per core; anything else
+    means all cores."""
     got, cores = (int(v) for v in fresh_import("minitrain.get_num_threads(), os.cpu_count()", OMP_NUM_THREADS=value))
-    assert got == (expected or cores)
+    assert got == {None: cores, "bound": 4 * cores}.get(expected, expected)
 
 
 def test_set_num_threads():
@@ -52,5 +54,8 @@ def test_set_num_threads():
         with pytest.raises(ValueError, match="set_num_threads: n must be >= 1, got 0"):
             minitrain.set_num_threads(0)
         assert minitrain.get_num_threads() == 3
+        with pytest.warns(RuntimeWarning, match="set_num_threads: 1000000000 threads is more than 4 per core"):
+            minitrain.set_num_threads(10 ** 9)
+        assert minitrain.get_num_threads() == 4 * (os.cpu_count() or 1)
     finally:
         minitrain.set_num_threads(old)

@@ -174,6 +174,12 @@ def test_targets_are_cast_and_losses_must_be_scalar():
     x, y = data(8)
     s = session(mlp())
     assert np.isfinite(s.train_step(x, y.astype(np.int32)))
+    assert session(mlp()).train_step(x, y.astype(np.float64)) == session(mlp()).train_step(x, y)   # whole: fine
+    for bad in (0.5, np.nan):
+        labels = y.astype(np.float64)
+        labels[3] = bad
+        with pytest.raises(TypeError, match=f"class labels .* hold {bad}"):
+            s.train_step(x, labels)
     with pytest.raises(ValueError, match="scalar loss"):
         TrainingSession(mlp(), nn.CrossEntropyLoss("none"), SGD(0.1), input_shape=(6,))
 

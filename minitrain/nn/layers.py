@@ -43,6 +43,8 @@ class _ConvNd(Module):
                  bias=True, output_padding=0, dtype=np.float32):
         super().__init__()
         n = self.ndim
+        if not isinstance(groups, int) or groups < 1:
+            raise ValueError(f"{type(self).__name__}: groups must be an int >= 1, got {groups!r}")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{type(self).__name__}: in_channels {in_channels} and out_channels {out_channels} "
                              f"must be divisible by groups {groups}")

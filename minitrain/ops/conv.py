@@ -74,8 +74,8 @@ def _grad_inference(transposed):
             expected = (x[0], out_channels) + tuple(spatial)
             if dy is not None and (len(dy) != len(expected) or any(
                     isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(dy, expected))):
-                ctx.fail(f"input 'dY' has shape {tuple(dy)}, but the forward output of X {tuple(x)} and "
-                         f"W {tuple(w)} with these attributes has shape {expected}")
+                ctx.fail(f"input 'dY' has shape {tuple(dy)}, but the forward output of input 'X' {tuple(x)} "
+                         f"and input 'W' {tuple(w)} with these attributes has shape {expected}")
         elif w is not None and not transposed:
             out_channels = w[0]
         db = None if out_channels is None else (out_channels,)

@@ -191,6 +191,10 @@ def conv_transpose_geometry(who, x_shape, w_shape, attrs):
     c_out = w_shape[1] * group
     spatial = tuple(x_shape[2:])
     output_padding = _ints(attrs, "output_padding", n, 0, who, 0)
+    if any(p >= max(s, d) for p, s, d in zip(output_padding, strides, dilations)):
+        raise OpAttributeError(f"{who}: attribute 'output_padding'={list(output_padding)} must be smaller than "
+                               f"the stride or the dilation of its axis (strides {list(strides)}, "
+                               f"dilations {list(dilations)})")
     output_shape = attrs.get("output_shape")
     if output_shape is not None:
         output_shape = tuple(output_shape)

@@ -25,6 +25,8 @@ def _check_scalar(ctx, i):
 
 def infer_dropout(ctx):
     """output like data; mask: bool, like data."""
+    if ctx.attrs["seed"] is not None and ctx.attrs["seed"] < 0:
+        ctx.attr_fail("seed", "must be >= 0")
     _check_scalar(ctx, 1)
     _check_scalar(ctx, 2)
     return [ctx.out(ctx.shape(0)), ctx.out(ctx.shape(0), dtype=np.bool_)]

@@ -2,6 +2,7 @@
 broadcast axes that their gradients need."""
 import numpy as np
 
+from ..errors import ShapeError
 from .gradients import gradient
 from .schema import MS_DOMAIN, Input, schema
 from .shape_utils import broadcast_shapes
@@ -30,11 +31,11 @@ def infer_sum_to_shape(ctx):
 
 def broadcast_axes(x_shape, shape):
     """The axes of x_shape that SumToShape sums to reach `shape` (the leading ones, and those
-    where shape has 1 and x does not); ValueError when shape does not broadcast to x_shape."""
+    where shape has 1 and x does not); ShapeError when shape does not broadcast to x_shape."""
     shape = tuple(int(d) for d in shape)
     lead = len(x_shape) - len(shape)
     if lead < 0 or any(s not in (1, d) for s, d in zip(shape, x_shape[lead:])):
-        raise ValueError(f"SumToShape: shape {shape} does not broadcast to {tuple(x_shape)}")
+        raise ShapeError(f"SumToShape: input 'shape' {shape} does not broadcast to input 'X' {tuple(x_shape)}")
     return tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and x_shape[lead + i] != 1)
 
 

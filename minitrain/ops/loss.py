@@ -9,27 +9,34 @@ LABEL_TYPES = (np.int64, np.int32)
 SCE_ATTRS = {"reduction": Attr("string", "mean"), "ignore_index": Attr("int")}
 
 
-def check_sce(ctx, scores_shape, labels_shape):
+def check_sce(ctx, scores_index, labels_index):
+    """The scores (or log_prob) are (N, C, D1...), the labels (N, D1...)."""
     if ctx.attrs["reduction"] not in ("mean", "sum", "none"):
         ctx.attr_fail("reduction", "must be one of 'mean', 'sum', 'none'")
-    if scores_shape is None or labels_shape is None:
+    scores_shape = ctx.shape(scores_index)
+    name = ctx.schema.inputs[scores_index].name
+    if scores_shape is None:
         return
     if len(scores_shape) < 2:
-        ctx.fail(f"input 'scores' must be (N, C, ...), got shape {tuple(scores_shape)}")
-    expected = (scores_shape[0],) + tuple(scores_shape[2:])
-    if len(labels_shape) != len(expected) or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(labels_shape, expected)):
-        ctx.fail(f"input 'labels' has shape {tuple(labels_shape)}; scores {tuple(scores_shape)} need {expected}")
+        ctx.fail(f"input {name!r} must be (N, C, ...), got shape {tuple(scores_shape)}")
+    ctx.require_shape(labels_index, (scores_shape[0],) + tuple(scores_shape[2:]),
+                      f"input {name!r} {tuple(scores_shape)} without its class axis")
+
+
+def check_class_weights(ctx, i, scores_index):
+    """The optional class weights (input i) are (C,)."""
+    scores_shape = ctx.shape(scores_index)
+    channels = None if scores_shape is None else scores_shape[1]
+    ctx.require_shape(i, (channels,), f"one weight per class of input {ctx.schema.inputs[scores_index].name!r} "
+                                      f"{None if scores_shape is None else tuple(scores_shape)}")
 
 
 def infer_sce(ctx):
     """loss: a scalar (mean/sum) or the per-sample shape (none); log_prob: like scores."""
     scores, labels = ctx.shape(0), ctx.shape(1)
-    check_sce(ctx, scores, labels)
-    weights = ctx.shape(2)
-    if weights is not None and scores is not None and (len(weights) != 1 or weights[0] != scores[1]):
-        ctx.fail(f"input 'weights' has shape {tuple(weights)}; expected ({scores[1]},)")
-    loss_shape = () if ctx.attrs["reduction"] != "none" else labels
+    check_sce(ctx, 0, 1)
+    check_class_weights(ctx, 2, 0)
+    loss_shape = labels if ctx.attrs["reduction"] == "none" else ()
     return [ctx.out(loss_shape), ctx.out(scores)]
 
 
@@ -43,7 +50,13 @@ for _v in (12, 13):
         inputs=["dY", "log_prob", Input("label", types=LABEL_TYPES), Input("weight", optional=True)],
         outputs=["d_logits"], attrs=SCE_ATTRS)
 def infer_sce_grad(ctx):
-    check_sce(ctx, ctx.shape(1), ctx.shape(2))
+    """d_logits like log_prob; dY has the loss's shape, weight is (C,)."""
+    check_sce(ctx, 1, 2)
+    check_class_weights(ctx, 3, 1)
+    if ctx.attrs["reduction"] == "none":
+        ctx.require_shape(0, ctx.shape(2), "the labels' shape, as the loss of reduction 'none'")
+    else:
+        ctx.require_scalar(0, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
     return [ctx.out(ctx.shape(1))]
 
 

@@ -16,6 +16,9 @@ def _dims_match(a, b):
 
 def infer_gemm(ctx):
     """Y = alpha * op(A) @ op(B) + beta * C, op transposing when transA/transB is set."""
+    for flag in ("transA", "transB"):
+        if ctx.attrs[flag] not in (0, 1):
+            ctx.attr_fail(flag, "must be 0 or 1")
     ctx.require_rank(0, 2)
     ctx.require_rank(1, 2)
     a, b = ctx.shape(0), ctx.shape(1)

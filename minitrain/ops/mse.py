@@ -26,8 +26,12 @@ def infer_mse(ctx):
 @schema("MSELossGrad", domain=MS_DOMAIN, inputs=["dY", "prediction", "target"], outputs=["d_prediction"],
         attrs=MSE_ATTRS)
 def infer_mse_grad(ctx):
-    """d_prediction = 2 (prediction - target) dY (/ size for mean)."""
+    """d_prediction = 2 (prediction - target) dY (/ size for mean); dY has the loss's shape."""
     _check(ctx, ctx.shape(1), ctx.shape(2))
+    if ctx.attrs["reduction"] == "none":
+        ctx.require_shape(0, ctx.shape(1), "the prediction's shape, as the loss of reduction 'none'")
+    else:
+        ctx.require_scalar(0, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
     return [ctx.out(ctx.shape(1))]
 
 

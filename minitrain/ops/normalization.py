@@ -19,33 +19,27 @@ from .schema import MS_DOMAIN, Attr, schema
 BN_ATTRS = {"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9), "training_mode": Attr("int", 0)}
 
 
-def _check_channels(ctx, x, channel_inputs):
-    """X is (N, C, spatial...) with at most 3 spatial dims; each channel input is (C,)."""
-    ctx.require_rank(0, (2, 3, 4, 5))
-    if ctx.attrs["epsilon"] <= 0:
+def _check_channels(ctx, x_index, channel_inputs):
+    """X (input x_index) is (N, C, spatial...) with at most 3 spatial dims; each channel input
+    is (C,).  Returns X's shape."""
+    ctx.require_rank(x_index, (2, 3, 4, 5))
+    if not ctx.attrs["epsilon"] > 0:
         ctx.attr_fail("epsilon", "must be > 0")
-    channels = x[1] if x is not None else None
+    x = ctx.shape(x_index)
+    channels = None if x is None else x[1]
     for i in channel_inputs:
-        s = ctx.shape(i)
-        if s is None:
-            continue
-        name = ctx.schema.inputs[i].name
-        if len(s) != 1:
-            ctx.fail(f"input {name!r} must be 1-D (C,), got shape {tuple(s)}")
-        if isinstance(channels, int) and isinstance(s[0], int) and s[0] != channels:
-            ctx.fail(f"input {name!r} has {s[0]} entries; X {tuple(x)} has {channels} channels")
-    return channels
+        ctx.require_shape(i, (channels,), f"one entry per channel of input 'X' {None if x is None else tuple(x)}")
+    return x
 
 
 def infer_batchnorm(ctx):
     """Y like X; running stats and saved statistics of shape (C,)."""
-    x = ctx.shape(0)
-    channels = _check_channels(ctx, x, (1, 2, 3, 4))
+    x = _check_channels(ctx, 0, (1, 2, 3, 4))
     if not 0 <= ctx.attrs["momentum"] <= 1:
         ctx.attr_fail("momentum", "must be in [0, 1]")
     if not ctx.attrs["training_mode"] and (ctx.wants("running_mean") or ctx.wants("running_var")):
         ctx.fail("running_mean/running_var are only produced in training mode (training_mode=1)")
-    c = None if x is None else (channels,)
+    c = None if x is None else (x[1],)
     return [ctx.out(x), ctx.out(c), ctx.out(c), ctx.out(c), ctx.out(c)]
 
 
@@ -60,12 +54,9 @@ for _v in (14, 15):
 def infer_batchnorm_grad(ctx):
     """dX like X; dscale and dbias (C,).  With training_mode=1, mean and inv_std are the batch
     statistics and dX includes the paths through them; with 0 they are constants."""
-    x = ctx.shape(1)
-    channels = _check_channels(ctx, x, (2, 3, 4))
-    dy = ctx.shape(0)
-    if dy is not None and x is not None and len(dy) != len(x):
-        ctx.fail(f"input 'dY' {tuple(dy)} and 'X' {tuple(x)} must have the same shape")
-    c = None if x is None else (channels,)
+    x = _check_channels(ctx, 1, (2, 3, 4))
+    ctx.require_shape(0, x, "the shape of input 'X', as Y had")
+    c = None if x is None else (x[1],)
     return [ctx.out(x), ctx.out(c), ctx.out(c)]
 
 

@@ -15,7 +15,11 @@ Gradients, as ONNX Runtime builds them (both ops in the ONNX domain, version 9):
                  that overhang the padded input in ceil mode count only their part inside it,
                  as in PyTorch).
 Both carry the forward node's attributes and take dX's shape from the graph (run_node's
-`output_shapes={"dX": shape}`); without it they infer the smallest consistent input shape.
+`output_shapes={"dX": shape}`); without it they take the smallest input shape that pools to
+dY's shape.  That is a guess whenever several sizes pool alike (floor mode with stride > 1:
+sizes 4 and 5 both pool to 2 by kernel 2, stride 2), and then the dX of a larger forward input
+comes back too small, its last rows missing: callers of run_node with such geometry must pass
+output_shapes.  Graphs pass it from the forward input's type, which autodiff records.
 Their builders exist from opset 9, where MaxPoolGrad/AveragePoolGrad start.
 
 Global pooling gradients are two small com.microsoft ops of minitrain's own:
@@ -104,7 +108,7 @@ def infer_pool_grad(ctx):
         ind = ctx.shape(1)
         if shape is not None and ind is not None and (len(ind) != len(shape) or any(
                 isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(ind, shape))):
-            ctx.fail(f"input 'Indices' has shape {tuple(ind)}; it must match dY {tuple(shape)}")
+            ctx.fail(f"input 'Indices' has shape {tuple(ind)}; it must match input 'dY' {tuple(shape)}")
     if shape is None or not all(isinstance(d, int) for d in shape[2:]):
         return [ctx.out(None)]
     sizes = input_sizes_for(ctx.attrs, shape[2:], _fail(ctx))
@@ -149,7 +153,7 @@ def _check_global_dy(ctx, dy, x):
     expected = tuple(x[:2]) + (1,) * (len(x) - 2)
     if len(dy) != len(x) or any(isinstance(a, int) and isinstance(b, int) and a != b
                                 for a, b in zip(dy, expected)):
-        ctx.fail(f"input 'dY' has shape {tuple(dy)}; global pooling of {tuple(x)} gives {expected}")
+        ctx.fail(f"input 'dY' has shape {tuple(dy)}; global pooling of input 'X' {tuple(x)} gives {expected}")
 
 
 @schema("GlobalAveragePoolGrad", domain=MS_DOMAIN, inputs=["dY", Input("shape", types=INDEX_TYPES)],

@@ -7,7 +7,9 @@ attribute or input and the bad value) and computes the output TensorTypes.
 """
 from __future__ import annotations
 
+import math
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -145,17 +147,26 @@ def describe_op(op_type, node_name=None):
 
 
 # --------------------------------------------------------------------------- attributes
+INT64_RANGE = (-2 ** 63, 2 ** 63 - 1)
+
+
 def _as_int(v):
-    if isinstance(v, (bool, np.bool_)):
-        return int(v)
-    if isinstance(v, numbers.Integral):
-        return int(v)
+    """An int attribute: ONNX stores int64, so a value outside its range is refused."""
+    if isinstance(v, (bool, np.bool_, numbers.Integral)):
+        v = int(v)
+        if not INT64_RANGE[0] <= v <= INT64_RANGE[1]:
+            raise ValueError("outside the int64 range")
+        return v
     raise TypeError
 
 
 def _as_float(v):
+    """A float attribute: NaN and infinities are refused (they pass every range check)."""
     if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)):
-        return float(v)
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError("not finite")
+        return v
     raise TypeError
 
 
@@ -193,9 +204,11 @@ def resolve_attrs(sch: OpSchema, attrs, node_name=None):
         if name in attrs and attrs[name] is not None:
             try:
                 resolved[name] = _CONVERTERS[spec.kind](attrs[name])
-            except (TypeError, ValueError):
+            except TypeError:
                 raise OpAttributeError(
                     f"{who}: attribute {name!r} must be of type {spec.kind}, got {attrs[name]!r}") from None
+            except ValueError as e:
+                raise OpAttributeError(f"{who}: attribute {name!r}={attrs[name]!r} is {e}") from None
         elif spec.default is REQUIRED:
             raise OpAttributeError(f"{who}: required attribute {name!r} is missing")
         else:
@@ -252,6 +265,27 @@ class InferContext:
             self.fail(f"input {name!r} has shape {tuple(shape)} (rank {len(shape)}), "
                       f"expected rank {' or '.join(map(str, allowed))}")
 
+    def require_shape(self, i, expected, because):
+        """Fail unless input i (when present and known) has the shape `expected`; dims are
+        compared where both are ints, symbolic dims match anything.  Gradient ops use this to
+        check each input against the forward shapes it implies: their kernels index every
+        input with those sizes."""
+        shape = self.shape(i)
+        if shape is None or expected is None:
+            return
+        if len(shape) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                              for a, b in zip(shape, expected)):
+            name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
+            self.fail(f"input {name!r} has shape {tuple(shape)}; expected {tuple(expected)} ({because})")
+
+    def require_scalar(self, i, because):
+        """Fail unless input i (when present and known) holds one element: shape () or (1,),
+        the shape the CPU provider gives a 0-d array."""
+        shape = self.shape(i)
+        if shape is not None and (len(shape) > 1 or any(isinstance(d, int) and d != 1 for d in shape)):
+            name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
+            self.fail(f"input {name!r} has shape {tuple(shape)}; expected a scalar, () or (1,) ({because})")
+
 
 def check_inputs(ctx: InferContext):
     """Arity and dtype checks shared by every op, done before its own inference."""
@@ -286,10 +320,36 @@ def check_inputs(ctx: InferContext):
     ctx.dtype = float_dtype
 
 
+def _physical_memory():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
+
+
+# The largest tensor an op may produce: attributes (strides, pads, output_shape) can imply
+# outputs no machine holds, and planning or allocating them must fail with a clear error.
+MAX_TENSOR_BYTES = _physical_memory()
+
+
+def check_output_sizes(ctx, outs):
+    """Fail before any planning or allocation when an output would exceed MAX_TENSOR_BYTES."""
+    for name, t in zip(ctx.schema.outputs, outs):
+        if t is None or not t.is_concrete or t.dtype is None:
+            continue
+        size = math.prod(t.shape) * t.dtype.itemsize
+        if size > MAX_TENSOR_BYTES:
+            given = {k: v for k, v in ctx.attrs.items() if v is not None}
+            ctx.fail(f"output {name!r} would have shape {t.shape}, {size} bytes, more than the "
+                     f"{MAX_TENSOR_BYTES} bytes allowed (minitrain.ops.schema.MAX_TENSOR_BYTES); "
+                     f"check the input shapes and the attributes {given}")
+
+
 def infer_node(sch: OpSchema, input_types, attrs, node_name=None, wanted_outputs=None):
     """Validate and infer output types; `attrs` must already be resolved.  Returns the
     InferContext (carrying the float dtype) and the list of output TensorTypes."""
     ctx = InferContext(sch, input_types, attrs, node_name, wanted_outputs)
     check_inputs(ctx)
     outs = list(sch.infer(ctx))
+    check_output_sizes(ctx, outs)
     return ctx, outs

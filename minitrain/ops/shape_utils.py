@@ -23,11 +23,13 @@ def broadcast_shapes(ctx, shapes):
 
 
 def normalize_axis(ctx, axis, rank, attr="axis", allow_end=False):
-    """An axis in [-rank, rank) (or up to rank when allow_end) as a non-negative int."""
+    """An axis in [-rank, rank) as a non-negative int (axis + rank when negative), as ONNX
+    defines it.  allow_end also admits `rank` itself (Flatten's axis, in [-rank, rank])."""
     upper = rank + 1 if allow_end else rank
-    if not -upper <= axis < upper:
-        ctx.attr_fail(attr, f"is out of range for an input of rank {rank}")
-    return axis + upper if axis < 0 else axis
+    if not -rank <= axis < upper:
+        ctx.attr_fail(attr, f"is out of range for an input of rank {rank}: expected "
+                            f"[{-rank}, {upper - 1}]")
+    return axis + rank if axis < 0 else axis
 
 
 def product(dims):

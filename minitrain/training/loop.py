@@ -3,18 +3,29 @@
 Per epoch: a tqdm progress bar with the running loss and accuracy (when tqdm is installed and
 `progress` is on), a one-line summary on stdout, and one JSON object appended to
 `<out_dir>/metrics.jsonl`.  After each epoch a checkpoint (`<out_dir>/checkpoint.mtc`, holding
-the data loader's order too) lets `fit(..., resume=True)` carry on where a run stopped; at the
-end `<out_dir>/metrics.png` plots loss and accuracy (when matplotlib is installed).
+the data loader's order too) lets `fit(..., resume=True)` carry on where a run stopped, and
+`<out_dir>/checkpoint-best.mtc` keeps the epoch with the best monitored metric; at the end
+`<out_dir>/metrics.png` plots loss and accuracy (when matplotlib is installed).
+
+Run folder rules: a folder that already holds a run is refused unless `resume` (continue from
+its checkpoint) or `overwrite` (delete its run files and start again) is given.  A step whose
+loss is not finite stops the run with TrainingDivergedError; the checkpoints keep the last
+finished epoch.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
 import numpy as np
 
+from ..errors import RunFolderError, TrainingDivergedError
 from .plot import plot_metrics
+
+CHECKPOINT, BEST, METRICS, PLOT = "checkpoint.mtc", "checkpoint-best.mtc", "metrics.jsonl", "metrics.png"
+RUN_FILES = (CHECKPOINT, BEST, METRICS, PLOT)
 
 
 def _progress(iterable, total, enabled, desc):
@@ -30,6 +41,8 @@ def _progress(iterable, total, enabled, desc):
 def evaluate(session, x, y, *, task="classification", batch_size=512):
     """Loss and accuracy (classification) or loss alone (regression, where the loss is the
     MSE) of the inference plan over (x, y), in chunks of batch_size."""
+    if len(x) == 0:
+        raise ValueError("evaluate: the test set is empty")
     total_loss, correct = 0.0, 0
     for start in range(0, len(x), batch_size):
         xb, yb = x[start:start + batch_size], y[start:start + batch_size]
@@ -45,25 +58,61 @@ def evaluate(session, x, y, *, task="classification", batch_size=512):
     return metrics
 
 
+def prepare_run_folder(out_dir, *, resume=False, overwrite=False):
+    """Apply the run folder rules to `out_dir` (see the module docstring) and create it."""
+    if resume and overwrite:
+        raise RunFolderError("fit: resume and overwrite exclude each other")
+    existing = [name for name in RUN_FILES if os.path.exists(os.path.join(out_dir, name))]
+    if resume:
+        if CHECKPOINT not in existing:
+            raise RunFolderError(f"{out_dir}: no {CHECKPOINT} to resume from")
+    elif existing:
+        if not overwrite:
+            raise RunFolderError(f"{out_dir} already holds a run ({', '.join(existing)}); resume it "
+                                 "(--resume) or replace it (--overwrite)")
+        for name in existing:
+            os.remove(os.path.join(out_dir, name))
+    os.makedirs(out_dir, exist_ok=True)
+
+
+def default_monitor(task, test):
+    """The metric checkpoint-best.mtc follows and whether larger is better."""
+    if test is None:
+        return "train_loss", False
+    return ("test_accuracy", True) if task == "classification" else ("test_mse", False)
+
+
+def _write_metrics(path, history):
+    with open(path, "w") as f:
+        f.writelines(json.dumps(record) + "\n" for record in history)
+
+
 def fit(session, loader, *, epochs, test=None, task="classification", out_dir=None, progress=True,
-        max_steps=None, resume=False, log=print):
+        max_steps=None, resume=False, overwrite=False, log=print):
     """Train for `epochs` epochs over `loader` ((inputs, targets) batches); evaluate on
     `test` = (x, y) after each epoch.  task: "classification" (accuracy) or "regression"
-    (test_mse).  max_steps caps the batches per epoch (smoke runs).  Returns the list of
-    per-epoch metric dicts."""
+    (test_mse).  max_steps caps the batches per epoch (smoke runs).  resume/overwrite: the
+    run folder rules above.  Returns the list of per-epoch metric dicts."""
+    if test is not None and len(test[0]) == 0:
+        raise ValueError("fit: the test set is empty; pass test=None to train without evaluation")
+    if len(loader) == 0:
+        raise ValueError("fit: the loader yields no batches")
+    if resume and not out_dir:
+        raise RunFolderError("fit: resume needs the out_dir of the run to continue")
     history, first_epoch = [], 0
-    checkpoint_path = os.path.join(out_dir, "checkpoint.mtc") if out_dir else None
-    metrics_path = os.path.join(out_dir, "metrics.jsonl") if out_dir else None
+    monitor, larger_is_better = default_monitor(task, test)
+    best = None
+    paths = {name: os.path.join(out_dir, name) for name in RUN_FILES} if out_dir else None
     if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-    if resume and checkpoint_path and os.path.exists(checkpoint_path):
-        extra = session.load(checkpoint_path)
+        prepare_run_folder(out_dir, resume=resume, overwrite=overwrite)
+    if resume:
+        extra = session.load(paths[CHECKPOINT])
         loader.load_state_dict(extra["loader"])
         first_epoch = extra["epoch"]
         history = extra.get("history", [])
-        log(f"resumed from {checkpoint_path} after epoch {first_epoch} (step {session.step_count})")
-    elif metrics_path and os.path.exists(metrics_path):
-        os.remove(metrics_path)
+        best = extra.get("best")
+        _write_metrics(paths[METRICS], history)     # drops an epoch logged after the checkpoint
+        log(f"resumed from {paths[CHECKPOINT]} after epoch {first_epoch} (step {session.step_count})")
     for epoch in range(first_epoch, epochs):
         start = time.perf_counter()
         loss_sum, seen, correct = 0.0, 0, 0
@@ -73,6 +122,12 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
             if i == steps:
                 break
             loss = session.train_step(xb, yb)
+            if not math.isfinite(loss):
+                if bar is not loader:
+                    bar.close()
+                kept = f"{paths[CHECKPOINT]} keeps epoch {epoch}" if out_dir and epoch else "no checkpoint"
+                raise TrainingDivergedError(f"epoch {epoch + 1}, step {i + 1}: the loss is {loss}; training "
+                                            f"stopped ({kept})")
             loss_sum += loss * len(xb)
             seen += len(xb)
             if task == "classification":
@@ -93,12 +148,17 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
         record["seconds"] = time.perf_counter() - start
         history.append(record)
         log("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
-        if metrics_path:
-            with open(metrics_path, "a") as f:
+        if out_dir:
+            with open(paths[METRICS], "a") as f:
                 f.write(json.dumps(record) + "\n")
-        if checkpoint_path:
-            session.save(checkpoint_path, extra={"epoch": epoch + 1, "loader": loader.state_dict(),
-                                                 "history": history})
+            value = record[monitor]
+            improved = best is None or (value > best["value"] if larger_is_better else value < best["value"])
+            if improved:
+                best = {"metric": monitor, "value": value, "epoch": epoch + 1}
+            extra = {"epoch": epoch + 1, "loader": loader.state_dict(), "history": history, "best": best}
+            session.save(paths[CHECKPOINT], extra=extra)
+            if improved:
+                session.save(paths[BEST], extra=extra)
     if out_dir and history:
-        plot_metrics(history, os.path.join(out_dir, "metrics.png"))
+        plot_metrics(history, paths[PLOT])
     return history

@@ -7,7 +7,7 @@ from .session import TrainingSession
 
 
 def train_classifier(model, data, input_shape, *, epochs, batch_size, lr, weight_decay, device="cpu",
-                     seed=0, out=None, max_steps=None, progress=True):
+                     seed=0, out=None, max_steps=None, progress=True, resume=False, overwrite=False):
     """Train `model` on `data` (a data.Split), print `final test_accuracy=<value>` and return it."""
     loader = DataLoader(ArrayDataset(data.x_train, data.y_train), batch_size, shuffle=True, seed=seed)
     total = epochs * min(len(loader), max_steps or len(loader))
@@ -17,7 +17,7 @@ def train_classifier(model, data, input_shape, *, epochs, batch_size, lr, weight
                               optim.AdamW(lr, weight_decay=weight_decay, schedule=schedule),
                               input_shape=input_shape, device=device)
     history = fit(session, loader, epochs=epochs, test=(data.x_test, data.y_test), out_dir=out,
-                  progress=progress, max_steps=max_steps)
+                  progress=progress, max_steps=max_steps, resume=resume, overwrite=overwrite)
     accuracy = history[-1]["test_accuracy"]
     print(f"final test_accuracy={accuracy:.4f}")
     return accuracy

@@ -40,6 +40,7 @@ from ..ops.schema import MS_DOMAIN
 from ..providers import get_provider, provider_list
 from ..scheduler import schedule
 from .state import DeviceState
+from .targets import as_targets
 
 INPUT, TARGET = "input", "target"
 SCALE_INPUT = "accumulate.scale"
@@ -140,7 +141,7 @@ class TrainingSession:
     def _feeds(self, inputs, targets=None):
         feeds = {INPUT: np.asarray(inputs, dtype=self.input_spec[0])}
         if targets is not None:
-            feeds[TARGET] = np.asarray(targets, dtype=self.target_spec[0])
+            feeds[TARGET] = as_targets(targets, self.target_spec[0])
         return feeds
 
     # ------------------------------------------------------------------ training

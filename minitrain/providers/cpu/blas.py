@@ -5,10 +5,15 @@ Every BLAS call of minitrain goes to this one library, so one thread pool is in 
 OpenMP's.  Small products run on one BLAS thread: waking (and then spinning) a BLAS pool for
 a product of a few MFLOP costs more than it saves, and spinning BLAS threads starve the OpenMP
 threads of the next kernel on a 2-core machine.
+
+OpenBLAS's thread count is one setting for the whole process, so `blas_threads` holds a lock
+from setting it to restoring it: kernels run from several Python threads at once take turns
+at BLAS, instead of one thread's restore undoing another's setting mid-call.
 """
 import ctypes
 import glob
 import os
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -56,16 +61,18 @@ class BlasThreads:
 
 
 BLAS_THREADS = BlasThreads()
+_BLAS_LOCK = threading.RLock()
 
 
 @contextmanager
 def blas_threads(n):
-    """Run the body with SciPy's OpenBLAS at n threads."""
-    old = BLAS_THREADS.use(n)
-    try:
-        yield
-    finally:
-        BLAS_THREADS.restore(old)
+    """Run the body with SciPy's OpenBLAS at n threads, one Python thread at a time."""
+    with _BLAS_LOCK:
+        old = BLAS_THREADS.use(n)
+        try:
+            yield
+        finally:
+            BLAS_THREADS.restore(old)
 
 
 def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):

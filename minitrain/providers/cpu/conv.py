@@ -180,6 +180,15 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
                           n, itemsize, slack, rows, nt, block_rows)
 
 
+def _image_phases(size, stride, pad):
+    """The stride phases (i + pad) % stride that image points i in [0, size) fall in, in
+    increasing order: at most min(size, stride) of them, so planning costs nothing more for a
+    huge stride."""
+    if size >= stride:
+        return range(stride)
+    return sorted({(i + pad) % stride for i in range(size)})
+
+
 @lru_cache(maxsize=256)
 def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     """The data gradient of a convolution as kernel-A sub-problems, one per stride phase of the
@@ -195,12 +204,10 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     axes, pc, uncovered = [], [], False
     for a in range(3):
         options = []
-        for phi in range(strides[a]):
+        for phi in _image_phases(img[a], strides[a], pads[a]):
             u0 = -((phi - pads[a]) // strides[a])
             count = (pads[a] + img[a] - 1 - phi) // strides[a] + 1 - u0
             taps = [k for k in range(kernel[a]) if (k * dil[a]) % strides[a] == phi]
-            if count <= 0:
-                continue
             if not taps:
                 uncovered = True
                 continue

@@ -38,8 +38,9 @@ def softmax_cross_entropy(ctx):
         _sm.softmax(s.reshape(-1), log_prob.reshape(-1), s.shape[0], s.shape[1], s.shape[2], True,
                     get_num_threads())
     w = sample_weights(ctx, lab, s.shape[1], weights)
-    picked = np.take_along_axis(log_prob, np.where(w > 0, lab, 0)[:, None, :], axis=1)[:, 0, :]
-    nll = -picked * w
+    # ignored samples (weight 0) may hold any label: read class 0 for them, then zero them
+    picked = np.take_along_axis(log_prob, np.where(w != 0, lab, 0)[:, None, :], axis=1)[:, 0, :]
+    nll = np.where(w != 0, -picked * w, 0)
     reduction = ctx.attrs["reduction"]
     if reduction == "none":
         loss = nll.reshape(labels.shape)

@@ -142,17 +142,20 @@ def _geometry(ctx, x_shape, what="input 'X'"):
 
 def dx_shape(ctx, dy):
     """dX's shape: from ctx.output_shapes when the graph gives it (checked against dY), else
-    the smallest input shape that pools to dY's spatial shape."""
+    the smallest input shape that pools to dY's spatial shape (a guess where several do; see
+    minitrain/ops/pool.py)."""
     if not 3 <= dy.ndim <= 5:
         ctx.fail(f"input 'dY' has shape {dy.shape}; pooling needs (N, C, D1[, D2[, D3]])")
     given = ctx.output_shapes.get("dX")
     if given is not None:
         given = tuple(int(d) for d in given)
         if len(given) != dy.ndim or given[:2] != dy.shape[:2]:
-            ctx.fail(f"output_shapes['dX']={given} does not match dY {dy.shape} (rank, N and C)")
+            ctx.fail(f"input 'dY' has shape {dy.shape}, which does not match output_shapes['dX']={given} "
+                     "(rank, N and C)")
         out = tuple(g.out for g in _geometry(ctx, given, "dX"))
         if out != dy.shape[2:]:
-            ctx.fail(f"output_shapes['dX']={given} pools to spatial {out}, but dY has shape {dy.shape}")
+            ctx.fail(f"input 'dY' has shape {dy.shape}, but output_shapes['dX']={given} pools to "
+                     f"spatial {out}")
         return given
     sizes = input_sizes_for(ctx.attrs, dy.shape[2:], ctx.fail)
     return tuple(dy.shape[:2]) + tuple(s for s, _ in sizes)
@@ -206,7 +209,7 @@ def _max_pool_grad_plan(ctx, dy):
 def max_pool_grad(ctx):
     dy, indices = ctx.inputs[0], ctx.inputs[1]
     if indices.shape != dy.shape:
-        ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match dY {dy.shape}")
+        ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match input 'dY' {dy.shape}")
     shape, k2, col_major, in3 = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
                                       lambda: _max_pool_grad_plan(ctx, dy))
     planes, size = _planes(shape)
@@ -383,7 +386,7 @@ def global_max_pool_grad(ctx):
     dy, x = ctx.inputs[0], ctx.inputs[1]
     expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
     if not 3 <= x.ndim <= 5 or dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {x.shape} gives {expected}")
+        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of input 'X' {x.shape} gives {expected}")
     planes, size = _planes(x.shape)
     dx = np.empty_like(x)
     if planes and size:

@@ -13,7 +13,7 @@ def identity(ctx):
 @register_kernel("Flatten", since=1)
 def flatten(ctx):
     x = ctx.inputs[0]
-    axis = ctx.attrs["axis"] % (x.ndim + 1) if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
+    axis = ctx.attrs["axis"] + x.ndim if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
     return {"output": x.reshape(rows, -1) if rows else x.reshape(0, int(np.prod(x.shape[axis:])))}
 

@@ -1,0 +1,242 @@
+"""The cases of test_error_inputs.py, and the child process that runs them.
+
+Modelled on PyTorch's OpInfo error_inputs: every registered op has one sample (inputs and
+attributes that run), and the cases are that sample spoiled one way at a time: an input with
+another rank, one wrong dim, an empty dim, another dtype; an attribute NaN, infinite, huge,
+negative, of the wrong length, or unknown; a required input left out.  A case either must
+raise a minitrain error (expect "error"), or may also run (expect "any"); anything else (a
+crash, a hang, NumPy's or Python's own exception) fails it.
+
+`python tests/error_inputs.py FIRST LAST` runs cases FIRST..LAST-1, printing `begin i` before
+and `end i STATUS DETAIL` after each, so the parent can tell which case killed a child."""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MS = "com.microsoft"
+HUGE_INT = 2 ** 40
+BEYOND_INT64 = 2 ** 63
+
+
+def f(*shape):
+    return np.random.default_rng(len(shape)).standard_normal(shape)
+
+
+def labels(*shape, high=3):
+    return np.random.default_rng(0).integers(0, high, shape)
+
+
+# MaxPool's indices of a (2, 3, 5) input pooled by 2 with stride 1: offsets into the whole tensor
+MAX_INDICES = (np.arange(6)[:, None] * 5 + np.arange(4) + np.arange(4) % 2).reshape(2, 3, 4)
+
+# (domain, op) -> (inputs, attrs, output_shapes): one sample that runs
+SAMPLES = {
+    ("", "Add"): ([f(2, 3), f(3)], {}, None),
+    ("", "Sub"): ([f(2, 3), f(3)], {}, None),
+    ("", "Mul"): ([f(2, 3), f(3)], {}, None),
+    ("", "Div"): ([f(2, 3), f(3) + 3], {}, None),
+    ("", "Sum"): ([f(2, 3), f(3), f(2, 1)], {}, None),
+    ("", "Neg"): ([f(2, 3)], {}, None),
+    ("", "Identity"): ([f(2, 3)], {}, None),
+    ("", "Relu"): ([f(2, 3)], {}, None),
+    ("", "Sigmoid"): ([f(2, 3)], {}, None),
+    ("", "Tanh"): ([f(2, 3)], {}, None),
+    ("", "LeakyRelu"): ([f(2, 3)], {"alpha": 0.1}, None),
+    (MS, "QuickGelu"): ([f(2, 3)], {"alpha": 1.702}, None),
+    ("", "Softmax"): ([f(2, 3)], {"axis": -1}, None),
+    ("", "LogSoftmax"): ([f(2, 3)], {"axis": -1}, None),
+    ("", "Flatten"): ([f(2, 3, 4)], {"axis": 1}, None),
+    ("", "Reshape"): ([f(2, 3, 4), np.array([4, -1])], {"allowzero": 0}, None),
+    ("", "Shape"): ([f(2, 3)], {}, None),
+    ("", "Transpose"): ([f(2, 3, 4)], {"perm": [2, 0, 1]}, None),
+    ("", "Gemm"): ([f(2, 3), f(4, 3), f(4)], {"transA": 0, "transB": 1, "alpha": 0.5, "beta": 2.0}, None),
+    ("", "MatMul"): ([f(2, 3, 4), f(4, 5)], {}, None),
+    ("", "Conv"): ([f(2, 4, 6, 5), f(6, 2, 3, 3), f(6)],
+                   {"pads": [1, 0, 1, 0], "strides": [2, 1], "dilations": [1, 1], "group": 2,
+                    "kernel_shape": [3, 3], "auto_pad": "NOTSET"}, None),
+    ("", "ConvTranspose"): ([f(2, 4, 3, 4), f(4, 3, 3, 2), f(6)],
+                            {"strides": [2, 1], "pads": [1, 0, 0, 1], "output_padding": [1, 0], "group": 2,
+                             "dilations": [1, 2], "kernel_shape": [3, 2], "auto_pad": "NOTSET"}, None),
+    ("", "MaxPool"): ([f(2, 3, 7, 6)], {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 0],
+                                         "dilations": [1, 2], "ceil_mode": 1, "storage_order": 0,
+                                         "auto_pad": "NOTSET"}, None),
+    ("", "AveragePool"): ([f(2, 3, 7, 6)], {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 0],
+                                             "dilations": [1, 1], "ceil_mode": 1, "count_include_pad": 1,
+                                             "auto_pad": "NOTSET"}, None),
+    ("", "GlobalAveragePool"): ([f(2, 3, 4, 5)], {}, None),
+    ("", "GlobalMaxPool"): ([f(2, 3, 4, 5)], {}, None),
+    ("", "BatchNormalization"): ([f(2, 3, 4), f(3), f(3), f(3), f(3) ** 2 + 1],
+                                 {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1}, None),
+    ("", "Dropout"): ([f(3, 4), np.array(0.3), np.array(True)], {"seed": 1}, None),
+    ("", "SoftmaxCrossEntropyLoss"): ([f(5, 3), labels(5), f(3) ** 2], {"reduction": "mean", "ignore_index": 1},
+                                      None),
+    (MS, "MSELoss"): ([f(3, 4), f(3, 4)], {"reduction": "mean"}, None),
+    (MS, "ConvGrad"): ([f(2, 4, 6, 5), f(2, 3, 6, 7), f(4, 3, 3, 3)],
+                       {"pads": [1, 0, 1, 0], "strides": [1, 1], "dilations": [1, 1], "group": 1,
+                        "kernel_shape": [3, 3], "auto_pad": "NOTSET"}, None),
+    (MS, "ConvTransposeGrad"): ([f(2, 4, 9, 7), f(2, 3, 4, 5), f(3, 4, 3, 3)],
+                                {"strides": [2, 1], "pads": [0, 0, 0, 0], "output_padding": [0, 0], "group": 1,
+                                 "dilations": [1, 1], "kernel_shape": [3, 3], "auto_pad": "NOTSET"}, None),
+    ("", "MaxPoolGrad"): ([f(2, 3, 4), MAX_INDICES], {"kernel_shape": [2], "strides": [1], "pads": [0, 0],
+                                                       "dilations": [1], "ceil_mode": 0, "storage_order": 0,
+                                                       "auto_pad": "NOTSET"}, {"dX": (2, 3, 5)}),
+    ("", "AveragePoolGrad"): ([f(2, 3, 2, 3)], {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 0, 0],
+                                                "dilations": [1, 1], "ceil_mode": 0, "count_include_pad": 0,
+                                                "auto_pad": "NOTSET"}, {"dX": (2, 3, 4, 6)}),
+    (MS, "ReluGrad"): ([f(3, 4), f(3, 4)], {}, None),
+    (MS, "SigmoidGrad"): ([f(3, 4), f(3, 4)], {}, None),
+    (MS, "TanhGrad"): ([f(3, 4), f(3, 4)], {}, None),
+    (MS, "LeakyReluGrad"): ([f(3, 4), f(3, 4)], {"alpha": 0.1}, None),
+    (MS, "QuickGeluGrad"): ([f(3, 4), f(3, 4)], {"alpha": 1.702}, None),
+    (MS, "SoftmaxGrad"): ([f(3, 4), f(3, 4)], {"axis": 1}, None),
+    (MS, "SoftmaxGrad_13"): ([f(3, 4), f(3, 4)], {"axis": -1}, None),
+    (MS, "LogSoftmaxGrad"): ([f(3, 4), f(3, 4)], {"axis": 1}, None),
+    (MS, "LogSoftmaxGrad_13"): ([f(3, 4), f(3, 4)], {"axis": -1}, None),
+    (MS, "BatchNormalizationGrad"): ([f(2, 3, 4), f(2, 3, 4), f(3), f(3), f(3) ** 2 + 1],
+                                     {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1}, None),
+    (MS, "GlobalAveragePoolGrad"): ([f(2, 3, 1, 1), np.array([2, 3, 4, 5])], {}, None),
+    (MS, "GlobalMaxPoolGrad"): ([f(2, 3, 1), f(2, 3, 6)], {}, None),
+    (MS, "MSELossGrad"): ([f(3, 4), f(3, 4), f(3, 4)], {"reduction": "none"}, None),
+    (MS, "SoftmaxCrossEntropyLossGrad"): ([f(5), np.log(np.full((5, 3), 1 / 3)), labels(5), f(3)],
+                                          {"reduction": "none", "ignore_index": 0}, None),
+    (MS, "DropoutGrad"): ([f(3, 4), np.ones((3, 4), bool), np.array(0.5), np.array(True)], {}, None),
+    (MS, "SumToShape"): ([f(3, 4), np.array([1, 4])], {}, None),
+    (MS, "InPlaceAccumulator"): ([f(3, 2), f(3, 2), np.array(0.5)], {}, None),
+    (MS, "SGDOptimizer"): ([np.array(0.1), f(3, 2), f(2), f(3, 2), f(2), f(3, 2), f(2)],
+                           {"momentum": 0.9, "nesterov": 1, "weight_decay": 0.01, "max_norm": 1.0}, None),
+    (MS, "AdamOptimizer"): ([np.array(0.1), np.array(3), f(3, 2), f(3, 2), f(3, 2), f(3, 2) ** 2],
+                            {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "decoupled_weight_decay": 1,
+                             "weight_decay": 0.01, "max_norm": 1.0}, None),
+}
+
+
+@dataclass
+class Case:
+    id: str
+    domain: str
+    op: str
+    inputs: list
+    attrs: dict
+    output_shapes: dict = None
+    expect: str = "any"          # "error": must raise a minitrain error; "any": may also run
+    dtype_cast: dict = field(default_factory=dict)
+
+
+def _spoiled_inputs(domain, op, inputs, attrs, shapes, formal):
+    """Cases that change one input at a time."""
+    def case(tag, i, value, expect="any"):
+        spoiled = list(inputs)
+        spoiled[i] = value
+        return Case(f"{op}-input{i}-{tag}", domain, op, spoiled, attrs, shapes, expect)
+    def spec(i):
+        return formal[min(i, len(formal) - 1)]
+    shared = [i for i, x in enumerate(inputs) if x is not None and spec(i).types == "T"]
+    for i, x in enumerate(inputs):
+        if x is None:
+            continue
+        yield case("rank+1", i, x.reshape(x.shape + (1,)))
+        if x.ndim:
+            yield case("rank-1", i, np.ascontiguousarray(x[..., 0]))
+        for axis in range(x.ndim):
+            bigger = list(x.shape)
+            bigger[axis] += 1
+            yield case(f"dim{axis}+1", i, np.resize(x, bigger))
+            empty = list(x.shape)
+            empty[axis] = 0
+            yield case(f"dim{axis}=0", i, np.zeros(empty, x.dtype))
+        if x.dtype.kind == "f":
+            yield case("int32", i, x.astype(np.int32), "error")
+            yield case("float16", i, x.astype(np.float16))      # most CPU kernels lack it: an error
+            if i in shared and len(shared) > 1:            # inputs of type T share one dtype
+                yield case("float32_among_float64", i, x.astype(np.float32), "error")
+        elif x.dtype.kind in "iu":
+            yield case("as_float", i, x.astype(np.float64), "error")
+    required = sum(1 for spec in formal if not spec.optional and not spec.variadic)
+    if required:
+        yield Case(f"{op}-missing-input{required - 1}", domain, op, list(inputs[:required - 1]), attrs, shapes,
+                   "error")
+
+
+def _attr_values(kind, current):
+    """(tag, value, expect) spoiling an attribute of this kind."""
+    if kind == "float":
+        yield from (("nan", math.nan, "error"), ("inf", math.inf, "error"), ("-inf", -math.inf, "error"),
+                    ("huge", 1e300, "any"), ("negative", -1.0, "any"), ("zero", 0.0, "any"))
+    elif kind == "int":
+        yield from (("negative", -1, "any"), ("zero", 0, "any"), ("huge", HUGE_INT, "any"),
+                    ("-huge", -HUGE_INT, "any"), ("beyond_int64", BEYOND_INT64, "error"),
+                    ("text", "one", "error"))
+    elif kind == "ints":
+        n = len(current) if current else 1
+        yield from (("empty", [], "any"), ("zeros", [0] * n, "any"), ("negative", [-1] * n, "any"),
+                    ("huge", [HUGE_INT] * n, "any"), ("beyond_int64", [BEYOND_INT64] * n, "error"),
+                    ("longer", [1] * (n + 1), "any"), ("floats", [1.5] * n, "error"))
+    elif kind == "floats":
+        yield ("nan", [math.nan], "error")
+    elif kind == "string":
+        yield from (("bogus", "BOGUS", "error"), ("int", 3, "error"))
+
+
+def _spoiled_attrs(domain, op, inputs, attrs, shapes, schema_attrs):
+    for name, spec in sorted(schema_attrs.items()):
+        for tag, value, expect in _attr_values(spec.kind, attrs.get(name)):
+            yield Case(f"{op}-{name}={tag}", domain, op, inputs, {**attrs, name: value}, shapes, expect)
+    yield Case(f"{op}-unknown-attribute", domain, op, inputs, {**attrs, "no_such_attribute": 1}, shapes, "error")
+
+
+def _known_crashes():
+    """Inputs that once crashed the process, as found."""
+    x = np.zeros((2, 3, 10 ** 6), np.float32)
+    stats = [np.ones(3, np.float32), np.zeros(3, np.float32), np.ones(3, np.float32)]
+    yield Case("BatchNormalizationGrad-dY-(2,3,1)-for-X-(2,3,10**6)", MS, "BatchNormalizationGrad",
+               [np.ones((2, 3, 1), np.float32), x] + stats, {}, None, "error")
+
+
+def cases():
+    """Every case, in a fixed order (a child and its parent build the same list)."""
+    from minitrain.ops import get_schema
+    result = list(_known_crashes())
+    for (domain, op), (inputs, attrs, shapes) in sorted(SAMPLES.items()):
+        sch = get_schema(op, domain, None)
+        result.append(Case(f"{op}-sample", domain, op, list(inputs), dict(attrs), shapes, "run"))
+        result.extend(_spoiled_inputs(domain, op, list(inputs), dict(attrs), shapes, sch.inputs))
+        result.extend(_spoiled_attrs(domain, op, list(inputs), dict(attrs), shapes, sch.attrs))
+    return result
+
+
+def run_case(case):
+    """(status, detail): ok, or a reason the case failed."""
+    from minitrain import run_node
+    from minitrain.errors import MinitrainError
+    inputs = [None if x is None else x.copy() for x in case.inputs]
+    try:
+        run_node(case.op, inputs, attrs=case.attrs, domain=case.domain, output_shapes=case.output_shapes)
+    except MinitrainError as e:
+        if case.expect == "run":
+            return "fail", f"the sample does not run: {type(e).__name__}: {e}"
+        if not isinstance(e, (ValueError, TypeError)) or case.op not in str(e):
+            return "fail", f"{type(e).__name__} does not name the op: {e}"
+        return "ok", type(e).__name__
+    except BaseException as e:         # noqa: BLE001 - anything else is the failure being tested for
+        return "fail", f"{type(e).__name__}: {e}"
+    if case.expect == "error":
+        return "fail", "ran without an error"
+    return "ok", "ran"
+
+
+def main(first, last):
+    import minitrain.random
+    all_cases = cases()
+    for i in range(first, min(last, len(all_cases))):
+        minitrain.random.seed(0)
+        print(f"begin {i}", flush=True)
+        status, detail = run_case(all_cases[i])
+        print(f"end {i} {status} {' '.join(detail.split())[:500]}", flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
