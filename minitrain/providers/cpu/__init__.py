@@ -20,7 +20,7 @@ class CpuProvider(Provider):
     name = "cpu"
 
     def from_numpy(self, array):
-        return np.ascontiguousarray(array)
+        return np.asarray(array, order="C")
 
     def to_numpy(self, value):
         return value
@@ -29,7 +29,7 @@ class CpuProvider(Provider):
         return isinstance(value, np.ndarray)
 
     def as_native(self, value):
-        return np.ascontiguousarray(value)
+        return np.asarray(value, order="C")
 
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
