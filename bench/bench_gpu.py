@@ -107,7 +107,7 @@ def pool_act_rows(torch, provider, timer, copy_gbs):
             attrs = case.onnx_attrs()
             k, s, p = list(case.kernel), list(case.stride), list(case.pad)
             if case.op == "max":
-                _, indices = minitrain.run_node("MaxPool", [dev["x"]], attrs=attrs)
+                _, indices = minitrain.run_node("MaxPool", [dev["x"]], attrs=attrs, provider=provider)
                 mine = bound(provider, "MaxPoolGrad", [dev["dy"], indices], attrs, output_shapes={"dX": case.x_shape})
                 _, tind = F.max_pool2d(t["x"], k, s, p, return_indices=True)
                 theirs = lambda: aten.max_pool2d_with_indices_backward(t["dy"], t["x"], k, s, p, [1, 1], False, tind)  # noqa: E731,E501

@@ -1,6 +1,6 @@
 // Elementwise activations and their com.microsoft gradients, with ext/activation.pyx's
 // formulas (and so its NaN behaviour: a comparison with NaN is false):
-//   relu(x) = x > 0 ? x : 0               ReluGrad(dy, x)           = x > 0 ? dy : 0
+//   relu(x) = x <= 0 ? 0 : x               ReluGrad(dy, x)           = x > 0 ? dy : 0
 //   sigmoid(x)                            SigmoidGrad(dy, y)        = dy * y * (1 - y)
 //   tanh(x)                               TanhGrad(dy, y)           = dy * (1 - y * y)
 //   leaky(x) = x >= 0 ? x : alpha x       LeakyReluGrad(dy, y)      = y > 0 ? dy : alpha dy
@@ -21,7 +21,7 @@ template <typename A> __device__ __forceinline__ A sigmoid(A v) {
     return (v >= A(0) ? A(1) : e) / (A(1) + e);
 }
 
-template <typename A> struct Relu { A alpha; __device__ A operator()(A x) const { return x > A(0) ? x : A(0); } };
+template <typename A> struct Relu { A alpha; __device__ A operator()(A x) const { return x <= A(0) ? A(0) : x; } };
 template <typename A> struct Sigmoid { A alpha; __device__ A operator()(A x) const { return sigmoid(x); } };
 template <typename A> struct Tanh { A alpha; __device__ A operator()(A x) const { return tanh_acc(x); } };
 template <typename A> struct LeakyRelu {

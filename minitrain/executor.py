@@ -71,8 +71,7 @@ def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cp
     if opset is None:
         opset = newest_opset(op_type, domain)
     native = any(x is not None and not isinstance(x, np.ndarray) and prov.is_native(x) for x in inputs)
-    arrays = [None if x is None or prov.is_native(x) else np.asarray(x) for x in inputs]
-    arrays = [x if a is None else a for x, a in zip(inputs, arrays)]
+    arrays = [x if x is None or prov.is_native(x) else _to_host(x) for x in inputs]
     types = [None if a is None else TensorType(np.dtype(a.dtype), tuple(a.shape)) for a in arrays]
     bound, _ = bind_node(op_type, types, attrs, domain=domain, opset=opset, provider=prov,
                          wanted=None if outputs is None else list(outputs))
@@ -92,7 +91,8 @@ def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cp
 
 
 def _to_host(value):
-    """A C-contiguous host (NumPy) array of a value that a kernel reads from host memory."""
+    """A C-contiguous host (NumPy) array of a value that a kernel reads from host memory (a
+    device tensor of another provider is copied to the host)."""
     if isinstance(value, np.ndarray):     # ascontiguousarray would make a 0-d array 1-d
         return value if value.flags.c_contiguous else np.ascontiguousarray(value)
     return np.asarray(value.get()) if hasattr(value, "get") else np.asarray(value)

@@ -30,7 +30,8 @@ def device_index():
 
 def primary_context():
     """The device's primary context, retained and made current once per process, so PyTorch,
-    CuPy or another pycuda user in the same process shares it; popped at exit."""
+    CuPy or another pycuda user in the same process shares it; popped at exit, after the
+    memory that minitrain's pools hold is returned."""
     global _context
     if _context is None:
         import atexit
@@ -42,7 +43,12 @@ def primary_context():
 
         def release():
             global _context
+            import gc
+
             from pycuda.tools import clear_context_caches
+            from .runtime import release_pools
+            gc.collect()            # device objects nobody holds go while the context is current
+            release_pools()
             _context.pop()
             _context = None
             clear_context_caches()

@@ -7,6 +7,8 @@ next allocation can reuse it at once: the stream orders the reuse after the last
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pycuda.driver as driver
 from pycuda.gpuarray import GPUArray
@@ -15,7 +17,13 @@ from pycuda.tools import DeviceMemoryPool
 from ..base import Provider
 from .device import primary_context
 
-FLOAT_TYPES = (np.float16, np.float32, np.float64)
+_providers = weakref.WeakSet()
+
+
+def release_pools():
+    """Free the blocks every live provider's pool holds (at exit, before the context goes)."""
+    for provider in list(_providers):
+        provider.pool.stop_holding()
 
 
 def device_ptr(value):
@@ -38,6 +46,7 @@ class CudaProvider(Provider):
         self.compute_capability = self.device.compute_capability()
         self._blas = None
         self._sync_checks = []
+        _providers.add(self)
 
     def add_sync_check(self, check):
         """Call `check()` whenever the host has waited for this stream: kernels that find bad

@@ -26,7 +26,7 @@ def identity(ctx):
 @register_kernel("Flatten", since=1, provider="cuda", dtypes=FLOATS)
 def flatten(ctx):
     x = ctx.inputs[0]
-    axis = ctx.attrs["axis"] % (x.ndim + 1) if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
+    axis = ctx.attrs["axis"] + x.ndim if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
     return {"output": view(ctx.provider, x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))}
 
 
