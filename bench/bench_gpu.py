@@ -56,27 +56,48 @@ def arg(name, default):
 
 
 class Timer:
-    """Times callables with CUDA events on the torch stream that both peers queue on."""
+    """GPU time per call of a peer's kernels, from CUDA events on the stream the peer queues on.
 
-    def __init__(self, torch, rounds):
-        self.torch, self.rounds = torch, rounds
+    Before each batch of calls a spin kernel holds that stream for SPIN_CYCLES, long enough
+    for the host to queue the whole batch behind it, so the events bracket the kernels' own
+    time, not the host's cost of launching them (reported apart, in the host-cost table)."""
+    SPIN_CYCLES = 40_000_000
 
-    def per_call_ms(self, fn, sync):
+    def __init__(self, torch, provider, rounds):
+        from pycuda.compiler import SourceModule
+        self.torch, self.provider, self.rounds = torch, provider, rounds
+        source = ('extern "C" __global__ void spin(long long cycles) '
+                  '{ long long start = clock64(); while (clock64() - start < cycles) {} }')
+        self._spin = SourceModule(source, no_extern_c=True).get_function("spin")
+
+    def minitrain_ms(self, fn):
+        import pycuda.driver as driver
+        stream = self.provider.stream
+        return self._median(fn, lambda: self._spin(np.int64(self.SPIN_CYCLES), block=(1, 1, 1), grid=(1, 1),
+                                                   stream=stream),
+                            lambda: driver.Event(), lambda e: e.record(stream),
+                            lambda a, b: (b.synchronize(), a.time_till(b))[1])
+
+    def torch_ms(self, fn):
         torch = self.torch
+        return self._median(fn, lambda: torch.cuda._sleep(self.SPIN_CYCLES),
+                            lambda: torch.cuda.Event(enable_timing=True), lambda e: e.record(),
+                            lambda a, b: (b.synchronize(), a.elapsed_time(b))[1])
+
+    def _median(self, fn, spin, event, record, elapsed):
         for _ in range(5):
             fn()
-        sync()
+        self.provider.synchronize()
+        self.torch.cuda.synchronize()
         means = []
         for _ in range(self.rounds):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            sync()
-            start.record()
+            start, end = event(), event()
+            spin()
+            record(start)
             for _ in range(CALLS):
                 fn()
-            sync()
-            end.record()
-            end.synchronize()
-            means.append(start.elapsed_time(end) / CALLS)
+            record(end)
+            means.append(elapsed(start, end) / CALLS)
         return statistics.median(means)
 
 
@@ -91,13 +112,12 @@ def copy_bandwidth(torch, timer):
     """GB/s of a device-to-device copy of 256 MiB, counting bytes read and written."""
     src = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    ms = timer.per_call_ms(lambda: dst.copy_(src), torch.cuda.synchronize)
+    ms = timer.torch_ms(lambda: dst.copy_(src))
     return 2 * src.numel() * 4 / ms / 1e6
 
 
 def pool_act_rows(torch, provider, timer, copy_gbs):
     F, aten = torch.nn.functional, torch.ops.aten
-    sync = _sync(torch, provider)
     rows = []
     for case in POOL_CASES + ACT_CASES:
         data = make_inputs(case)
@@ -123,7 +143,7 @@ def pool_act_rows(torch, provider, timer, copy_gbs):
             nbytes = case.bwd_bytes
         np.testing.assert_allclose(provider.to_numpy(mine()), theirs().cpu().numpy(), rtol=1e-4, atol=1e-5,
                                    err_msg=case.name)
-        ms_mine, ms_torch = timer.per_call_ms(mine, sync), timer.per_call_ms(theirs, sync)
+        ms_mine, ms_torch = timer.minitrain_ms(mine), timer.torch_ms(theirs)
         gbs_mine, gbs_torch = nbytes / ms_mine / 1e6, nbytes / ms_torch / 1e6
         target = 0.9 if case.name in ELEMENTWISE else 1.0
         ratio = gbs_mine / gbs_torch
@@ -153,7 +173,6 @@ def _torch_act_grad(torch, case, t):
 
 
 def gemm_rows(torch, provider, timer):
-    sync = _sync(torch, provider)
     rows = []
     for case in GEMM_CASES:
         data = make_inputs(case)
@@ -162,7 +181,7 @@ def gemm_rows(torch, provider, timer):
         mine = bound(provider, "MatMul", [a, b], {})
         theirs = lambda: torch.matmul(ta, tb)  # noqa: E731
         np.testing.assert_allclose(provider.to_numpy(mine()), theirs().cpu().numpy(), rtol=1e-3, atol=1e-3)
-        ms_mine, ms_torch = timer.per_call_ms(mine, sync), timer.per_call_ms(theirs, sync)
+        ms_mine, ms_torch = timer.minitrain_ms(mine), timer.torch_ms(theirs)
         ratio = ms_torch / ms_mine
         rows.append([case.name, f"{case.M}x{case.N}x{case.K}", f"{ms_mine:.4f}", f"{case.flops / ms_mine / 1e6:.0f}",
                      f"{ms_torch:.4f}", f"{case.flops / ms_torch / 1e6:.0f}", f"{ratio:.2f}", ">= 0.95",
@@ -197,19 +216,12 @@ def host_cost_rows(torch, provider):
     return rows
 
 
-def _sync(torch, provider):
-    def sync():
-        provider.synchronize()
-        torch.cuda.synchronize()
-    return sync
-
-
 def main():
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     provider = get_provider("cuda").for_session()
-    timer = Timer(torch, int(arg("--rounds", 7)))
+    timer = Timer(torch, provider, int(arg("--rounds", 7)))
     device = torch.cuda.get_device_name()
     copy_gbs = copy_bandwidth(torch, timer)
     started = time.time()
@@ -219,7 +231,9 @@ def main():
     lines = [
         f"# GPU benchmark: minitrain's CUDA provider against PyTorch on {device}", "",
         f"{datetime.date.today()}, `python bench/bench_gpu.py`, PyTorch {torch.__version__}, "
-        f"CUDA events, median of {timer.rounds} rounds of {CALLS} calls after warm-up, float32, TF32 off; "
+        f"GPU time from CUDA events (each batch of calls queued behind a spin kernel, so host launch cost is "
+        f"excluded; it is the last table), median of {timer.rounds} rounds of {CALLS} calls after warm-up, "
+        f"float32, TF32 off; "
         f"the device-to-device copy moved {copy_gbs:.0f} GB/s (read + written) in the same run "
         f"({time.time() - started:.0f} s).", "",
         "## Pooling and activation gradients (GB/s = tensors read and written once / time)", "",
