@@ -96,13 +96,17 @@ __device__ void softmax_grad_warp_impl(const T* dy, const T* y, T* dx, int64_t r
         const int j = k * 32 + lane;
         g[k] = j < n ? to_acc<T>(dy[j]) : A(0);
         w[k] = j < n ? to_acc<T>(y[j]) : A(0);
+    }
+#pragma unroll
+    for (int k = 0; k < E; ++k) {    // LogSoftmaxGrad's exps are taken while the sum's shuffles wait
         s += log_softmax ? g[k] : g[k] * w[k];
+        if (log_softmax) w[k] = exp_acc(w[k]);
     }
     s = warp_sum(s);
 #pragma unroll
     for (int k = 0; k < E; ++k) {
         const int j = k * 32 + lane;
-        if (j < n) dx[j] = from_acc<T>(log_softmax ? g[k] - exp_acc(w[k]) * s : w[k] * (g[k] - s));
+        if (j < n) dx[j] = from_acc<T>(log_softmax ? g[k] - w[k] * s : w[k] * (g[k] - s));
     }
 }
 
