@@ -30,6 +30,7 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 import minitrain  # noqa: E402
+from bench_pool_act import ACT_GRAD_OPS, torch_act_grad  # noqa: E402
 from cases import ACT_CASES, GEMM_CASES, POOL_CASES, make_inputs  # noqa: E402
 from harness import markdown_table  # noqa: E402
 from minitrain.executor import bind_node  # noqa: E402
@@ -39,16 +40,6 @@ from minitrain.providers import get_provider  # noqa: E402
 MS = "com.microsoft"
 CALLS = 50                  # calls per timed batch
 ELEMENTWISE = {"relu_grad", "sigmoid_grad", "tanh_grad", "quickgelu_grad", "leakyrelu_grad"}
-# activation case op -> (minitrain gradient op, forward tensor it reads, attrs)
-ACT_GRAD_OPS = {
-    "relu": ("ReluGrad", "x", {}),
-    "sigmoid": ("SigmoidGrad", "y", {}),
-    "tanh": ("TanhGrad", "y", {}),
-    "quickgelu": ("QuickGeluGrad", "x", {"alpha": 1.702}),
-    "leakyrelu": ("LeakyReluGrad", "y", {"alpha": 0.01}),
-    "softmax": ("SoftmaxGrad_13", "y", {"axis": -1}),
-    "logsoftmax": ("LogSoftmaxGrad_13", "y", {"axis": -1}),
-}
 
 
 def arg(name, default):
@@ -139,7 +130,7 @@ def pool_act_rows(torch, provider, timer, copy_gbs):
         else:
             op, reads, attrs = ACT_GRAD_OPS[case.op]
             mine = bound(provider, op, [dev["dy"], dev[reads]], attrs, domain=MS)
-            theirs = _torch_act_grad(torch, case, t)
+            theirs = torch_act_grad(torch, case, t)
             nbytes = case.bwd_bytes
         np.testing.assert_allclose(provider.to_numpy(mine()), theirs().cpu().numpy(), rtol=1e-4, atol=1e-5,
                                    err_msg=case.name)
@@ -150,26 +141,6 @@ def pool_act_rows(torch, provider, timer, copy_gbs):
         rows.append([case.name, f"{ms_mine:.4f}", f"{gbs_mine:.0f}", f"{gbs_mine / copy_gbs:.0%}", f"{ms_torch:.4f}",
                      f"{gbs_torch:.0f}", f"{ratio:.2f}", f">= {target:.2f}", "met" if ratio >= target else "missed"])
     return rows
-
-
-def _torch_act_grad(torch, case, t):
-    aten, dy = torch.ops.aten, t["dy"]
-    if case.op == "relu":
-        return lambda: aten.threshold_backward(dy, t["x"], 0)
-    if case.op == "sigmoid":
-        return lambda: aten.sigmoid_backward(dy, t["y"])
-    if case.op == "tanh":
-        return lambda: aten.tanh_backward(dy, t["y"])
-    if case.op == "leakyrelu":
-        return lambda: aten.leaky_relu_backward(dy, t["y"], case.alpha, True)
-    if case.op == "quickgelu":       # no torch kernel: the eager composite
-        def quickgelu():
-            s = torch.sigmoid(case.alpha * t["x"])
-            return dy * s * (1 + case.alpha * t["x"] * (1 - s))
-        return quickgelu
-    if case.op == "softmax":
-        return lambda: aten._softmax_backward_data(dy, t["y"], case.axis, torch.float32)
-    return lambda: aten._log_softmax_backward_data(dy, t["y"], case.axis, torch.float32)
 
 
 def gemm_rows(torch, provider, timer):

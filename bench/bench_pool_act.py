@@ -146,7 +146,12 @@ def torch_case(torch, case, direction, data):
             _, tind = F.max_pool2d(x, k, s, p, return_indices=True)
             return lambda: aten.max_pool2d_with_indices_backward(dy, x, k, s, p, [1, 1], False, tind).view(case.x_shape)
         return lambda: aten.avg_pool2d_backward(dy, x, k, s, p, False, case.count_include_pad, None).view(case.x_shape)
-    dy = t["dy"]
+    return torch_act_grad(torch, case, t)
+
+
+def torch_act_grad(torch, case, t):
+    """PyTorch's gradient kernel of an activation case, on the tensors `t` (dy, x, y)."""
+    aten, dy = torch.ops.aten, t["dy"]
     if case.op == "relu":
         return lambda: aten.threshold_backward(dy, t["x"], 0)
     if case.op == "sigmoid":

@@ -11,6 +11,7 @@ import pytest
 from minitrain import run_node
 from minitrain.gradcheck import gradcheck
 from minitrain.providers.cpu import pool as cpu_pool
+from minitrain.providers import plan_cache
 
 FLAT_CASES = [  # spatial, kernel, pads (begin..., end...), dilations
     ((7, 9), (3, 3), (1, 1, 1, 1), (1, 1)),          # the benchmark's 3x3 s1 p1
@@ -63,7 +64,7 @@ def flat_calls(monkeypatch):
         calls.append(src.shape)
         return kernel(src, *args)
     monkeypatch.setattr(cpu_pool, "_avg_flat", types.SimpleNamespace(window_sums=spy))
-    monkeypatch.setattr(cpu_pool, "_PLANS", {})
+    monkeypatch.setattr(plan_cache, "_PLANS", {})
     return calls
 
 

@@ -28,28 +28,11 @@ from ...ops.pool_geometry import DimGeometry, input_sizes_for, pool_geometry
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import get_num_threads
+from ..plan_cache import cached_plan as _plan
 
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 _TAPS, _WINDOWS, _PAIRS, _SPREAD = 0, 1, 2, 1     # the W modes of ext/pool.pyx
-_PLANS = {}
-_MAX_PLANS = 256
 _FLAT_CHUNK = 1024      # elements of window_sums' column tables (whole rows, at least one)
-
-
-def _plan(ctx, kind, signature, build):
-    """build() -> plan, cached by (kind, signature, attributes); errors are raised, not cached."""
-    try:
-        key = (kind, signature, tuple(sorted(
-            (k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in ctx.attrs.items())))
-        plan = _PLANS.get(key)
-    except TypeError:           # an unhashable attribute value: no caching
-        return build()
-    if plan is None:
-        plan = build()
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
 
 
 def _as_3d(dims):

@@ -20,6 +20,7 @@ import numpy as np
 from ...ops.pool_geometry import DimGeometry, pool_geometry
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
+from ..plan_cache import cached_plan as _plan
 from ..cpu.pool import dx_shape
 from .compiler import Kernel
 
@@ -36,25 +37,7 @@ _global_pool = Kernel("pool", "global_pool", "PPqqi")
 _global_avg_pool_grad = Kernel("pool", "global_avg_pool_grad", "PPqq")
 _global_max_pool_grad = Kernel("pool", "global_max_pool_grad", "PPPqq")
 
-_PLANS = {}
-_MAX_PLANS = 256
 _scratch = weakref.WeakKeyDictionary()      # provider -> max_pool_grad_tiles' two counters
-
-
-def _plan(ctx, kind, signature, build):
-    """build() -> plan, cached by (kind, signature, attributes); errors are raised, not cached."""
-    try:
-        key = (kind, signature, tuple(sorted(
-            (k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in ctx.attrs.items())))
-        plan = _PLANS.get(key)
-    except TypeError:           # an unhashable attribute value: no caching
-        return build()
-    if plan is None:
-        plan = build()
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
 
 
 def _dims(ctx, shape, what="input 'X'"):
