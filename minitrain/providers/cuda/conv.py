@@ -5,8 +5,9 @@ As on the CPU (providers/cpu/conv.py), three primitives on a ConvGeometry do all
   * data:    image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
   * weight:  dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW, X and dY
                                              swapped, as ONNX Runtime's ConvTransposeGrad does)
-and the bias gradient is a per-channel block reduction.  Two algorithms serve each primitive,
-ranked per shape by the search of conv_search.py:
+and the bias gradient is a per-channel block reduction.  Two algorithms of minitrain's own serve
+each primitive, ranked per shape by the search of conv_search.py with cuDNN's (cudnn.py, when
+libcudnn 9 loads and the pads are symmetric):
   * Im2colGemm: im2col (vol2col) of a chunk of samples into a pooled workspace, then cuBLAS
     GEMMs strided-batched over samples or groups; col2im gathers the data gradient; the weight
     gradient takes one GEMM per sample and sums the partials in a fixed order.  1x1 stride-1
@@ -26,7 +27,7 @@ from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ..cpu.conv import geo_array
-from . import conv_search
+from . import conv_search, cudnn
 from .compiler import Kernel
 from .runtime import device_ptr
 
@@ -247,6 +248,8 @@ class Direct:
 
 
 ALGORITHMS = [Im2colGemm(), Direct()]
+# cuDNN's algorithms join per key (heuristic mode: after the direct kernel where it suits)
+FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits)]
 
 
 def run_primitive(ctx, direction, geom, n, buffers):
@@ -256,7 +259,7 @@ def run_primitive(ctx, direction, geom, n, buffers):
         return
     key = conv_search.ConvKey(ctx.op_type, direction, n, geom, out.dtype.name, bool(ctx.provider.use_tf32),
                               tuple(ctx.wanted))
-    conv_search.execute(ctx.provider, key, ALGORITHMS, buffers)
+    conv_search.execute(ctx.provider, key, ALGORITHMS + FAMILIES, buffers)
 
 
 # --------------------------------------------------------------------------- kernels

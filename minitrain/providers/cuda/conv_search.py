@@ -9,11 +9,17 @@ set-up), and caches the ranking, fastest first, in a bounded LRU.  Every call th
 ranked algorithms in order: when one fails (a launch error, a workspace allocation that the
 pool cannot serve) the next takes over, and the fallback is logged once per key and algorithm.
 
+An entry of the algorithm list may instead be a family (an object with `for_key(provider,
+key)`): on a cache miss it stands for the algorithms it returns for that key, which are then
+filtered, timed and ranked with the others.  cuDNN is one (cudnn.py: one algorithm per
+algorithm its _v7 heuristic finds for the key, none without libcudnn).
+
 OPTIONS (module-wide, like PyTorch's torch.backends.cudnn flags):
   mode: "exhaustive" (time the candidates, the default), "heuristic" (each algorithm's own
         `heuristic_rank(key)`, lowest first; nothing timed) or "fixed" (`algorithm` first,
         the others as fallbacks);
-  algorithm: the algorithm name for mode "fixed";
+  algorithm: for mode "fixed", an algorithm's name or a family's (an algorithm's `family`
+        attribute, "cudnn": its algorithms first, in the family's order);
   deterministic: only algorithms whose results do not depend on scheduling (`deterministic`
         attribute; minitrain's own kernels all are);
   workspace_limit: bytes, or None for free memory less 10%.
@@ -22,7 +28,7 @@ The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the ke
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
@@ -61,10 +67,11 @@ OPTIONS = SearchOptions()
 
 class SearchStats:
     """Counters the tests read: searches run (cache misses), cache hits, candidates timed,
-    fallbacks taken."""
+    fallbacks taken, and the runs of each algorithm."""
 
     def __init__(self):
         self.searches = self.hits = self.timed = self.fallbacks = 0
+        self.ran = Counter()    # algorithm name -> runs that succeeded outside timing
 
 
 STATS = SearchStats()
@@ -95,6 +102,14 @@ def max_workspace():
     return limit if OPTIONS.workspace_limit is None else min(limit, int(OPTIONS.workspace_limit))
 
 
+def expand(provider, key, algorithms):
+    """The algorithm list with each family replaced by its algorithms for `key`."""
+    found = []
+    for entry in algorithms:
+        found.extend(entry.for_key(provider, key) if hasattr(entry, "for_key") else [entry])
+    return found
+
+
 def candidates(key, algorithms):
     """The algorithms that can run `key` under the options and the workspace limit."""
     limit = max_workspace()
@@ -121,11 +136,11 @@ def _time(provider, algorithm, key, buffers):
 
 def rank(provider, key, algorithms, buffers):
     """The candidate algorithms for `key`, best first, per OPTIONS.mode."""
-    found = candidates(key, algorithms)
+    found = candidates(key, expand(provider, key, algorithms))
     if OPTIONS.mode == "heuristic":
         return sorted(found, key=lambda a: a.heuristic_rank(key))
     if OPTIONS.mode == "fixed":
-        return sorted(found, key=lambda a: a.name != OPTIONS.algorithm)
+        return sorted(found, key=lambda a: OPTIONS.algorithm not in (a.name, getattr(a, "family", None)))
     if OPTIONS.mode != "exhaustive":
         raise ValueError(f"conv search: mode {OPTIONS.mode!r} is not exhaustive, heuristic or fixed")
     if len(found) < 2:
@@ -159,6 +174,7 @@ def execute(provider, key, algorithms, buffers):
     for algorithm in ranked:
         try:
             algorithm.run(provider, key, buffers)
+            STATS.ran[algorithm.name] += 1
             return algorithm
         except RECOVERABLE as e:
             error = e
