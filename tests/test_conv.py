@@ -393,6 +393,25 @@ def test_gemm_and_direct_kernels_agree(op, x_shape, w_shape, attrs, rng, monkeyp
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("op,inputs,attrs,size", [
+    ("Conv", [(2, 3, 5, 5), (4, 3, 1, 1)], {}, 25),                                  # column plane
+    ("Conv", [(1, 6, 4, 4), (2, 6, 2, 2)], {"strides": [2, 2]}, 24),                  # im2col depth
+    ("ConvTranspose", [(1, 2, 4, 4), (2, 8, 3, 3)], {"strides": [2, 2]}, 72),         # im2col depth of Y
+    ("ConvGrad", [(2, 4, 5, 5), (2, 3, 5, 5), (4, 3, 1, 1)], {}, 25),
+    ("ConvTransposeGrad", [(2, 4, 5, 5), (2, 3, 5, 5), (3, 4, 1, 1)], {}, 25),
+])
+def test_gemm_route_refuses_dims_beyond_blas_ints(op, inputs, attrs, size, rng, monkeypatch):
+    """BLAS takes 32-bit int dimensions: the GEMM route refuses larger ones, naming the op and
+    the size, instead of handing BLAS a wrapped-around int (the limit is lowered here)."""
+    arrays = [rng.standard_normal(shape) for shape in inputs]
+    domain = MS if op.endswith("Grad") else ""
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+    run_node(op, arrays, attrs=attrs, domain=domain)
+    monkeypatch.setattr(cpu_conv, "BLAS_INT_MAX", 20)
+    with pytest.raises(ShapeError, match=rf"^{op}: .* is {size}, beyond the 20 "):
+        run_node(op, arrays, attrs=attrs, domain=domain)
+
+
 def test_non_contiguous_inputs_are_not_written(rng):
     x = rng.standard_normal((2, 8, 7, 9))[:, ::2]
     w = rng.standard_normal((3, 4, 3, 3))

@@ -111,6 +111,21 @@ def test_identity_shape_transpose(rng):
     gradcheck("Transpose", [x])
 
 
+@pytest.mark.parametrize("attrs,expected", [({}, [2, 3, 4, 5]), ({"start": 1}, [3, 4, 5]), ({"start": -2}, [4, 5]),
+                                            ({"end": -1}, [2, 3, 4]), ({"start": 1, "end": 3}, [3, 4]),
+                                            ({"start": -9, "end": 9}, [2, 3, 4, 5]), ({"start": 3, "end": 1}, [])])
+def test_shape_start_end(attrs, expected):
+    """Shape-15's start and end: negative from the back, clamped to [0, rank], empty when crossed."""
+    (y,) = run_node("Shape", [np.zeros((2, 3, 4, 5))], attrs=attrs)
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(y, np.array(expected, dtype=np.int64))
+
+
+def test_shape_before_opset_15_has_no_start():
+    with pytest.raises(OpAttributeError, match="start"):
+        run_node("Shape", [np.zeros((2, 3))], attrs={"start": 1}, opset=14)
+
+
 @pytest.mark.parametrize("op,log", [("Softmax", False), ("LogSoftmax", True)])
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_softmax_opset13_single_axis(rng, op, log, axis):

@@ -94,14 +94,31 @@ for _v in (14, 19):
            outputs=["reshaped"], attrs={"allowzero": Attr("int", 0)})(infer_reshape)
 
 
-@schema("Shape", since=1, inputs=["data"], outputs=["shape"])
+def shape_slice(rank, start, end):
+    """The dims [begin, stop) that Shape-15's `start` and `end` select from an input of
+    `rank` dims: a negative value counts from the back, and both are clamped to [0, rank]
+    (a start at or past the end selects nothing), as ONNX defines them."""
+    def clamp(v):
+        return min(max(v + rank if v < 0 else v, 0), rank)
+    begin, stop = clamp(start), clamp(rank if end is None else end)
+    return begin, max(begin, stop)
+
+
 def infer_shape(ctx):
-    """The input's shape as a 1-D int64 tensor (its value is known when the shape is)."""
+    """The input's shape (the dims from `start` to `end` from opset 15) as a 1-D int64
+    tensor; its value is known when those dims are."""
     shape = ctx.shape(0)
     if shape is None:
         return [ctx.out(None, np.int64)]
-    value = tuple(shape) if all(isinstance(d, int) for d in shape) else None
-    return [ctx.out((len(shape),), np.int64, value)]
+    begin, stop = shape_slice(len(shape), ctx.attrs.get("start", 0), ctx.attrs.get("end"))
+    dims = tuple(shape[begin:stop])
+    value = dims if all(isinstance(d, int) for d in dims) else None
+    return [ctx.out((len(dims),), np.int64, value)]
+
+
+schema("Shape", since=1, inputs=["data"], outputs=["shape"])(infer_shape)
+schema("Shape", since=15, inputs=["data"], outputs=["shape"],
+       attrs={"start": Attr("int", 0), "end": Attr("int")})(infer_shape)
 
 
 @schema("Transpose", since=13, inputs=["data"], outputs=["transposed"], attrs={"perm": Attr("ints")})

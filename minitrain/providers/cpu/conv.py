@@ -21,6 +21,7 @@ import numpy as np
 
 from ..._ext import conv as _conv
 from ..._ext import conv_direct as _direct
+from ...errors import ShapeError
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
@@ -32,6 +33,8 @@ TILE_BYTES = 256 * 1024
 MIN_TILE = 64
 # Bytes of direct-convolution scratch (shifted-grid image + output grid) per work item.
 DIRECT_BYTES = 384 * 1024
+# The largest dimension or leading dimension BLAS takes: its ints are 32-bit.
+BLAS_INT_MAX = 2 ** 31 - 1
 
 
 # --------------------------------------------------------------------------- geometry
@@ -381,27 +384,49 @@ def flipped_weight(w, geom):
     return np.ascontiguousarray(wg).reshape((g * c, m) + k)
 
 
-def conv_forward(img, w, bias, geom):
+def check_blas_dims(geom, who):
+    """Refuse, naming the op and the size, a GEMM-route convolution whose BLAS dimensions would
+    overflow BLAS's 32-bit ints: the channels per group, the im2col depth of either side
+    (channels per group x kernel taps; the stride-1 data gradient convolves the other way) and
+    the planes of both sides, which are also leading dimensions."""
+    g, taps = geom.group, _plane(geom.kernel)
+    dims = (("output channels per group", geom.col_channels // g),
+            ("im2col depth (input channels per group x kernel taps)", geom.img_channels // g * taps),
+            ("transposed im2col depth (output channels per group x kernel taps)", geom.col_channels // g * taps),
+            ("column plane", _plane(geom.col_spatial)), ("image plane", _plane(geom.img_spatial)))
+    for name, size in dims:
+        if size > BLAS_INT_MAX:
+            raise ShapeError(f"{who}: the {name} is {size}, beyond the {BLAS_INT_MAX} that BLAS's 32-bit "
+                             f"dimensions hold on the GEMM route of this convolution")
+
+
+def conv_forward(img, w, bias, geom, who):
     """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
     nt = get_num_threads()
-    fn = direct_forward if route(geom, img.shape[0], nt) == "direct" else gemm_forward
-    return fn(img, w, bias, geom, nt)
+    if route(geom, img.shape[0], nt) == "direct":
+        return direct_forward(img, w, bias, geom, nt)
+    check_blas_dims(geom, who)
+    return gemm_forward(img, w, bias, geom, nt)
 
 
-def conv_data_grad(cols, w, bias, geom):
+def conv_data_grad(cols, w, bias, geom, who):
     """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
     nt = get_num_threads()
-    fn = direct_data_grad if route(geom, cols.shape[0], nt) == "direct" else gemm_data_grad
-    return fn(cols, w, bias, geom, nt)
+    if route(geom, cols.shape[0], nt) == "direct":
+        return direct_data_grad(cols, w, bias, geom, nt)
+    check_blas_dims(geom, who)
+    return gemm_data_grad(cols, w, bias, geom, nt)
 
 
-def conv_weight_grad(cols, img, w_shape, geom):
+def conv_weight_grad(cols, img, w_shape, geom, who):
     """dW (w_shape) = sum over the batch of cols . im2col(img)^T."""
     if img.shape[0] == 0 or cols.size == 0:
         return np.zeros(w_shape, dtype=img.dtype)
     nt = get_num_threads()
-    fn = direct_weight_grad if route(geom, img.shape[0], nt) == "direct" else gemm_weight_grad
-    return fn(cols, img, w_shape, geom, nt)
+    if route(geom, img.shape[0], nt) == "direct":
+        return direct_weight_grad(cols, img, w_shape, geom, nt)
+    check_blas_dims(geom, who)
+    return gemm_weight_grad(cols, img, w_shape, geom, nt)
 
 
 def bias_grad(dy):
@@ -423,14 +448,14 @@ def conv_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
-    return {"Y": conv_forward(x, w, b, geom)}
+    return {"Y": conv_forward(x, w, b, geom, _who(ctx))}
 
 
 def conv_transpose_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
-    return {"Y": conv_data_grad(x, w, b, geom)}
+    return {"Y": conv_data_grad(x, w, b, geom, _who(ctx))}
 
 
 def conv_grad_kernel(ctx):
@@ -438,9 +463,9 @@ def conv_grad_kernel(ctx):
     geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
     out = {}
     if ctx.wants("dX"):
-        out["dX"] = conv_data_grad(dy, w, None, geom)
+        out["dX"] = conv_data_grad(dy, w, None, geom, _who(ctx))
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(dy, x, w.shape, geom)
+        out["dW"] = conv_weight_grad(dy, x, w.shape, geom, _who(ctx))
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
     return out
@@ -451,9 +476,9 @@ def conv_transpose_grad_kernel(ctx):
     geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
     out = {}
     if ctx.wants("dX"):
-        out["dX"] = conv_forward(dy, w, None, geom)
+        out["dX"] = conv_forward(dy, w, None, geom, _who(ctx))
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(x, dy, w.shape, geom)
+        out["dW"] = conv_weight_grad(x, dy, w.shape, geom, _who(ctx))
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
     return out

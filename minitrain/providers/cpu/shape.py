@@ -1,7 +1,7 @@
 """CPU kernels of the re-layout ops; they return views where NumPy can (no copy)."""
 import numpy as np
 
-from ...ops.shape import reshape_target
+from ...ops.shape import reshape_target, shape_slice
 from ...registry import register_kernel
 
 
@@ -35,7 +35,9 @@ def reshape(ctx):
 
 @register_kernel("Shape", since=1, dtypes=(np.float16, np.float32, np.float64))
 def shape(ctx):
-    return {"shape": np.array(ctx.inputs[0].shape, dtype=np.int64)}
+    dims = ctx.inputs[0].shape
+    begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))
+    return {"shape": np.array(dims[begin:stop], dtype=np.int64)}
 
 
 @register_kernel("Transpose", since=13)

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ...ops.shape import reshape_target
+from ...ops.shape import reshape_target, shape_slice
 from ...registry import register_kernel
 
 FLOATS = (np.float16, np.float32, np.float64)
@@ -39,4 +39,6 @@ def reshape(ctx):
 
 @register_kernel("Shape", since=1, provider="cuda", dtypes=FLOATS, host_outputs=("shape",))
 def shape(ctx):
-    return {"shape": np.array(ctx.inputs[0].shape, dtype=np.int64)}
+    dims = ctx.inputs[0].shape
+    begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))
+    return {"shape": np.array(dims[begin:stop], dtype=np.int64)}

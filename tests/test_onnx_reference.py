@@ -1,0 +1,457 @@
+"""Every forward op of the ONNX domain against onnx.reference.ReferenceEvaluator.
+
+The ops come from the registry (ONNX-domain CPU kernels), so a new op without cases here fails
+test_every_forward_op_has_cases instead of going unchecked.  Each kernel version range is run
+at its first opset and at the newest one it serves, on one-node ONNX models built with
+onnx.helper, over several attribute combinations per op, in float32 and float64.
+
+ONNX stores float attributes as float32, so the cases give theirs as float32 values (minitrain
+keeps the Python float it is given), and a case that leaves a float attribute at its default
+runs in float32 only, where the two defaults agree within the tolerance.
+
+Where ONNX's reference implementation departs from the ONNX operator spec, the spec wins: the
+reference is then run on an equivalent model the reference gets right (reference_outputs says
+which and why)."""
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from minitrain import DEFAULT_OPSETS, registered_kernels, run_node  # noqa: E402
+
+# ONNX Runtime's pool gradients, which it registers in the ONNX domain at version 9; ONNX has
+# no such ops (checked below), so there is nothing to compare them with.
+NOT_IN_ONNX = {"MaxPoolGrad", "AveragePoolGrad"}
+NEWEST = DEFAULT_OPSETS[""]
+# NaN, infinities and zero divisors are inputs here on purpose; NumPy's warnings about them are not news.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
+
+
+@dataclass
+class Case:
+    """One node: inputs (None for an absent optional input), attributes, and the minitrain
+    outputs compared, in the order of ONNX's outputs (None: all of the op's outputs)."""
+    inputs: list
+    attrs: dict = field(default_factory=dict)
+    outputs: tuple = None
+
+
+def forward_kernels():
+    """(op_type, opset) pairs to check: the first and the last opset of every ONNX-domain CPU
+    kernel's version range."""
+    pairs = set()
+    for k in registered_kernels():
+        if k.domain == "" and k.provider == "cpu" and k.op_type not in NOT_IN_ONNX:
+            pairs.add((k.op_type, k.since_version))
+            pairs.add((k.op_type, NEWEST if k.end_version is None else k.end_version))
+    return sorted(pairs)
+
+
+# --------------------------------------------------------------------------- cases per op
+def _normal(rng, dtype, *shape):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _away_from_zero(rng, dtype, *shape):
+    x = rng.standard_normal(shape)
+    return (x + np.copysign(0.5, x)).astype(dtype)
+
+
+def _with_specials(rng, dtype, *shape):
+    """Random values with NaN, +-inf and large magnitudes among them."""
+    x = rng.standard_normal(shape) * 3
+    x.flat[:5] = [np.nan, np.inf, -np.inf, 80.0, -80.0]
+    return x.astype(dtype)
+
+
+def binary_cases(op):
+    def cases(rng, dtype, opset):
+        make = _away_from_zero if op == "Div" else _normal
+        shapes = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1, 5), (1, 4, 1)), ((), (2, 3)), ((2, 3), ())]
+        cases = [Case([_normal(rng, dtype, *a), make(rng, dtype, *b)]) for a, b in shapes]
+        specials = np.array([0.0, -0.0, 1.0, np.inf, np.nan], dtype=dtype)
+        return cases + [Case([specials[:, None], specials])]
+    return cases
+
+
+def sum_cases(rng, dtype, opset):
+    return [Case([_normal(rng, dtype, 2, 3)]),
+            Case([_normal(rng, dtype, 2, 3, 4), _normal(rng, dtype, 4), _normal(rng, dtype, 3, 1)])]
+
+
+def unary_cases(rng, dtype, opset):
+    return [Case([_with_specials(rng, dtype, 3, 4, 5)]), Case([_normal(rng, dtype)])]
+
+
+def leaky_relu_cases(rng, dtype, opset):
+    x = _with_specials(rng, dtype, 3, 4, 5)
+    default = [Case([x])] if dtype == np.float32 else []
+    return default + [Case([x], {"alpha": 0.01}), Case([x], {"alpha": 0.2}), Case([x], {"alpha": -0.5}),
+                      Case([x], {"alpha": 0.0})]
+
+
+def softmax_cases(rng, dtype, opset):
+    x = (_normal(rng, dtype, 2, 3, 4) * 5).astype(dtype)
+    x[0, 0, :2] = -np.inf
+    return [Case([x])] + [Case([x], {"axis": a}) for a in (0, 1, 2, -1, -2, -3)]
+
+
+def _conv_sample(rng, dtype, spatial, c_in, c_out, kernel, group):
+    return [_normal(rng, dtype, 2, c_in, *spatial), _normal(rng, dtype, c_out, c_in // group, *kernel)]
+
+
+def conv_cases(rng, dtype, opset):
+    cases = []
+    for spatial, kernel in (((9,), (3,)), ((7, 6), (3, 2)), ((5, 4, 6), (2, 3, 2))):
+        n = len(spatial)
+        x, w = _conv_sample(rng, dtype, spatial, 4, 6, kernel, 1)
+        xg, wg = _conv_sample(rng, dtype, spatial, 4, 6, kernel, 2)
+        b = _normal(rng, dtype, 6)
+        cases += [
+            Case([x, w]),
+            Case([x, w, b], {"pads": [1] * n + [0] * n, "strides": [2] * n}),
+            Case([x, w, b], {"dilations": [2] * n, "pads": [2] * (2 * n), "kernel_shape": list(kernel)}),
+            Case([xg, wg, b], {"group": 2, "strides": [1] * (n - 1) + [3], "pads": [0] * (2 * n - 1) + [2]}),
+            Case([x, w], {"auto_pad": "SAME_UPPER", "strides": [2] * n}),
+            Case([x, w], {"auto_pad": "SAME_LOWER", "strides": [2] * n}),
+            Case([x, w, b], {"auto_pad": "VALID", "strides": [1] * (n - 1) + [2], "dilations": [2] + [1] * (n - 1)}),
+            Case([x, w], {"auto_pad": "SAME_LOWER", "strides": [3] * n, "dilations": [2] * n}),
+            Case([x, w], {"pads": [0] * n + [3] * n, "strides": [3] * n, "dilations": [1] * (n - 1) + [2]}),
+        ]
+    depthwise = [_normal(rng, dtype, 2, 4, 6, 5), _normal(rng, dtype, 8, 1, 3, 3)]
+    return cases + [Case(depthwise, {"group": 4, "pads": [1, 1, 1, 1]})]
+
+
+def conv_transpose_cases(rng, dtype, opset):
+    cases = []
+    for spatial, kernel in (((5,), (3,)), ((4, 3), (3, 2)), ((3, 2, 3), (2, 3, 2))):
+        n = len(spatial)
+        x = _normal(rng, dtype, 2, 4, *spatial)
+        w = _normal(rng, dtype, 4, 3, *kernel)
+        b = _normal(rng, dtype, 3)
+        wg = _normal(rng, dtype, 4, 2, *kernel)
+        cases += [
+            Case([x, w]),
+            Case([x, w, b], {"strides": [2] * n, "pads": [1] * n + [0] * n, "output_padding": [1] * n}),
+            Case([x, w, b], {"strides": [3] * n, "dilations": [2] * n, "pads": [0] * n + [2] * n}),
+            Case([x, wg], {"group": 2, "strides": [2] * n}),
+            Case([x, w], {"strides": [2] * n, "output_shape": [2 * s + 1 for s in spatial]}),
+            Case([x, w, b], {"auto_pad": "SAME_UPPER", "strides": [2] * n}),
+            Case([x, w, b], {"auto_pad": "SAME_LOWER", "strides": [2] * n}),
+            Case([x, w], {"auto_pad": "VALID", "strides": [2] * n, "kernel_shape": list(kernel)}),
+            Case([x, w], {"auto_pad": "SAME_LOWER", "strides": [3] * n, "dilations": [2] * n}),
+            Case([x, w], {"strides": [3] * n, "output_padding": [2] * n, "output_shape": [3 * s for s in spatial]}),
+            Case([x, w, b], {"strides": [2] * n, "dilations": [3] * n, "output_padding": [1] * n,
+                             "pads": [2] * n + [1] * n}),
+        ]
+    return cases
+
+
+def max_pool_cases(rng, dtype, opset):
+    x2 = _normal(rng, dtype, 2, 3, 7, 6)
+    x2[0, 0, :2, :2] = 1.5                  # ties: the first maximum wins
+    outputs = ("Y",) if opset < 8 else ("Y", "Indices")
+    cases = [Case([x2], {"kernel_shape": [3, 2]}, outputs),
+             Case([x2], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, outputs),
+             Case([x2], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 0]}, outputs),
+             Case([x2], {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 1]}, outputs),
+             Case([x2], {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}, outputs),
+             Case([x2], {"kernel_shape": [3, 2], "strides": [2, 3], "auto_pad": "VALID"}, outputs),
+             Case([x2], {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}, outputs),
+             Case([_normal(rng, dtype, 2, 3, 9)], {"kernel_shape": [3], "strides": [2]}, outputs),
+             Case([_normal(rng, dtype, 1, 2, 5, 4, 5)], {"kernel_shape": [2, 2, 3], "strides": [2, 1, 2]}, outputs)]
+    if opset >= 8:
+        cases.append(Case([x2], {"kernel_shape": [3, 2], "strides": [2, 2], "storage_order": 1}, outputs))
+    if opset >= 10:
+        cases += [Case([x2], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, outputs),
+                  Case([x2], {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 0], "ceil_mode": 1},
+                       outputs),
+                  Case([x2], {"kernel_shape": [2, 2], "strides": [1, 2], "dilations": [2, 2]}, outputs),
+                  Case([x2], {"kernel_shape": [2, 2], "strides": [2, 2], "dilations": [2, 1], "ceil_mode": 1,
+                              "pads": [1, 1, 0, 1]}, outputs)]
+    return cases
+
+
+def average_pool_cases(rng, dtype, opset):
+    x2 = _normal(rng, dtype, 2, 3, 7, 6)
+    cases = [Case([x2], {"kernel_shape": [3, 2]}),
+             Case([x2], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 0]}),
+             Case([x2], {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+             Case([x2], {"kernel_shape": [3, 2], "strides": [2, 3], "auto_pad": "VALID"}),
+             Case([_normal(rng, dtype, 2, 3, 9)], {"kernel_shape": [3], "strides": [2]}),
+             Case([_normal(rng, dtype, 1, 2, 5, 4, 5)], {"kernel_shape": [2, 2, 3], "strides": [2, 1, 2]})]
+    if opset >= 7:
+        cases += [Case([x2], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 0],
+                              "count_include_pad": 1})]
+        cases += [Case([x2], {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": pad, "count_include_pad": 1})
+                  for pad in ("SAME_UPPER", "SAME_LOWER")]
+    if opset >= 10:
+        cases += [Case([x2], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+                  Case([x2], {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 0], "ceil_mode": 1,
+                              "count_include_pad": 1}),
+                  Case([x2], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
+                              "count_include_pad": 1}),
+                  Case([x2], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1})]
+    if opset >= 19:
+        cases.append(Case([x2], {"kernel_shape": [2, 2], "strides": [1, 2], "dilations": [2, 2]}))
+    return cases
+
+
+def global_pool_cases(rng, dtype, opset):
+    return [Case([_normal(rng, dtype, *shape)]) for shape in ((2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 2))]
+
+
+def batch_norm_cases(rng, dtype, opset):
+    cases = []
+    for shape in ((4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 3, 2, 3, 2)):
+        x = _normal(rng, dtype, *shape)
+        stats = [_normal(rng, dtype, 3), _normal(rng, dtype, 3), _normal(rng, dtype, 3),
+                 (rng.random(3) + 0.5).astype(dtype)]
+        cases += [Case([x, *stats], {"epsilon": 1e-3}, ("Y",)),
+                  Case([x, *stats], {"training_mode": 1, "momentum": 0.9, "epsilon": 1e-5},
+                       ("Y", "running_mean", "running_var")),
+                  Case([x, *stats], {"training_mode": 1, "momentum": 0.6, "epsilon": 0.01},
+                       ("Y", "running_mean", "running_var"))]
+    if dtype == np.float32:
+        cases += [Case(cases[0].inputs, {}, ("Y",)),
+                  Case(cases[0].inputs, {"training_mode": 1}, ("Y", "running_mean", "running_var"))]
+    return cases
+
+
+def gemm_cases(rng, dtype, opset):
+    cases = []
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = _normal(rng, dtype, *((4, 3) if ta else (3, 4)))
+            b = _normal(rng, dtype, *((5, 4) if tb else (4, 5)))
+            cases.append(Case([a, b, _normal(rng, dtype, 5)], {"transA": ta, "transB": tb, "alpha": 0.7, "beta": 1.5}))
+    a, b = _normal(rng, dtype, 3, 4), _normal(rng, dtype, 4, 5)
+    cases += [Case([a, b, _normal(rng, dtype, *c)], {"beta": 0.5}) for c in ((), (1,), (3, 1), (1, 5), (3, 5))]
+    cases.append(Case([a.T.copy(), b, _normal(rng, dtype, 3, 1)], {"transA": 1, "alpha": -1.5, "beta": 0.0}))
+    if opset >= 11:
+        cases.append(Case([a, b, None], {"alpha": 2.0}))
+    return cases
+
+
+def matmul_cases(rng, dtype, opset):
+    shapes = [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
+              ((2, 1, 3, 4), (5, 4, 2)), ((1, 3, 4), (2, 4, 5))]
+    return [Case([_normal(rng, dtype, *a), _normal(rng, dtype, *b)]) for a, b in shapes]
+
+
+def flatten_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4)
+    axes = [0, 1, 2, 3] + ([-1, -2, -3] if opset >= 11 else [])
+    return [Case([x])] + [Case([x], {"axis": a}) for a in axes] + [Case([_normal(rng, dtype, 2, 0, 4)], {"axis": 1})]
+
+
+def reshape_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4)
+    targets = ([4, -1], [0, -1], [-1], [2, 0, 2, 2], [0, 0, 4], [24, 1, 1])
+    cases = [Case([x, np.array(t, dtype=np.int64)]) for t in targets]
+    if opset >= 14:
+        empty = _normal(rng, dtype, 0, 4)
+        cases += [Case([x, np.array([4, 0, -1], dtype=np.int64)], {"allowzero": 0}),
+                  Case([empty, np.array([4, 0], dtype=np.int64)], {"allowzero": 1})]
+    return cases
+
+
+def identity_cases(rng, dtype, opset):
+    return [Case([_normal(rng, dtype, 2, 3)]), Case([_normal(rng, dtype)])]
+
+
+def shape_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4, 5)
+    cases = [Case([x]), Case([_normal(rng, dtype)])]
+    if opset >= 15:
+        cases += [Case([x], {"start": s, "end": e}) for s, e in ((1, None), (-2, None), (0, -1), (1, 3), (-9, 9),
+                                                                  (3, 1))]
+        for case in cases:
+            case.attrs = {k: v for k, v in case.attrs.items() if v is not None}
+    return cases
+
+
+def transpose_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4)
+    return [Case([x]), Case([x], {"perm": [1, 0, 2]}), Case([x], {"perm": [2, 0, 1]}),
+            Case([_normal(rng, dtype, 3)], {"perm": [0]})]
+
+
+def dropout_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 3, 4)
+    ratio = np.array(0.3, dtype=dtype)
+    return [Case([x]), Case([x], outputs=("output",)), Case([x, ratio]),
+            Case([x, ratio, np.array(False)], {"seed": 3}),
+            Case([x, np.array(0.0, dtype=dtype), np.array(True)])]
+
+
+def sce_cases(rng, dtype, opset):
+    cases = []
+    for shape in ((5, 4), (2, 4, 3), (2, 4, 2, 3)):
+        scores = (_normal(rng, dtype, *shape) * 3).astype(dtype)
+        labels = rng.integers(0, 4, (shape[0],) + shape[2:]).astype(np.int64)
+        weights = (rng.random(4) + 0.1).astype(dtype)
+        for reduction in ("mean", "sum", "none"):
+            cases += [Case([scores, labels], {"reduction": reduction}),
+                      Case([scores, labels, weights], {"reduction": reduction}),
+                      Case([scores, labels, weights], {"reduction": reduction, "ignore_index": 2}),
+                      Case([scores, labels], {"reduction": reduction, "ignore_index": 1}, ("output",))]
+        cases.append(Case([scores, np.full_like(labels, 3)], {"ignore_index": 3}))
+        negative = labels.copy()
+        negative.flat[::2] = -1
+        cases.append(Case([scores, negative], {"ignore_index": -1}))
+        cases.append(Case([scores, negative, weights], {"ignore_index": -1, "reduction": "sum"}))
+    return cases
+
+
+CASES = {
+    "Add": binary_cases("Add"), "Sub": binary_cases("Sub"), "Mul": binary_cases("Mul"), "Div": binary_cases("Div"),
+    "Sum": sum_cases, "Neg": unary_cases, "Relu": unary_cases, "Sigmoid": unary_cases, "Tanh": unary_cases,
+    "LeakyRelu": leaky_relu_cases, "Softmax": softmax_cases, "LogSoftmax": softmax_cases,
+    "Conv": conv_cases, "ConvTranspose": conv_transpose_cases,
+    "MaxPool": max_pool_cases, "AveragePool": average_pool_cases,
+    "GlobalAveragePool": global_pool_cases, "GlobalMaxPool": global_pool_cases,
+    "BatchNormalization": batch_norm_cases, "Gemm": gemm_cases, "MatMul": matmul_cases,
+    "Flatten": flatten_cases, "Reshape": reshape_cases, "Identity": identity_cases, "Shape": shape_cases,
+    "Transpose": transpose_cases, "Dropout": dropout_cases, "SoftmaxCrossEntropyLoss": sce_cases,
+}
+
+
+# --------------------------------------------------------------------------- running ONNX's reference
+def _tensor_type(array):
+    return helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
+def run_reference(op, opset, inputs, attrs, n_outputs):
+    """Outputs of a one-node ONNX model of `op` at `opset`, run by onnx's ReferenceEvaluator."""
+    names = ["" if x is None else f"x{i}" for i, x in enumerate(inputs)]
+    while names and not names[-1]:
+        names.pop()
+    outputs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op, names, outputs, **attrs)
+    graph = helper.make_graph(
+        [node], "one_node",
+        [helper.make_tensor_value_info(n, _tensor_type(x), x.shape) for n, x in zip(names, inputs) if n],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    feeds = {n: x for n, x in zip(names, inputs) if n}
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def reference_outputs(op, opset, case, n_outputs):
+    """ONNX's reference outputs of a case; where the reference departs from the operator spec,
+    those of an equivalent model that it gets right."""
+    x, attrs = case.inputs[0], case.attrs
+    if op in ("Softmax", "LogSoftmax") and opset < 13:
+        # Only the opset-13 form (one axis) is implemented; the older form is that op on the
+        # input coerced to 2-D at `axis`.
+        axis = attrs.get("axis", 1)
+        axis = axis + x.ndim if axis < 0 else axis
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        (y,) = run_reference(op, 13, [x.reshape(rows, -1)], {"axis": 1}, 1)
+        return [y.reshape(x.shape)]
+    if op == "AveragePool" and opset < 7:
+        # AveragePool-1 divides by the elements inside the input ("exclude pad"), which is
+        # AveragePool-7's default; the reference counts the pads at opset 1.
+        return run_reference(op, 7, case.inputs, attrs, n_outputs)
+    if op == "GlobalMaxPool" and x.ndim != 4:
+        # The reference reduces axes 2 and 3 whatever the rank; the spec's op is a max over
+        # every spatial axis.
+        axes = np.arange(2, x.ndim, dtype=np.int64)
+        return run_reference("ReduceMax", 18, [x, axes], {"keepdims": 1}, 1)
+    if op == "ConvTranspose":
+        return [_conv_transpose_reference(opset, case.inputs, attrs)]
+    outputs = run_reference(op, opset, case.inputs, attrs, n_outputs)
+    if op == "MaxPool" and n_outputs == 2 and all(v == 1 for k in ("strides", "dilations")
+                                                  for v in attrs.get(k, [1])):
+        # With unit strides and dilations the reference unravels a window's argmax with the
+        # output's shape instead of the kernel's; the indices of its strided path are right.
+        # Such a case checks that minitrain's indices point at the reference's maxima.
+        outputs[1] = None
+    return outputs
+
+
+def _conv_transpose_reference(opset, inputs, attrs):
+    """ConvTranspose by the reference, around two of its departures from the spec: with
+    output_shape and auto_pad NOTSET it leaves the begin pads at 0 instead of deriving the pads
+    from output_shape (here they are derived by the spec's equations and passed as `pads`), and
+    its grouped path writes one channel per group (here each group's channels run ungrouped and
+    are concatenated)."""
+    x, w, b = (inputs + [None])[:3]
+    attrs = dict(attrs)
+    if "output_shape" in attrs and attrs.get("auto_pad", "NOTSET") == "NOTSET":
+        n = x.ndim - 2
+        strides, dilations = attrs.get("strides", [1] * n), attrs.get("dilations", [1] * n)
+        output_padding = attrs.get("output_padding", [0] * n)
+        total = [strides[i] * (x.shape[2 + i] - 1) + output_padding[i] + (w.shape[2 + i] - 1) * dilations[i] + 1
+                 - attrs["output_shape"][i] for i in range(n)]
+        attrs["pads"] = [t - t // 2 for t in total] + [t // 2 for t in total]
+        del attrs["output_shape"]
+    group = attrs.pop("group", 1)
+    c_in, c_out = x.shape[1] // group, w.shape[1]
+    parts = []
+    for g in range(group):
+        bias = None if b is None else b[g * c_out:(g + 1) * c_out]
+        inputs = [x[:, g * c_in:(g + 1) * c_in], w[g * c_in:(g + 1) * c_in], bias]
+        parts.append(run_reference("ConvTranspose", opset, inputs, attrs, 1)[0])
+    return np.concatenate(parts, axis=1)
+
+
+def as_float32_attrs(attrs):
+    """The attributes with each float rounded to float32, as an ONNX model stores it."""
+    def rounded(v):
+        if isinstance(v, float):
+            return float(np.float32(v))
+        if isinstance(v, (list, tuple)) and any(isinstance(e, float) for e in v):
+            return [float(np.float32(e)) for e in v]
+        return v
+    return {k: rounded(v) for k, v in attrs.items()}
+
+
+def check_case(op, opset, case):
+    case = Case(case.inputs, as_float32_attrs(case.attrs), case.outputs)
+    ours = run_node(op, case.inputs, attrs=case.attrs, opset=opset,
+                    outputs=None if case.outputs is None else list(case.outputs))
+    theirs = reference_outputs(op, opset, case, len(ours))
+    float_dtype = next(x.dtype for x in case.inputs if x is not None and x.dtype.kind == "f")
+    tol = TOLERANCE[float_dtype]
+    assert len(ours) == len(theirs)
+    if op == "MaxPool" and len(ours) == 2 and theirs[1] is None:
+        np.testing.assert_array_equal(case.inputs[0].reshape(-1)[ours[1]], theirs[0],
+                                      err_msg="Indices do not point at the maxima")
+        theirs = theirs[:1]
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        b = np.asarray(b)
+        assert a.shape == b.shape, f"output {i}: shape {a.shape}, ONNX's reference {b.shape}"
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype}, ONNX's reference {b.dtype}"
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=f"output {i}")
+
+
+# --------------------------------------------------------------------------- tests
+def test_every_forward_op_has_cases():
+    missing = sorted({op for op, _ in forward_kernels()} - set(CASES))
+    assert not missing, f"ONNX-domain ops with a CPU kernel but no reference cases here: {missing}"
+
+
+def test_ops_left_out_are_not_onnx_ops():
+    for op in NOT_IN_ONNX:
+        assert not onnx.defs.has(op), f"{op} is an ONNX op: give it cases"
+
+
+@pytest.mark.parametrize("op,opset", forward_kernels(), ids=[f"{op}-{opset}" for op, opset in forward_kernels()])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_op_matches_onnx_reference(op, opset, dtype):
+    rng = np.random.default_rng(zlib.crc32(f"{op} {opset}".encode()))
+    for number, case in enumerate(CASES[op](rng, np.dtype(dtype), opset)):
+        try:
+            check_case(op, opset, case)
+        except AssertionError as error:
+            shapes = [None if x is None else x.shape for x in case.inputs]
+            raise AssertionError(f"{op} at opset {opset}, case {number} (inputs {shapes}, attributes "
+                                 f"{case.attrs}): {error}") from None
