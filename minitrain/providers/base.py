@@ -57,9 +57,10 @@ class Provider(abc.ABC):
         """`value` itself when native, else a native copy of it (NumPy input)."""
         return value if self.is_native(value) else self.from_numpy(np.asarray(value))
 
-    def for_session(self):
+    def for_session(self, use_tf32=False):
         """The provider a session runs on: one that may own its own stream and memory pool
-        (the same object where the provider has no per-session state)."""
+        (the same object where the provider has no per-session state).  `use_tf32` lets
+        float32 matrix products use TF32 where the provider has it; others ignore it."""
         return self
 
     def __repr__(self):

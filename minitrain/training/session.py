@@ -61,8 +61,7 @@ class TrainingSession:
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
-        main = get_provider(self.device)
-        self._provider = main.for_session(use_tf32=use_tf32) if self.device == "cuda" else main.for_session()
+        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32)
         self.state = DeviceState(self._provider)
         self.params = model.parameters()
         if not self.params:
@@ -107,6 +106,7 @@ class TrainingSession:
     def push(self):
         """Copy the host arrays into the device state: after changing them on the host."""
         self.state.push()
+
     # ------------------------------------------------------------------ graphs
     def _build(self, training, with_loss=True):
         builder = GraphBuilder("train" if training else "eval", training=training, names=self.model.names())
