@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import MinitrainError, OnnxImportError
 from ..graph import Graph, Node, Value
 from ..inference import check_graph_node, initializer_type, topological_order
-from ..ops.schema import ONNX_DOMAIN, TensorType
+from ..ops.schema import ONNX_DOMAIN, TensorType, get_schema
 from ._backend import require_onnx
 
 
@@ -31,7 +31,10 @@ def from_model(model):
     """A Graph holding `model` (an onnx.ModelProto), checked against minitrain's schemas."""
     onnx = require_onnx()
     from onnx import numpy_helper
-    model = onnx.shape_inference.infer_shapes(model)
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        pass    # a node ONNX cannot type (a domain without opset import); _check names it below
     g = model.graph
     # to_array may return a read-only view of the proto's bytes; training writes parameters in place.
     initializers = {t.name: np.array(numpy_helper.to_array(t)) for t in g.initializer}
@@ -97,7 +100,8 @@ def _tensor_type(value_info):
 
 def _check(graph):
     """Validate every node against minitrain's schemas; raise one OnnxImportError naming every
-    node that fails (a node whose inputs come from a failed node is not checked)."""
+    node that fails.  A node downstream of a failed one is still checked, on the types ONNX's
+    shape inference declared for its inputs (its dtypes and shapes only where they are known)."""
     types = {v.name: v.type for v in graph.inputs}
     types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
     failures = []
@@ -107,16 +111,17 @@ def _check(graph):
         if version is None:
             failures.append(f"{where}: the model imports no opset for this domain")
             continue
-        if any(name and name not in types for name in node.inputs):
-            continue
         try:
-            out_types = check_graph_node(graph, node, types).out_types
+            get_schema(node.op_type, node.domain, version)
+            if all(not name or name in types for name in node.inputs):
+                out_types = check_graph_node(graph, node, types).out_types
+                for name, t in zip(node.outputs, out_types):
+                    declared = graph.value_info.get(name)
+                    types[name] = TensorType(t.dtype, declared.shape) if t.shape is None and declared else t
+                continue
         except MinitrainError as e:
             failures.append(f"{where}: {e}")
-            continue
-        for name, t in zip(node.outputs, out_types):
-            declared = graph.value_info.get(name)
-            types[name] = TensorType(t.dtype, declared.shape) if t.shape is None and declared else t
+        types.update((name, graph.value_info[name]) for name in node.outputs if name in graph.value_info)
     if failures:
         raise OnnxImportError(f"cannot import ONNX model {graph.name!r}: {len(failures)} node(s) "
                               "are not supported:\n  " + "\n  ".join(failures))
