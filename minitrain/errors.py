@@ -46,3 +46,8 @@ class RunFolderError(MinitrainError, ValueError):
 
 class TrainingDivergedError(MinitrainError, ValueError):
     """A training step's loss is not finite; the last good checkpoint is kept."""
+
+
+class OnnxImportError(MinitrainError, ValueError):
+    """An ONNX model holds nodes minitrain cannot run (unknown op, unimported domain, dtype it
+    does not serve, opset older than the op's first schema); the message lists every one."""

@@ -13,6 +13,7 @@ from .layers import (AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d, BatchNorm2d, 
                      ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, Dropout, Flatten, GlobalAvgPool, Identity,
                      LeakyRelu, Linear, LogSoftmax, MaxPool1d, MaxPool2d, MaxPool3d, QuickGelu, Relu, Sigmoid, Softmax,
                      Tanh)
+from .graph_module import GraphModule
 from .losses import CrossEntropyLoss, MSELoss
 from .module import Buffer, Module, Parameter, Sequential, trace
 from .tensor import GraphBuilder, Tensor
@@ -21,4 +22,4 @@ __all__ = ["Module", "Parameter", "Buffer", "Sequential", "trace", "Tensor", "Gr
            "Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
            "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "GlobalAvgPool", "Flatten",
            "Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "QuickGelu", "Softmax", "LogSoftmax", "Dropout",
-           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "CrossEntropyLoss", "MSELoss"]
+           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "CrossEntropyLoss", "MSELoss", "GraphModule"]

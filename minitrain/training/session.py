@@ -90,6 +90,25 @@ class TrainingSession:
         self.last_output = None
         self.last_grad_norm = None
 
+    @classmethod
+    def from_graph(cls, graph, loss, optimizer, *, trainable=None, **kwargs):
+        """A session training `graph` (one input (N, ...), its first output fed to `loss`) with
+        no nn model behind it: the graph is wrapped in an nn.GraphModule.  trainable: the
+        initializer names to train (None: every floating-point initializer)."""
+        from ..nn.graph_module import GraphModule
+        if len(graph.inputs) != 1 or graph.inputs[0].shape is None:
+            raise ValueError(f"TrainingSession.from_graph: graph {graph.name!r} needs one input of known rank, "
+                             f"got {[(v.name, v.shape) for v in graph.inputs]}")
+        source = graph.inputs[0]
+        kwargs.setdefault("input_dtype", source.dtype)
+        return cls(GraphModule(graph, trainable), loss, optimizer, input_shape=source.shape[1:], **kwargs)
+
+    @classmethod
+    def from_onnx(cls, model, loss, optimizer, *, trainable=None, **kwargs):
+        """from_graph on an ONNX model (a path or a ModelProto; needs the `onnx` extra)."""
+        from ..onnx import load
+        return cls.from_graph(load(model), loss, optimizer, trainable=trainable, **kwargs)
+
     def _executor(self, plan):
         return Executor(plan, state=self.state, providers={self.device: self._provider},
                         write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
