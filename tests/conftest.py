@@ -1,6 +1,6 @@
 """Shared fixtures: a seeded random generator, thread counts, the C compiler and instruction
-sets for tests that build ext/*.h into small programs, and the CUDA marker's skip where no GPU
-is."""
+sets for tests that build ext/*.h into small programs, the CUDA convolution search with its
+options restored, and the CUDA marker's skip where no GPU is."""
 import os
 import shutil
 import subprocess
@@ -24,6 +24,17 @@ def threads(request):
     set_num_threads(request.param)
     yield request.param
     set_num_threads(old)
+
+
+@pytest.fixture
+def search():
+    """The CUDA provider's conv_search with its options restored and its cache cleared around the test."""
+    from minitrain.providers.cuda import conv_search
+    saved = conv_search.SearchOptions(**vars(conv_search.OPTIONS))
+    conv_search.clear_cache()
+    yield conv_search
+    conv_search.OPTIONS.__dict__.update(vars(saved))
+    conv_search.clear_cache()
 
 
 def _cpu_flags():

@@ -21,17 +21,6 @@ MS = "com.microsoft"
 ALGORITHMS = ["im2col_gemm", "direct"]
 
 
-@pytest.fixture
-def search():
-    """conv_search with its options restored and its cache cleared around the test."""
-    from minitrain.providers.cuda import conv_search
-    saved = conv_search.SearchOptions(**vars(conv_search.OPTIONS))
-    conv_search.clear_cache()
-    yield conv_search
-    conv_search.OPTIONS.__dict__.update(vars(saved))
-    conv_search.clear_cache()
-
-
 def force(search, algorithm):
     search.OPTIONS.mode, search.OPTIONS.algorithm = "fixed", algorithm
 

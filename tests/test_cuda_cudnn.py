@@ -55,17 +55,6 @@ TRANSPOSE_CASES = {
 
 
 @pytest.fixture
-def search():
-    """conv_search with its options restored and its cache cleared around the test."""
-    from minitrain.providers.cuda import conv_search
-    saved = conv_search.SearchOptions(**vars(conv_search.OPTIONS))
-    conv_search.clear_cache()
-    yield conv_search
-    conv_search.OPTIONS.__dict__.update(vars(saved))
-    conv_search.clear_cache()
-
-
-@pytest.fixture
 def cudnn():
     from minitrain.providers.cuda import cudnn
     if not cudnn.available():
