@@ -1,7 +1,8 @@
 // Dropout and DropoutGrad in training mode, with a counter-based generator: Philox4x32-10
 // (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011).
 //
-// Key = the call's 64-bit seed (low word, high word); counter = (g low, g high, 0, 0) for the
+// Key = the call's 64-bit seed (low word, high word), read from device memory (so a captured
+// step draws a new mask on every replay); counter = (g low, g high, 0, 0) for the
 // group g of elements 4g .. 4g+3, whose four 32-bit outputs r decide them in order: element
 // 4g + j is kept when r[j] >= threshold (threshold = round(ratio * 2^32), so an element is kept
 // with probability 1 - ratio).  A mask therefore depends only on the seed and the element's
@@ -24,12 +25,12 @@ __device__ __forceinline__ uint4 philox4x32_10(uint4 ctr, uint2 key) {
 }
 
 template <typename T>
-__device__ void dropout_impl(const T* x, T* y, bool* mask, int64_t n, acc_t<T> scale, unsigned seed_lo,
-                             unsigned seed_hi, unsigned threshold) {
+__device__ void dropout_impl(const T* x, T* y, bool* mask, int64_t n, acc_t<T> scale, const unsigned* seed,
+                             unsigned threshold) {
     const int64_t groups = (n + 3) / 4;
+    const uint2 key = make_uint2(seed[0], seed[1]);
     GRID_STRIDE_LOOP(g, groups) {
-        const uint4 r = philox4x32_10(make_uint4((unsigned)g, (unsigned)(g >> 32), 0u, 0u),
-                                      make_uint2(seed_lo, seed_hi));
+        const uint4 r = philox4x32_10(make_uint4((unsigned)g, (unsigned)(g >> 32), 0u, 0u), key);
         const unsigned bits[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -50,8 +51,8 @@ __device__ void dropout_grad_impl(const T* dy, const bool* mask, T* dx, int64_t 
 
 #define DROPOUT(T, S)                                                                                        \
     extern "C" __global__ void dropout_##S(const T* x, T* y, bool* mask, int64_t n, acc_t<T> scale,          \
-                                           unsigned seed_lo, unsigned seed_hi, unsigned threshold) {         \
-        dropout_impl<T>(x, y, mask, n, scale, seed_lo, seed_hi, threshold);                                  \
+                                           const unsigned* seed, unsigned threshold) {                       \
+        dropout_impl<T>(x, y, mask, n, scale, seed, threshold);                                              \
     }                                                                                                        \
     extern "C" __global__ void dropout_grad_##S(const T* dy, const bool* mask, T* dx, int64_t n,              \
                                                 acc_t<T> scale) {                                            \

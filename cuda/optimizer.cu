@@ -58,11 +58,13 @@ __device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* gr
 }
 
 // d = scale*g + wd*w; buf = momentum*buf + d; d = d + momentum*buf (nesterov) or buf; w -= lr*d.
+// The learning rate is read from device memory, so a captured step follows a schedule.
 template <typename T>
-__device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, acc_t<T> lr,
-                            acc_t<T> momentum, acc_t<T> weight_decay, int nesterov) {
+__device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale,
+                            const T* learning_rate, acc_t<T> momentum, acc_t<T> weight_decay, int nesterov) {
     typedef acc_t<T> A;
     const Chunk c = block_chunk(table, tensors, chunk);
+    const A lr = to_acc<T>(learning_rate[0]);
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
     T* buf = column<T>(c, 2);
@@ -81,13 +83,21 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
 
 // Adam (decay added to the gradient: weight_decay != 0, shrink 1) and AdamW (decoupled: w
 // scaled by shrink = 1 - lr*wd first); step = lr / (1 - beta1^t), inv_sqrt_bias2 =
-// 1 / sqrt(1 - beta2^t).
+// 1 / sqrt(1 - beta2^t), worked out in double from the learning rate and t read from device
+// memory (so a captured step follows the schedule and the step count).
 template <typename T>
-__device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, acc_t<T> beta1,
-                             acc_t<T> beta2, acc_t<T> eps, acc_t<T> weight_decay, acc_t<T> shrink, acc_t<T> step,
-                             acc_t<T> inv_sqrt_bias2) {
+__device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, double beta1_d,
+                             double beta2_d, acc_t<T> eps, double weight_decay_d, int decoupled,
+                             const T* learning_rate, const int64_t* step_count) {
     typedef acc_t<T> A;
     const Chunk c = block_chunk(table, tensors, chunk);
+    const double lr_d = (double)to_acc<T>(learning_rate[0]);
+    const double t = (double)step_count[0];
+    const A beta1 = (A)beta1_d, beta2 = (A)beta2_d;
+    const A weight_decay = decoupled ? A(0) : (A)weight_decay_d;
+    const A shrink = decoupled ? (A)(1.0 - lr_d * weight_decay_d) : A(1);
+    const A step = (A)(lr_d / (1.0 - pow(beta1_d, t)));
+    const A inv_sqrt_bias2 = (A)(1.0 / sqrt(1.0 - pow(beta2_d, t)));
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
     T* m = column<T>(c, 2);
@@ -114,15 +124,15 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
         mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm);                             \
     }                                                                                                    \
     extern "C" __global__ void mt_sgd_##S(const int64_t* table, int64_t tensors, int64_t chunk,          \
-                                          const double* scale, acc_t<T> lr, acc_t<T> momentum,           \
+                                          const double* scale, const T* lr, acc_t<T> momentum,           \
                                           acc_t<T> weight_decay, int nesterov) {                         \
         mt_sgd_impl<T>(table, tensors, chunk, scale, lr, momentum, weight_decay, nesterov);              \
     }                                                                                                    \
     extern "C" __global__ void mt_adam_##S(const int64_t* table, int64_t tensors, int64_t chunk,         \
-                                           const double* scale, acc_t<T> beta1, acc_t<T> beta2,          \
-                                           acc_t<T> eps, acc_t<T> weight_decay, acc_t<T> shrink,         \
-                                           acc_t<T> step, acc_t<T> inv_sqrt_bias2) {                     \
-        mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, shrink, step,     \
-                        inv_sqrt_bias2);                                                                 \
+                                           const double* scale, double beta1, double beta2,              \
+                                           acc_t<T> eps, double weight_decay, int decoupled,             \
+                                           const T* lr, const int64_t* step) {                           \
+        mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, decoupled, lr,    \
+                        step);                                                                           \
     }
 MT_FOR_FLOATS(OPTIMIZER)

@@ -5,7 +5,6 @@ attributes and picks the kernel from the registry; neither branches on the provi
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +13,7 @@ from .errors import DTypeError, OpAttributeError
 from .inference import check_node
 from .ops import get_schema
 from .ops.schema import TensorType
+from .profiling import NodeProfiler
 from .providers import get_provider, provider_list
 from .registry import KernelContext, lookup
 
@@ -106,22 +106,25 @@ class Executor:
     in `state` (a DeviceState shared by a session's plans) when given, else in tensors made
     once here.  `write_back` maps output values to the initializers they replace after each
     run (BatchNorm's running statistics), copied in the initializer's own memory.  With
-    `profile=True`, per-node wall times (the device synchronised after each node) are
-    accumulated in `self.profile` (node name -> seconds) and `self.calls`.
+    `profile=True`, per-node times (host wall time on the CPU, GPU time between events on a
+    device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
+    per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
+    that can (CUDA) captures the whole step into a graph and replays it (see
+    providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.
 
     `provider` (a name or a provider list) re-plans a plan made for other providers;
     `providers` maps provider names to the Provider objects to use (a session's own).
     """
 
-    def __init__(self, plan, provider=None, profile=False, *, state=None, providers=None, write_back=None):
+    def __init__(self, plan, provider=None, profile=False, *, state=None, providers=None, write_back=None,
+                 capture=False):
         if provider is not None and tuple(provider_list(provider)) != tuple(plan.providers):
             from .scheduler import schedule
             plan = schedule(plan.graph, plan.fetch, provider)
         self.plan = plan
         self.providers = {name: (providers or {}).get(name) or get_provider(name) for name in plan.providers}
         self.provider = self.providers[plan.providers[0]]
-        self.profile_enabled = profile
-        self.profile = {}
+        self.profiler = NodeProfiler() if profile else None
         self.calls = 0
         self.write_back = dict(write_back or {})
         self.state = state
@@ -133,45 +136,77 @@ class Executor:
             else:
                 self.constants[name] = self.providers[location].from_numpy(array)
         self._step_providers = [self.providers[s.provider] for s in plan.steps]
+        self.graphs = self.provider.step_graphs(self) if capture and not profile else None
+
+    @property
+    def profile(self):
+        """Node name -> seconds summed over the profiled runs."""
+        return self.profiler.totals if self.profiler is not None else {}
 
     def run(self, feeds, fetch=None, *, to_host=True):
         """Run the plan on `feeds` (input name -> NumPy array or a provider-native tensor, which
         is used without a copy); return a dict of the fetched values (default: all that the
-        plan was made for), as NumPy arrays, or where they live when `to_host` is False."""
+        plan was made for), as NumPy arrays, or where they live when `to_host` is False (a
+        captured step's values live in its arena: valid until the next run)."""
         plan = self.plan
         fetch = list(plan.fetch if fetch is None else fetch)
         extra = [f for f in fetch if f not in plan.fetch]
         if extra:
             raise ValueError(f"cannot fetch {extra}: the plan was scheduled for {plan.fetch}")
+        fed, dims = self._checked_feeds(feeds)
+        dims_key = tuple(sorted(dims.items()))
+        if self.graphs is not None and not self.graphs.disabled:
+            values = self.graphs.run(fed, dims, dims_key)
+        else:
+            values = self.execute(self.place_inputs(fed), dims, dims_key)
+        if self.profiler is not None:
+            self.profiler.end_run()
+        self.calls += 1
+        if not to_host:
+            return {name: values[name] for name in fetch}
+        return {name: self._host(name, values[name]) for name in fetch}
+
+    def _checked_feeds(self, feeds):
+        """The fed inputs the plan needs (dtype and shape checked) and the symbolic dims they bind."""
+        plan = self.plan
         missing = [n for n in plan.graph.input_names if n not in feeds and n in plan.needed_inputs]
         if missing:
             raise ValueError(f"graph {plan.graph.name!r}: no value fed for input(s) {missing}")
-        env = dict(self.constants)
-        dims = {}
+        fed, dims = {}, {}
         for value in plan.graph.inputs:
             if value.name in feeds:
-                fed = feeds[value.name]
-                if not hasattr(fed, "dtype"):
-                    fed = np.asarray(fed)
-                if np.dtype(fed.dtype) != value.dtype:
+                array = feeds[value.name]
+                if not hasattr(array, "dtype"):
+                    array = np.asarray(array)
+                if np.dtype(array.dtype) != value.dtype:
                     raise DTypeError(f"graph {plan.graph.name!r}: input {value.name!r} is declared {value.dtype}, "
-                                     f"fed {np.dtype(fed.dtype)}")
-                _bind_dims(value, tuple(fed.shape), dims)
-                provider = self.providers[plan.locations.get(value.name, "cpu")]
-                env[value.name] = provider.as_native(fed) if provider.name != "cpu" else _to_host(fed)
-        keep = set(fetch) | set(self.write_back)
-        dims_key = tuple(sorted(dims.items()))
+                                     f"fed {np.dtype(array.dtype)}")
+                _bind_dims(value, tuple(array.shape), dims)
+                fed[value.name] = array
+        return fed, dims
+
+    def place_inputs(self, fed):
+        """The fed inputs where the plan reads them (copied to the device where needed)."""
+        placed = {}
+        for name, array in fed.items():
+            provider = self.providers[self.plan.locations.get(name, "cpu")]
+            placed[name] = provider.as_native(array) if provider.name != "cpu" else _to_host(array)
+        return placed
+
+    def execute(self, inputs, dims, dims_key):
+        """Run every step on the constants and `inputs` (placed); apply the write-backs; return
+        every value the plan fetches."""
+        plan = self.plan
+        env = {**self.constants, **inputs}
+        keep = set(plan.fetch) | set(self.write_back)
         for step, provider in zip(plan.steps, self._step_providers):
             node = step.node
-            inputs = [env[n] if n else None for n in node.inputs]
+            args = [env[n] if n else None for n in node.inputs]
             shapes = step.output_shapes(dims, dims_key)
-            if self.profile_enabled:
-                start = time.perf_counter()
-                results = step.bound.run(provider, inputs, shapes)
-                provider.synchronize()
-                self.profile[node.name] = self.profile.get(node.name, 0.0) + time.perf_counter() - start
+            if self.profiler is not None:
+                results = self.profiler.run(step, provider, args, shapes)
             else:
-                results = step.bound.run(provider, inputs, shapes)
+                results = step.bound.run(provider, args, shapes)
             for name, value in zip((o for o in node.outputs if o), results):
                 env[name] = value
             for name in step.frees:
@@ -180,10 +215,7 @@ class Executor:
         for out_name, initializer in self.write_back.items():
             location = plan.locations.get(initializer, "cpu")
             self.providers[location].copy_into(env[initializer], env[out_name])
-        self.calls += 1
-        if not to_host:
-            return {name: env[name] for name in fetch}
-        return {name: self._host(name, env[name]) for name in fetch}
+        return {name: env[name] for name in plan.fetch}
 
     def _host(self, name, value):
         if isinstance(value, np.ndarray):

@@ -9,6 +9,7 @@ import minitrain
 from minitrain import checkpoint, nn, optim
 from minitrain.data import ArrayDataset, DataLoader
 from minitrain.errors import RunFolderError, TrainingDivergedError
+from minitrain.providers.pending import PendingScalar, PendingValues
 from minitrain.training import TrainingSession, fit, loop, plot_metrics
 
 
@@ -113,9 +114,12 @@ def test_a_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, mo
     session, loader, test = setup()
     real_step, calls = session.train_step, []
 
-    def diverging(x, y):
+    def diverging(x, y, wait=True):
         calls.append(1)
-        return float("nan") if len(calls) == 3 else real_step(x, y)
+        loss = real_step(x, y, wait=wait)
+        if len(calls) == 3:
+            return PendingScalar(PendingValues({"loss": float("nan"), "output": loss.values["output"]}), "loss")
+        return loss
     monkeypatch.setattr(session, "train_step", diverging)
     with pytest.raises(TrainingDivergedError, match=r"epoch 3, step 3: the loss is nan.*keeps epoch 2"):
         quiet_fit(session, loader, epochs=4, test=test, out_dir=str(tmp_path), resume=True)

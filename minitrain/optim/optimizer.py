@@ -42,7 +42,7 @@ class Optimizer:
         self.step_count = 0
         self.params = {}
         self.state = {}          # state name -> {param name: array}
-        self.last_grad_norm = None
+        self._grad_norm = None   # a number, or a PendingScalar read when asked for
 
     # ------------------------------------------------------------------ setup
     def attach(self, params):
@@ -101,9 +101,17 @@ class Optimizer:
         return dict(zip(names, values))
 
     def updated(self, grad_norm):
-        """Record that the graph ran one update."""
+        """Record that the graph ran one update; `grad_norm` may be a PendingScalar, read
+        (waiting for the device) only when last_grad_norm is."""
         self.step_count += 1
-        self.last_grad_norm = float(grad_norm)
+        self._grad_norm = grad_norm
+
+    @property
+    def last_grad_norm(self):
+        """The global gradient norm (before clipping) of the last update, or None."""
+        if self._grad_norm is not None and not isinstance(self._grad_norm, float):
+            self._grad_norm = float(self._grad_norm)
+        return self._grad_norm
 
     # ------------------------------------------------------------------ directly
     def step(self, grads):

@@ -9,6 +9,7 @@ memory and its memory, and synchronisation.  Kernels allocate their outputs thro
 from __future__ import annotations
 
 import abc
+import time
 
 import numpy as np
 
@@ -62,6 +63,25 @@ class Provider(abc.ABC):
         (the same object where the provider has no per-session state).  `use_tf32` lets
         float32 matrix products use TF32 where the provider has it; others ignore it."""
         return self
+
+    def fetch_async(self, values):
+        """PendingValues of `values` (name -> native tensor) copied to the host without waiting
+        (on the CPU the values are host arrays already)."""
+        from .pending import PendingValues
+        return PendingValues({name: self.to_numpy(value) for name, value in values.items()})
+
+    def step_graphs(self, executor):
+        """An object that captures `executor`'s whole step and replays it (providers with
+        graphs, like CUDA), or None: the step runs node by node."""
+        return None
+
+    def time_marker(self):
+        """A point in this provider's timeline (host wall clock here; an event on a device)."""
+        return time.perf_counter()
+
+    def seconds_between(self, start, end):
+        """Seconds from one time_marker to a later one (waiting for the device if needed)."""
+        return end - start
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"

@@ -11,9 +11,14 @@ Run folder rules: a folder that already holds a run is refused unless `resume` (
 its checkpoint) or `overwrite` (delete its run files and start again) is given.  A step whose
 loss is not finite stops the run with TrainingDivergedError; the checkpoints keep the last
 finished epoch.
+
+Steps are queued without waiting for the device (`train_step(..., wait=False)`): the loop reads
+each step's loss and output LAG steps later, so on a GPU the host prepares the next steps while
+the device runs this one.
 """
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -26,6 +31,7 @@ from .plot import plot_metrics
 
 CHECKPOINT, BEST, METRICS, PLOT = "checkpoint.mtc", "checkpoint-best.mtc", "metrics.jsonl", "metrics.png"
 RUN_FILES = (CHECKPOINT, BEST, METRICS, PLOT)
+LAG = 4
 
 
 def _progress(iterable, total, enabled, desc):
@@ -118,25 +124,35 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
         loss_sum, seen, correct = 0.0, 0, 0
         steps = len(loader) if max_steps is None else min(len(loader), max_steps)
         bar = _progress(loader, steps, progress, f"epoch {epoch + 1}/{epochs}")
+        queued = collections.deque()        # (step, pending loss, labels) read LAG steps later
+
+        def settle(keep):
+            nonlocal loss_sum, seen, correct
+            while len(queued) > keep:
+                step, pending, yb = queued.popleft()
+                loss = float(pending)
+                if not math.isfinite(loss):
+                    if bar is not loader:
+                        bar.close()
+                    kept = f"{paths[CHECKPOINT]} keeps epoch {epoch}" if out_dir and epoch else "no checkpoint"
+                    raise TrainingDivergedError(f"epoch {epoch + 1}, step {step + 1}: the loss is {loss}; training "
+                                                f"stopped ({kept})")
+                loss_sum += loss * len(yb)
+                seen += len(yb)
+                if task == "classification":
+                    correct += int(np.sum(pending.values["output"].argmax(axis=1) == yb))
+                if bar is not loader:
+                    postfix = {"loss": f"{loss_sum / seen:.4f}"}
+                    if task == "classification":
+                        postfix["acc"] = f"{correct / seen:.3f}"
+                    bar.set_postfix(postfix, refresh=False)
+
         for i, (xb, yb) in enumerate(bar):
             if i == steps:
                 break
-            loss = session.train_step(xb, yb)
-            if not math.isfinite(loss):
-                if bar is not loader:
-                    bar.close()
-                kept = f"{paths[CHECKPOINT]} keeps epoch {epoch}" if out_dir and epoch else "no checkpoint"
-                raise TrainingDivergedError(f"epoch {epoch + 1}, step {i + 1}: the loss is {loss}; training "
-                                            f"stopped ({kept})")
-            loss_sum += loss * len(xb)
-            seen += len(xb)
-            if task == "classification":
-                correct += int(np.sum(session.last_output.argmax(axis=1) == yb))
-            if bar is not loader:
-                postfix = {"loss": f"{loss_sum / seen:.4f}"}
-                if task == "classification":
-                    postfix["acc"] = f"{correct / seen:.3f}"
-                bar.set_postfix(postfix, refresh=False)
+            queued.append((i, session.train_step(xb, yb, wait=False), np.asarray(yb)))
+            settle(LAG)
+        settle(0)
         if bar is not loader:
             bar.close()
         record = {"epoch": epoch + 1, "step": session.step_count, "lr": session.optimizer.current_lr(),

@@ -26,6 +26,12 @@ parameters, optimizer state, BatchNorm statistics and accumulated gradients live
 in one DeviceState shared by the train, gradient-only, update and eval plans; `pull()` copies
 them to the host arrays (the model's parameters, `optimizer.state`), which `save` does, and
 `push()` copies the host arrays back, which `load` does.
+
+On CUDA each plan's whole step is captured into a CUDA Graph once its input signature has run
+twice, and replayed after that (`capture=False` turns it off, for debugging; see
+providers/cuda/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
+a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
+and `last_grad_norm` are fetched without waiting and read when asked for.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ from ..graph import Graph
 from ..nn.tensor import GraphBuilder
 from ..ops.schema import MS_DOMAIN
 from ..providers import get_provider, provider_list
+from ..providers.pending import PendingScalar, PendingValues
 from ..scheduler import schedule
 from .state import DeviceState
 from .targets import as_targets
@@ -54,14 +61,17 @@ class TrainingSession:
     loss decides (class labels for cross-entropy, the output's shape for MSE).
     device: "cpu" or "cuda" (or an ordered provider list); `provider` is its older name.
     use_tf32: let float32 GEMMs and convolutions use TF32 on CUDA (off: strict FP32).
+    capture: capture each plan's step into a CUDA Graph and replay it (on devices that have
+    graphs; default on).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
-                 target_dtype=None, device=None, provider="cpu", use_tf32=False):
+                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True):
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
         self._provider = get_provider(self.device).for_session(use_tf32=use_tf32)
+        self.capture = bool(capture)
         self.state = DeviceState(self._provider)
         self.params = model.parameters()
         if not self.params:
@@ -87,8 +97,7 @@ class TrainingSession:
         self._update = None      # the optimizer update of the accumulated gradients, for step()
         self._eval = {}          # with_loss -> Executor
         self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
-        self.last_output = None
-        self.last_grad_norm = None
+        self._last = None        # PendingValues of the last training run's output
 
     @classmethod
     def from_graph(cls, graph, loss, optimizer, *, trainable=None, **kwargs):
@@ -110,7 +119,7 @@ class TrainingSession:
         return cls.from_graph(load(model), loss, optimizer, trainable=trainable, **kwargs)
 
     def _executor(self, plan):
-        return Executor(plan, state=self.state, providers={self.device: self._provider},
+        return Executor(plan, state=self.state, providers={self.device: self._provider}, capture=self.capture,
                         write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
 
     def plan_description(self):
@@ -169,16 +178,37 @@ class TrainingSession:
         """Updates applied so far."""
         return self.optimizer.step_count
 
-    def train_step(self, inputs, targets, micro_batches=1):
-        """One update on this batch; returns the loss (mean over micro-batches when split)."""
+    @property
+    def last_output(self):
+        """The model's output on the last training batch (host array)."""
+        return None if self._last is None else self._last["output"]
+
+    @property
+    def last_grad_norm(self):
+        """The global gradient norm (before clipping) of the last update."""
+        return self.optimizer.last_grad_norm
+
+    def _fetched(self, results, loss_name, output_name, norm_name=None):
+        """Queue the copies of a run's loss, output (and gradient norm) to the host; returns
+        the loss as a PendingScalar."""
+        values = {"loss": results[loss_name], "output": results[output_name]}
+        if norm_name is not None:
+            values["norm"] = results[norm_name]
+        self._last = self._provider.fetch_async(values)
+        if norm_name is not None:
+            self.optimizer.updated(PendingScalar(self._last, "norm"))
+        return PendingScalar(self._last, "loss")
+
+    def train_step(self, inputs, targets, micro_batches=1, *, wait=True):
+        """One update on this batch; returns the loss (mean over micro-batches when split).
+        wait=False (one micro-batch) returns at once with a PendingScalar: float() of it
+        waits for the step."""
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                      [self.loss_name, self.output_name, self.norm_name])
-            self.optimizer.updated(results[self.norm_name])
-            self.last_output = results[self.output_name]
-            self.last_grad_norm = self.optimizer.last_grad_norm
-            return float(results[self.loss_name])
+                                      [self.loss_name, self.output_name, self.norm_name], to_host=False)
+            loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
+            return float(loss) if wait else loss
         n = len(inputs)
         if not 1 <= micro_batches <= n:
             raise ValueError(f"train_step: micro_batches must be in [1, {n}] for a batch of {n}, got {micro_batches}")
@@ -191,7 +221,7 @@ class TrainingSession:
             outputs.append(self.last_output)
         self.step()
         self.zero_grad()
-        self.last_output = np.concatenate(outputs)
+        self._last = PendingValues({"output": np.concatenate(outputs)})
         return total if mean else total * micro_batches
 
     @property
@@ -225,9 +255,8 @@ class TrainingSession:
         if self._grad is None:
             self._build_accumulation()
         feeds = {**self._feeds(inputs, targets), SCALE_INPUT: np.array(scale, dtype=self.input_spec[0])}
-        results = self._grad.run(feeds, [self.loss_name, self.output_name])
-        self.last_output = results[self.output_name]
-        return float(results[self.loss_name])
+        results = self._grad.run(feeds, [self.loss_name, self.output_name], to_host=False)
+        return float(self._fetched(results, self.loss_name, self.output_name))
 
     def step(self):
         """Apply the optimizer to the accumulated gradients (which are kept; see zero_grad)."""
@@ -235,8 +264,7 @@ class TrainingSession:
             raise RuntimeError("step(): no gradients accumulated; call accumulate() first")
         executor, norm = self._update
         results = executor.run(self.optimizer.feeds())
-        self.optimizer.updated(results[norm])
-        self.last_grad_norm = self.optimizer.last_grad_norm
+        self.optimizer.updated(float(results[norm]))
         return self.last_grad_norm
 
     def zero_grad(self):

@@ -1,18 +1,18 @@
 """CUDA kernel of InPlaceAccumulator (cuda/accumulate.cu): buffer += scale * value in place,
-the scale read from host memory; the same registration as providers/cpu/accumulate.py."""
+the scale read from device memory; the same registration as providers/cpu/accumulate.py."""
 import numpy as np
 
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import Kernel
 
-ACCUMULATE = Kernel("accumulate", "accumulate", "PPqT")
+ACCUMULATE = Kernel("accumulate", "accumulate", "PPqP")
 
 
 @register_kernel("InPlaceAccumulator", domain=MS_DOMAIN, provider="cuda",
-                 dtypes=(np.float16, np.float32, np.float64), host_inputs=(2,))
+                 dtypes=(np.float16, np.float32, np.float64))
 def accumulate(ctx):
     buffer, value, scale = (ctx.inputs + [None])[:3]
-    factor = 1.0 if scale is None else float(scale.reshape(-1)[0])
-    ACCUMULATE.launch_elements(ctx.provider, ctx.dtype, buffer.size, buffer, value, buffer.size, factor)
+    ACCUMULATE.launch_elements(ctx.provider, ctx.dtype, buffer.size, buffer, value, buffer.size,
+                               0 if scale is None else scale)
     return {"accumulated": buffer}

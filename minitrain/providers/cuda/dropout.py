@@ -1,7 +1,8 @@
 """CUDA kernels of Dropout and DropoutGrad (cuda/dropout.cu), registered as the CPU's are
 (providers/cpu/dropout.py); ratio and training_mode are read from host memory.
 
-The mask comes from Philox4x32-10 in the kernel, keyed by a 64-bit seed per call: the node's
+The mask comes from Philox4x32-10 in the kernel, keyed by a 64-bit seed per call (in device
+memory, through `provider.uploaded`, so a captured step draws a new one per replay): the node's
 `seed` attribute when it has one (every call then draws the same mask), else a number drawn
 from minitrain's global generator (minitrain.random), so minitrain.random.seed(s) makes a GPU
 run reproducible and checkpoints that save the generator's state resume it.  The mask is not
@@ -18,17 +19,16 @@ from ..cpu.dropout import dropout_settings
 from .compiler import Kernel
 
 FLOATS = (np.float16, np.float32, np.float64)
-_dropout = Kernel("dropout", "dropout", "PPPqTIII")
+_dropout = Kernel("dropout", "dropout", "PPPqTPI")
 _dropout_grad = Kernel("dropout", "dropout_grad", "PPPqT")
 
 
-def _seed(ctx):
-    """The call's Philox key as (low word, high word)."""
-    seed = ctx.attrs.get("seed")
-    if seed is None:
-        seed = int(mt_random.generator().integers(0, 2 ** 64, dtype=np.uint64))
+def _seed(fixed):
+    """The call's Philox key as [low word, high word]: the node's `seed` attribute, else a draw
+    from minitrain's global generator."""
+    seed = fixed if fixed is not None else int(mt_random.generator().integers(0, 2 ** 64, dtype=np.uint64))
     seed = int(seed) & (2 ** 64 - 1)
-    return seed & 0xFFFFFFFF, seed >> 32
+    return np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
 
 
 def _threshold(ratio):
@@ -54,8 +54,10 @@ def dropout(ctx):
         return {"output": _copy(provider, x), "mask": mask}
     y = provider.empty(x.shape, x.dtype)
     groups = -(-x.size // 4)
+    fixed = ctx.attrs.get("seed")
+    seed = provider.uploaded(lambda: _seed(fixed), (2,), np.uint32)
     _dropout.launch_elements(provider, x.dtype, groups, x, y, 0 if mask is None else mask, x.size, 1 / (1 - r),
-                             *_seed(ctx), _threshold(r))
+                             seed, _threshold(r))
     return {"output": y, "mask": mask}
 
 

@@ -46,7 +46,8 @@ class LabelGuard:
 
     def __init__(self, provider):
         self.provider = provider
-        self.flag = provider.zeros((2,), np.int64)
+        self.flag = provider.persistent_empty((2,), np.int64)
+        provider.fill_zero(self.flag)
         self.host = driver.pagelocked_zeros((self.SLOTS, 2), np.int64)
         self.events = [driver.Event(driver.event_flags.DISABLE_TIMING) for _ in range(self.SLOTS)]
         self.pending = collections.deque()      # (slot, who, num_classes, ignore_index)
@@ -54,7 +55,11 @@ class LabelGuard:
         provider.add_sync_check(self.check)
 
     def launched(self, who, num_classes, ignore_index):
-        """Queue the verdict of the kernels just launched."""
+        """Queue the verdict of the kernels just launched (after every replay, when they are
+        being captured into a step's graph)."""
+        self.provider.per_execution(lambda: self._queue_verdict(who, num_classes, ignore_index))
+
+    def _queue_verdict(self, who, num_classes, ignore_index):
         if len(self.pending) == self.SLOTS:
             self._settle(wait=True, limit=1)
         slot, self.next_slot = self.next_slot, (self.next_slot + 1) % self.SLOTS

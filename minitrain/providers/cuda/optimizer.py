@@ -2,8 +2,9 @@
 in place by one multi-tensor launch, the same registrations and formulas as
 providers/cpu/optimizer.py.
 
-The learning rate (and Adam's step) are host-resident, so the per-step constants (Adam's bias
-corrections) are computed here.  The global gradient norm is reduced on the device in double
+The learning rate (and Adam's step) are read by the kernels from device memory, where Adam's
+bias corrections are worked out too: a captured step (CUDA Graph) follows the learning-rate
+schedule and the step count.  The global gradient norm is reduced on the device in double
 (per-chunk partial sums, then one block that also writes clip_grad_norm_'s scale), and the
 update kernel reads that scale from device memory: no step waits for the GPU, and `grad_norm`
 stays a device scalar.  The table of tensor addresses that a launch walks is cached per
@@ -13,7 +14,6 @@ nothing to the device per step.
 from __future__ import annotations
 
 import collections
-import math
 import weakref
 
 import numpy as np
@@ -30,8 +30,8 @@ TABLE_COLS = 5          # cuda/optimizer.cu's TABLE_COLS: param, grad, state 1, 
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
-SGD = Kernel("optimizer", "mt_sgd", "PqqPTTTi")
-ADAM = Kernel("optimizer", "mt_adam", "PqqPTTTTTTT")
+SGD = Kernel("optimizer", "mt_sgd", "PqqPPTTi")
+ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPP")
 
 _tables = weakref.WeakKeyDictionary()
 
@@ -51,11 +51,13 @@ def tensor_table(provider, columns):
     key = table.tobytes()
     device = cache.get(key)
     if device is None:
-        device = cache[key] = provider.from_numpy(table)
+        device = cache[key] = provider.persistent_from_numpy(table)
         if len(cache) > CACHED_TABLES:
             cache.popitem(last=False)
     else:
         cache.move_to_end(key)
+    if provider.capture is not None:        # a captured graph reads it on every replay
+        provider.capture.keep.append(device)
     return device, len(pairs)
 
 
@@ -74,7 +76,7 @@ def global_norm(ctx, table, tensors, blocks):
     return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
 
 
-@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS, host_inputs=(0,))
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
 def sgd(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[1:]
@@ -84,28 +86,22 @@ def sgd(ctx):
     buffers = tensors[2 * count:] if momentum else [None] * count
     table, blocks = tensor_table(ctx.provider, [params, grads, buffers, [None] * count])
     outputs, scale = global_norm(ctx, table, count, blocks)
-    lr = float(ctx.inputs[0].reshape(-1)[0])
     if blocks:
         SGD.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, CHUNK, scale,
-                   lr, momentum, a["weight_decay"], int(bool(a["nesterov"])))
+                   ctx.inputs[0], momentum, a["weight_decay"], int(bool(a["nesterov"])))
     return outputs
 
 
-@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS, host_inputs=(0, 1))
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
 def adam(ctx):
+    """The step count (from 1) is read on the device; the CPU kernel checks its range."""
     a = ctx.attrs
     tensors = ctx.inputs[2:]
     count = tensor_groups(len(tensors), 4)
-    step = int(ctx.inputs[1].reshape(-1)[0])
-    if step < 1:
-        ctx.fail(f"input 'step' is {step}; it counts updates from 1")
     table, blocks = tensor_table(ctx.provider, [tensors[k * count:(k + 1) * count] for k in range(4)])
     outputs, scale = global_norm(ctx, table, count, blocks)
-    lr = float(ctx.inputs[0].reshape(-1)[0])
-    bias1, bias2 = 1 - a["beta1"] ** step, 1 - a["beta2"] ** step
-    decoupled = bool(a["decoupled_weight_decay"])
     if blocks:
         ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, CHUNK, scale,
-                    a["beta1"], a["beta2"], a["epsilon"], 0.0 if decoupled else a["weight_decay"],
-                    1 - lr * a["weight_decay"] if decoupled else 1.0, lr / bias1, 1 / math.sqrt(bias2))
+                    a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"], int(bool(a["decoupled_weight_decay"])),
+                    ctx.inputs[0], ctx.inputs[1])
     return outputs

@@ -91,7 +91,8 @@ def _tiles(dims):
 def _tile_scratch(provider):
     scratch = _scratch.get(provider)
     if scratch is None:
-        scratch = _scratch[provider] = provider.zeros((2,), np.uint32)
+        scratch = _scratch[provider] = provider.persistent_empty((2,), np.uint32)
+        provider.fill_zero(scratch)
     return scratch
 
 

@@ -4,9 +4,15 @@ Each session takes its own provider object (`for_session`): its own stream, memo
 cuBLAS handle, all in the process's one primary context.  A block freed at a value's last use
 goes back to that session's pool, and since the session queues all its work on one stream, the
 next allocation can reuse it at once: the stream orders the reuse after the last reader.
+
+Step capture (step_graph.py) routes the step's allocations elsewhere (`allocating`), and while
+it captures, host work that must happen on every execution of the step (queueing a verdict
+copy, drawing a Dropout seed) is handed to the capture instead of done once (`per_execution`,
+`uploaded`).
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import numpy as np
@@ -46,6 +52,10 @@ class CudaProvider(Provider):
         self.compute_capability = self.device.compute_capability()
         self._blas = None
         self._sync_checks = []
+        self._allocate = self.pool.allocate
+        self.capture = None             # the StepCaptureRecord while a step is being captured
+        self._upload_ring = None
+        self._fetch_ring = None
         _providers.add(self)
 
     def add_sync_check(self, check):
@@ -53,7 +63,8 @@ class CudaProvider(Provider):
         input on the device (a label out of range) report it there, without a sync of their own."""
         self._sync_checks.append(check)
 
-    def _checked(self):
+    def run_sync_checks(self):
+        """Run the checks that wait for a host sync (see add_sync_check): after one."""
         for check in self._sync_checks:
             check()
 
@@ -73,7 +84,54 @@ class CudaProvider(Provider):
         return isinstance(value, GPUArray)
 
     def empty(self, shape, dtype):
+        return GPUArray(tuple(int(d) for d in shape), np.dtype(dtype), allocator=self._allocate)
+
+    def persistent_empty(self, shape, dtype):
+        """A tensor from the session's pool, never from a step's arena: for what outlives a
+        step (caches, a captured graph's inputs)."""
         return GPUArray(tuple(int(d) for d in shape), np.dtype(dtype), allocator=self.pool.allocate)
+
+    def persistent_from_numpy(self, array):
+        """persistent_empty holding `array`, copied from pinned memory (safe inside a capture,
+        where the copy becomes a graph node that re-reads its source on every replay: the
+        pinned source rides on the result's `base`, so it lives as long as the result)."""
+        array = np.asarray(array)
+        pinned = driver.pagelocked_empty(array.shape, array.dtype)
+        pinned[...] = array
+        value = GPUArray(array.shape, array.dtype, gpudata=self.pool.allocate(max(array.nbytes, 1)), base=pinned)
+        if array.size:
+            driver.memcpy_htod_async(value.gpudata, pinned, self.stream)
+        return value
+
+    @contextlib.contextmanager
+    def allocating(self, allocate):
+        """Route empty() (every kernel's outputs and scratch) through `allocate(nbytes)`."""
+        previous, self._allocate = self._allocate, allocate
+        try:
+            yield
+        finally:
+            self._allocate = previous
+
+    def per_execution(self, hook):
+        """Run `hook()` now; while a step is being captured, after every launch of its graph
+        instead (host bookkeeping of work queued in the step, e.g. reading a verdict)."""
+        if self.capture is None:
+            hook()
+        else:
+            self.capture.after_launch.append(hook)
+
+    def uploaded(self, make, shape, dtype):
+        """A device array of the host values `make()` returns, made anew for every execution
+        (a Dropout seed): copied now through pinned memory; while a step is being captured, a
+        persistent array the capture refills before every launch of its graph."""
+        if self.capture is not None:
+            value = self.persistent_empty(shape, dtype)
+            self.capture.uploads.append((value, make))
+            return value
+        if self._upload_ring is None:
+            from .uploads import UploadRing
+            self._upload_ring = UploadRing(self)
+        return self._upload_ring.upload(np.asarray(make(), dtype).reshape(shape))
 
     def fill_zero(self, value):
         if value.size:
@@ -93,7 +151,7 @@ class CudaProvider(Provider):
         if array.size:
             driver.memcpy_dtoh_async(array, value.gpudata, self.stream)
         self.stream.synchronize()
-        self._checked()
+        self.run_sync_checks()
         return array
 
     def as_native(self, value):
@@ -118,6 +176,25 @@ class CudaProvider(Provider):
             if src.size:
                 driver.memcpy_htod_async(dst.gpudata, src, self.stream)
 
+    def fetch_async(self, values):
+        if self._fetch_ring is None:
+            from .fetch import FetchRing
+            self._fetch_ring = FetchRing(self)
+        return self._fetch_ring.fetch(values)
+
+    def step_graphs(self, executor):
+        from .step_graph import StepGraphs
+        return StepGraphs(executor, self)
+
+    def time_marker(self):
+        event = driver.Event()
+        event.record(self.stream)
+        return event
+
+    def seconds_between(self, start, end):
+        end.synchronize()
+        return end.time_since(start) / 1e3
+
     def synchronize(self):
         self.stream.synchronize()
-        self._checked()
+        self.run_sync_checks()

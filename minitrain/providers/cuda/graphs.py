@@ -1,0 +1,108 @@
+"""CUDA Graphs through ctypes on the driver library (pycuda has no graph API): capture the work
+queued on a stream into a graph, instantiate it once, launch it many times.
+
+Capture runs in relaxed mode, so a kernel that still calls the allocator (cuMemAlloc) inside
+the captured region does not break the capture; work queued on the stream is recorded, not
+run, until the graph is launched.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+from ...errors import MinitrainError
+
+CAPTURE_MODE_RELAXED = 2
+_p = ctypes.c_void_p
+_SIGNATURES = {
+    "cuStreamBeginCapture_v2": [_p, ctypes.c_int],
+    "cuStreamEndCapture": [_p, ctypes.POINTER(_p)],
+    "cuGraphInstantiateWithFlags": [ctypes.POINTER(_p), _p, ctypes.c_ulonglong],
+    "cuGraphLaunch": [_p, _p],
+    "cuGraphExecDestroy": [_p],
+    "cuGraphDestroy": [_p],
+    "cuGraphGetNodes": [_p, _p, ctypes.POINTER(ctypes.c_size_t)],
+    "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+}
+_library = None
+
+
+class CudaGraphError(MinitrainError):
+    """A CUDA Graph call failed (capture, instantiation or launch)."""
+
+
+def library():
+    """libcuda with the graph functions' argument types set (loaded on first use)."""
+    global _library
+    if _library is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
+        for name, args in _SIGNATURES.items():
+            getattr(lib, name).argtypes = args
+            getattr(lib, name).restype = ctypes.c_int
+        _library = lib
+    return _library
+
+
+def _check(status, call):
+    if status:
+        name = ctypes.c_char_p()
+        library().cuGetErrorName(status, ctypes.byref(name))
+        raise CudaGraphError(f"{call} failed: {(name.value or b'unknown error').decode()} ({status})")
+
+
+class CapturedGraph:
+    """One captured and instantiated graph; launched on a stream, destroyed with the object."""
+
+    def __init__(self, graph):
+        self._graph = graph
+        self._exec = _p()
+        _check(library().cuGraphInstantiateWithFlags(ctypes.byref(self._exec), graph, 0),
+               "cuGraphInstantiateWithFlags")
+
+    @property
+    def node_count(self):
+        """The graph's node count (kernels, copies, memsets)."""
+        count = ctypes.c_size_t(0)
+        _check(library().cuGraphGetNodes(self._graph, None, ctypes.byref(count)), "cuGraphGetNodes")
+        return count.value
+
+    def launch(self, stream):
+        _check(library().cuGraphLaunch(self._exec, _p(stream.handle)), "cuGraphLaunch")
+
+    def __del__(self):
+        lib = _library
+        if lib is not None:
+            if self._exec:
+                lib.cuGraphExecDestroy(self._exec)
+            if self._graph:
+                lib.cuGraphDestroy(self._graph)
+
+
+class StreamCapture:
+    """Context manager: the work queued on `stream` inside it becomes `self.graph` (a
+    CapturedGraph) instead of running.  On an error inside, the capture is ended and thrown
+    away and the error propagates."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.graph = None
+
+    def __enter__(self):
+        _check(library().cuStreamBeginCapture_v2(_p(self.stream.handle), CAPTURE_MODE_RELAXED),
+               "cuStreamBeginCapture")
+        return self
+
+    def __exit__(self, kind, error, trace):
+        graph = _p()
+        status = library().cuStreamEndCapture(_p(self.stream.handle), ctypes.byref(graph))
+        if kind is not None:
+            if graph:
+                library().cuGraphDestroy(graph)
+            return False
+        _check(status, "cuStreamEndCapture")
+        try:
+            self.graph = CapturedGraph(graph)
+        except CudaGraphError:
+            library().cuGraphDestroy(graph)
+            raise
+        return False

@@ -1,0 +1,205 @@
+"""Whole-step CUDA Graphs for an Executor: a step with a static input signature is captured once
+and replayed.
+
+Per plan and input signature (the batch size, say), the first run is a plain warm-up (kernels
+compile, convolution searches run, caches fill); the second records every allocation the step
+makes and packs them into one arena (memory_plan.pack); the third captures the step, its
+allocations served from that arena, into a graph; every later run copies the inputs into the
+graph's input tensors and launches the graph.  The step then allocates nothing and does not
+wait for the GPU.
+
+Inputs travel through pinned host buffers, double-buffered: run k writes its batch into pinned
+buffer k % 2, copies it on a side stream into device staging k % 2 (overlapping step k - 1 on
+the GPU), and the main stream copies staging into the graph's input tensors just before the
+launch.  Host values a kernel needs afresh every execution (a Dropout seed: `uploaded`) ride
+along the same way.
+
+A plan is not captured when a node runs on another provider or reads a per-run input from host
+memory; a capture that fails (an allocation sequence that differs from the recorded one, an
+operation the driver cannot capture) turns capture off for the plan.  Either way one log line
+says why and the plan runs uncaptured, with the same results.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import pycuda.driver as driver
+
+from .arena import AllocationTrace, ArenaAllocator
+from .graphs import StreamCapture
+
+log = logging.getLogger("minitrain.capture")
+MAX_SIGNATURES = 4
+
+
+@dataclass
+class StepCaptureRecord:
+    """What a capture collects from the kernels (see CudaProvider.per_execution, uploaded)."""
+    after_launch: list = field(default_factory=list)
+    uploads: list = field(default_factory=list)        # (device tensor, make)
+    keep: list = field(default_factory=list)           # device tensors the graph reads
+
+
+@dataclass
+class _Signature:
+    runs: int = 0
+    inputs: dict = None          # graph input name -> device tensor the graph reads
+    trace: AllocationTrace = None
+    arena: ArenaAllocator = None
+    graph: object = None
+    record: StepCaptureRecord = None
+    outputs: dict = None
+    staging: object = None
+    memory_plan: object = None
+
+
+def capture_blocker(plan, provider):
+    """Why `plan` cannot be captured on `provider`, or None."""
+    others = sorted({s.provider for s in plan.steps} - {provider.name})
+    if others:
+        return f"nodes run on {', '.join(others)}"
+    host = [v.name for v in plan.graph.inputs
+            if v.name in plan.needed_inputs and plan.locations.get(v.name, "cpu") != provider.name]
+    if host:
+        return f"input(s) {host} are read from host memory"
+    return None
+
+
+class StepGraphs:
+    """The captured graphs of one Executor's plan, per input signature (a bounded cache)."""
+
+    def __init__(self, executor, provider):
+        self.executor, self.provider = executor, provider
+        self.signatures = collections.OrderedDict()
+        self.stats = collections.Counter()
+        self.disabled = capture_blocker(executor.plan, provider)
+        if self.disabled:
+            self._log_off(self.disabled)
+
+    def _log_off(self, why):
+        log.info("CUDA Graph capture off for plan %r: %s", self.executor.plan.graph.name, why)
+
+    def run(self, fed, dims, dims_key):
+        """Run the step on `fed` (input name -> validated host array or device tensor); returns
+        every value the plan fetches."""
+        sig = self.signatures.get(dims_key)
+        if sig is None:
+            sig = self.signatures[dims_key] = _Signature()
+            if len(self.signatures) > MAX_SIGNATURES:
+                self.signatures.popitem(last=False)
+        else:
+            self.signatures.move_to_end(dims_key)
+        if sig.graph is not None:
+            self.stats["replays"] += 1
+            return self._launch(sig, fed)
+        sig.runs += 1
+        if sig.runs == 1:
+            self.stats["warmups"] += 1
+            return self.executor.execute(self.executor.place_inputs(fed), dims, dims_key)
+        try:
+            if sig.runs == 2:
+                return self._record(sig, fed, dims, dims_key)
+            return self._capture(sig, fed, dims, dims_key)
+        except Exception as error:      # noqa: BLE001 - any failure: run uncaptured, and say why
+            self.disabled = f"{type(error).__name__}: {error}"
+            self._log_off(self.disabled)
+            self.signatures.clear()
+            return self.executor.execute(self.executor.place_inputs(fed), dims, dims_key)
+
+    def _record(self, sig, fed, dims, dims_key):
+        """Run once with every allocation recorded, the inputs in their own tensors."""
+        self.stats["records"] += 1
+        sig.inputs = {name: self.provider.persistent_empty(np.shape(value), value.dtype)
+                      for name, value in fed.items()}
+        for name, value in fed.items():
+            self.provider.copy_into(sig.inputs[name], value)
+        sig.trace = AllocationTrace(self.provider.pool.allocate)
+        with self.provider.allocating(sig.trace):
+            values = self.executor.execute(dict(sig.inputs), dims, dims_key)
+        sig.trace.finish()
+        return values
+
+    def _capture(self, sig, fed, dims, dims_key):
+        """Capture the step into a graph (nothing runs yet), then launch it on `fed`."""
+        plan = sig.trace.plan()
+        sig.arena = ArenaAllocator(self.provider, plan, sig.trace.sizes)
+        sig.record = StepCaptureRecord()
+        self.provider.synchronize()
+        self.provider.capture = sig.record
+        try:
+            with self.provider.allocating(sig.arena), StreamCapture(self.provider.stream) as capture:
+                outputs = self.executor.execute(dict(sig.inputs), dims, dims_key)
+        finally:
+            self.provider.capture = None
+        sig.arena.finish()
+        sig.graph, sig.outputs, sig.trace = capture.graph, outputs, None
+        sig.staging = _Staging(self.provider, sig.inputs, sig.record.uploads)
+        self.stats["captures"] += 1
+        log.info("captured plan %r for %s: %d graph nodes, arena %d bytes for %d allocations of %d bytes in all",
+                 self.executor.plan.graph.name, dict(dims) or "its fixed shapes", sig.graph.node_count,
+                 plan.arena_bytes, len(plan.blocks), plan.total_bytes)
+        sig.memory_plan = plan
+        return self._launch(sig, fed)
+
+    def _launch(self, sig, fed):
+        sig.staging.load(fed)
+        sig.graph.launch(self.provider.stream)
+        for hook in sig.record.after_launch:
+            hook()
+        return dict(sig.outputs)
+
+    def memory(self):
+        """(arena bytes, sum of the allocations' bytes) of each captured signature."""
+        return {key: (sig.memory_plan.arena_bytes, sig.memory_plan.total_bytes)
+                for key, sig in self.signatures.items() if sig.graph is not None}
+
+
+class _Staging:
+    """Double-buffered pinned and device staging of a graph's inputs and per-execution uploads."""
+
+    def __init__(self, provider, inputs, uploads):
+        self.provider = provider
+        self.targets = [(name, tensor) for name, tensor in inputs.items()] + \
+                       [(make, tensor) for tensor, make in uploads]
+        self.offsets, total = [], 0
+        for _, tensor in self.targets:
+            self.offsets.append(total)
+            total += -(-tensor.nbytes // 256) * 256
+        self.total = max(total, 1)
+        self.host = [driver.pagelocked_empty(self.total, np.uint8) for _ in range(2)]
+        self.device = [provider.persistent_empty((self.total,), np.uint8) for _ in range(2)]
+        self.copied = [driver.Event(driver.event_flags.DISABLE_TIMING) for _ in range(2)]
+        self.consumed = [driver.Event(driver.event_flags.DISABLE_TIMING) for _ in range(2)]
+        self.copy_stream = driver.Stream()
+        self.parity = 0
+        self.used = [False, False]
+
+    def load(self, fed):
+        """Queue this run's inputs into the graph's input tensors (main stream order)."""
+        p, self.parity = self.parity, self.parity ^ 1
+        if self.used[p]:
+            self.copied[p].synchronize()          # the copy from host[p] two runs ago is done
+            self.copy_stream.wait_for_event(self.consumed[p])
+        self.used[p] = True
+        host, device, stream = self.host[p], self.device[p], self.provider.stream
+        on_device = []
+        for (source, tensor), offset in zip(self.targets, self.offsets):
+            value = fed[source] if isinstance(source, str) else source()
+            if self.provider.is_native(value):
+                on_device.append((tensor, value))
+            else:
+                flat = np.ascontiguousarray(value, tensor.dtype).reshape(-1).view(np.uint8)
+                host[offset:offset + flat.size] = flat
+        driver.memcpy_htod_async(device.gpudata, host, self.copy_stream)
+        self.copied[p].record(self.copy_stream)
+        stream.wait_for_event(self.copied[p])
+        base = int(device.gpudata)
+        for (_, tensor), offset in zip(self.targets, self.offsets):
+            if tensor.nbytes:
+                driver.memcpy_dtod_async(tensor.gpudata, base + offset, tensor.nbytes, stream)
+        for tensor, value in on_device:
+            self.provider.copy_into(tensor, value)
+        self.consumed[p].record(stream)
