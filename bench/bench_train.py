@@ -11,6 +11,7 @@ minitrain also tracemalloc's peak during one step and the plan's own estimate.
 
     python bench/bench_train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
                                 [--out bench/results/train.md]
+    python bench/bench_train.py --device cuda      (see train_gpu.py)
 """
 import os
 import sys
@@ -221,6 +222,11 @@ def main():
     if "--memory-child" in sys.argv:
         i = sys.argv.index("--memory-child")
         memory_child(sys.argv[i + 1], sys.argv[i + 2])
+        return
+    if arg("--device", "cpu") == "cuda":
+        from train_gpu import main_gpu
+        import torch as cuda_torch
+        main_gpu(cuda_torch, minitrain_model, torch_model, arg, arg("--out", ""))
         return
     rounds, min_time = arg("--rounds", 3), arg("--min-time", 1.0)
     out = arg("--out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "train.md"))

@@ -10,7 +10,8 @@ named by its file stem only, never by a path.
 Run folders: `--out DIR` refuses a DIR that already holds a run (metrics.jsonl, checkpoints)
 unless `--resume` continues it from its checkpoint.mtc (on whichever --device this run uses)
 or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
-stops the run with a message; the checkpoints keep the last finished epoch.
+stops the run with a message; the checkpoints keep the last finished epoch.  `--profile
+TRACE.json` times each node of the first training step and writes a Chrome trace.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import re
 import sys
 
 import numpy as np
+
+from .training.loop import PROFILE_VARIABLE
 
 EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress", "resume",
                    "overwrite")
@@ -42,6 +45,9 @@ def add_training_options(parser, defaults=None):
     runs.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     parser.add_argument("--max-steps", type=int, default=None, help="cap the steps per epoch (smoke runs)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--profile", metavar="TRACE.json", default=None,
+                        help="time every node of the first training step (GPU time on CUDA) and write a Chrome "
+                             "trace (chrome://tracing, ui.perfetto.dev)")
     return parser
 
 
@@ -54,10 +60,18 @@ def call_example(run, args):
     """run(**options) of an example; a refused run folder or a diverged run ends the program
     with its message instead of a traceback."""
     from .errors import RunFolderError, TrainingDivergedError
+    saved = os.environ.get(PROFILE_VARIABLE)
+    if getattr(args, "profile", None):
+        os.environ[PROFILE_VARIABLE] = os.path.abspath(args.profile)
     try:
         return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
     except (RunFolderError, TrainingDivergedError) as e:
         raise SystemExit(f"error: {e}") from None
+    finally:
+        if saved is None:
+            os.environ.pop(PROFILE_VARIABLE, None)
+        else:
+            os.environ[PROFILE_VARIABLE] = saved
 
 
 def run_example(run, description, defaults, argv=None):

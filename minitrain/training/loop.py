@@ -12,6 +12,10 @@ its checkpoint) or `overwrite` (delete its run files and start again) is given. 
 loss is not finite stops the run with TrainingDivergedError; the checkpoints keep the last
 finished epoch.
 
+Each epoch's line reports training steps per second.  With `profile` (or the environment
+variable MINITRAIN_PROFILE, which the CLI's --profile sets) the first step is run node by node
+with each node timed and written as a Chrome trace to that path.
+
 Steps are queued without waiting for the device (`train_step(..., wait=False)`): the loop reads
 each step's loss and output LAG steps later, so on a GPU the host prepares the next steps while
 the device runs this one.
@@ -32,6 +36,7 @@ from .plot import plot_metrics
 CHECKPOINT, BEST, METRICS, PLOT = "checkpoint.mtc", "checkpoint-best.mtc", "metrics.jsonl", "metrics.png"
 RUN_FILES = (CHECKPOINT, BEST, METRICS, PLOT)
 LAG = 4
+PROFILE_VARIABLE = "MINITRAIN_PROFILE"
 
 
 def _progress(iterable, total, enabled, desc):
@@ -94,11 +99,13 @@ def _write_metrics(path, history):
 
 
 def fit(session, loader, *, epochs, test=None, task="classification", out_dir=None, progress=True,
-        max_steps=None, resume=False, overwrite=False, log=print):
+        max_steps=None, resume=False, overwrite=False, log=print, profile=None):
     """Train for `epochs` epochs over `loader` ((inputs, targets) batches); evaluate on
     `test` = (x, y) after each epoch.  task: "classification" (accuracy) or "regression"
     (test_mse).  max_steps caps the batches per epoch (smoke runs).  resume/overwrite: the
-    run folder rules above.  Returns the list of per-epoch metric dicts."""
+    run folder rules above.  profile: a path for the Chrome trace of the first step.  Returns
+    the list of per-epoch metric dicts."""
+    profile = profile or os.environ.get(PROFILE_VARIABLE)
     if test is not None and len(test[0]) == 0:
         raise ValueError("fit: the test set is empty; pass test=None to train without evaluation")
     if len(loader) == 0:
@@ -150,13 +157,19 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
         for i, (xb, yb) in enumerate(bar):
             if i == steps:
                 break
-            queued.append((i, session.train_step(xb, yb, wait=False), np.asarray(yb)))
+            if profile and epoch == first_epoch and i == 0:
+                loss = session.profile_step(xb, yb, profile)
+                log(f"wrote a Chrome trace of one step to {profile}")
+            else:
+                loss = session.train_step(xb, yb, wait=False)
+            queued.append((i, loss, np.asarray(yb)))
             settle(LAG)
         settle(0)
+        train_seconds = time.perf_counter() - start
         if bar is not loader:
             bar.close()
         record = {"epoch": epoch + 1, "step": session.step_count, "lr": session.optimizer.current_lr(),
-                  "train_loss": loss_sum / max(seen, 1)}
+                  "train_loss": loss_sum / max(seen, 1), "steps_per_s": steps / train_seconds}
         if task == "classification":
             record["train_accuracy"] = correct / max(seen, 1)
         if test is not None:

@@ -96,6 +96,7 @@ class TrainingSession:
         self._grad = None        # forward + backward + accumulation, for accumulate(); built on first use
         self._update = None      # the optimizer update of the accumulated gradients, for step()
         self._eval = {}          # with_loss -> Executor
+        self._profiled = None    # the training plan run node by node, timed
         self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
         self._last = None        # PendingValues of the last training run's output
 
@@ -118,9 +119,9 @@ class TrainingSession:
         from ..onnx import load
         return cls.from_graph(load(model), loss, optimizer, trainable=trainable, **kwargs)
 
-    def _executor(self, plan):
-        return Executor(plan, state=self.state, providers={self.device: self._provider}, capture=self.capture,
-                        write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
+    def _executor(self, plan, profile=False):
+        return Executor(plan, profile=profile, state=self.state, providers={self.device: self._provider},
+                        capture=self.capture, write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
 
     def plan_description(self):
         """The training plan, one line per node with the provider it runs on."""
@@ -167,9 +168,12 @@ class TrainingSession:
         return self._eval[with_loss]
 
     def _feeds(self, inputs, targets=None):
-        feeds = {INPUT: np.asarray(inputs, dtype=self.input_spec[0])}
+        """The plan's feeds; tensors already on the session's device pass as they are."""
+        def native(value):
+            return not isinstance(value, np.ndarray) and self._provider.is_native(value)
+        feeds = {INPUT: inputs if native(inputs) else np.asarray(inputs, dtype=self.input_spec[0])}
         if targets is not None:
-            feeds[TARGET] = as_targets(targets, self.target_spec[0])
+            feeds[TARGET] = targets if native(targets) else as_targets(targets, self.target_spec[0])
         return feeds
 
     # ------------------------------------------------------------------ training
@@ -223,6 +227,20 @@ class TrainingSession:
         self.zero_grad()
         self._last = PendingValues({"output": np.concatenate(outputs)})
         return total if mean else total * micro_batches
+
+    def profile_step(self, inputs, targets, path=None):
+        """One update like train_step, run node by node with every node timed (GPU time from
+        events on a device); writes the Chrome trace of it to `path` when given.  Returns the
+        loss as a PendingScalar; `self._profiled.profile` holds the per-node seconds."""
+        if self._profiled is None:
+            self._profiled = self._executor(self.train_plan, profile=True)
+        self.zero_grad()
+        results = self._profiled.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
+                                     [self.loss_name, self.output_name, self.norm_name], to_host=False)
+        loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
+        if path:
+            self._profiled.profiler.write_chrome_trace(path)
+        return loss
 
     @property
     def grads(self):
