@@ -17,9 +17,9 @@ pytestmark = pytest.mark.cuda
 
 
 @pytest.fixture(autouse=True)
-def deterministic_convolutions(conv_search):
-    conv_search.OPTIONS.deterministic = True
-    conv_search.OPTIONS.mode = "heuristic"
+def deterministic_convolutions(search):
+    search.OPTIONS.deterministic = True
+    search.OPTIONS.mode = "heuristic"
 
 
 def lenet(dropout=0.0, seed=0):
