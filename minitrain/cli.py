@@ -11,7 +11,7 @@ Run folders: `--out DIR` refuses a DIR that already holds a run (metrics.jsonl, 
 unless `--resume` continues it from its checkpoint.mtc (on whichever --device this run uses)
 or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
 stops the run with a message; the checkpoints keep the last finished epoch.  `--profile
-TRACE.json` times each node of the first training step and writes a Chrome trace.
+TRACE.json` times each node of the third training step and writes a Chrome trace.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def add_training_options(parser, defaults=None):
     parser.add_argument("--max-steps", type=int, default=None, help="cap the steps per epoch (smoke runs)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--profile", metavar="TRACE.json", default=None,
-                        help="time every node of the first training step (GPU time on CUDA) and write a Chrome "
+                        help="time every node of the third training step (GPU time on CUDA) and write a Chrome "
                              "trace (chrome://tracing, ui.perfetto.dev)")
     return parser
 

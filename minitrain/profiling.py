@@ -2,7 +2,9 @@
 
 Each node is bracketed by two time markers of its provider (host wall clock on the CPU, CUDA
 events on the GPU, so no node waits for the device); the markers are read once the run has
-been queued.  `chrome_trace()` lays the last run out as the Trace Event Format that
+been queued.  A device's queue is held (`Provider.hold`) before its first node, long enough for
+the host to queue the whole step, so its nodes then run back to back and their times are the
+device's alone, without the host's launch gaps.  `chrome_trace()` lays the last run out as the Trace Event Format that
 chrome://tracing and Perfetto (ui.perfetto.dev) open: one row per provider, one slice per node.
 """
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+
+
+HOLD_SECONDS = 0.05
 
 
 class NodeProfiler:
@@ -20,6 +25,8 @@ class NodeProfiler:
 
     def run(self, step, provider, args, shapes):
         """Run one step between two markers of its provider."""
+        if not any(p is provider for _, p, _, _ in self._pending):
+            provider.hold(HOLD_SECONDS)
         start = provider.time_marker()
         results = step.bound.run(provider, args, shapes)
         self._pending.append((step.node, provider, start, provider.time_marker()))

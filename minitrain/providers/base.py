@@ -75,6 +75,10 @@ class Provider(abc.ABC):
         graphs, like CUDA), or None: the step runs node by node."""
         return None
 
+    def hold(self, seconds):
+        """Keep the work queued after this call from starting for about `seconds` (a device
+        with a queue); used by the profiler so that node times measure the device alone."""
+
     def time_marker(self):
         """A point in this provider's timeline (host wall clock here; an event on a device)."""
         return time.perf_counter()

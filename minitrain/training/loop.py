@@ -13,7 +13,7 @@ loss is not finite stops the run with TrainingDivergedError; the checkpoints kee
 finished epoch.
 
 Each epoch's line reports training steps per second.  With `profile` (or the environment
-variable MINITRAIN_PROFILE, which the CLI's --profile sets) the first step is run node by node
+variable MINITRAIN_PROFILE, which the CLI's --profile sets) the third step is run node by node
 with each node timed and written as a Chrome trace to that path.
 
 Steps are queued without waiting for the device (`train_step(..., wait=False)`): the loop reads
@@ -36,6 +36,7 @@ from .plot import plot_metrics
 CHECKPOINT, BEST, METRICS, PLOT = "checkpoint.mtc", "checkpoint-best.mtc", "metrics.jsonl", "metrics.png"
 RUN_FILES = (CHECKPOINT, BEST, METRICS, PLOT)
 LAG = 4
+PROFILED_STEP = 2           # after kernel compilation and convolution searches
 PROFILE_VARIABLE = "MINITRAIN_PROFILE"
 
 
@@ -103,7 +104,7 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
     """Train for `epochs` epochs over `loader` ((inputs, targets) batches); evaluate on
     `test` = (x, y) after each epoch.  task: "classification" (accuracy) or "regression"
     (test_mse).  max_steps caps the batches per epoch (smoke runs).  resume/overwrite: the
-    run folder rules above.  profile: a path for the Chrome trace of the first step.  Returns
+    run folder rules above.  profile: a path for the Chrome trace of the third step.  Returns
     the list of per-epoch metric dicts."""
     profile = profile or os.environ.get(PROFILE_VARIABLE)
     if test is not None and len(test[0]) == 0:
@@ -157,7 +158,7 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
         for i, (xb, yb) in enumerate(bar):
             if i == steps:
                 break
-            if profile and epoch == first_epoch and i == 0:
+            if profile and epoch == first_epoch and i == min(PROFILED_STEP, steps - 1):
                 loss = session.profile_step(xb, yb, profile)
                 log(f"wrote a Chrome trace of one step to {profile}")
             else:

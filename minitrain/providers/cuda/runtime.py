@@ -56,6 +56,7 @@ class CudaProvider(Provider):
         self.capture = None             # the StepCaptureRecord while a step is being captured
         self._upload_ring = None
         self._fetch_ring = None
+        self._spin = None
         _providers.add(self)
 
     def add_sync_check(self, check):
@@ -185,6 +186,14 @@ class CudaProvider(Provider):
     def step_graphs(self, executor):
         from .step_graph import StepGraphs
         return StepGraphs(executor, self)
+
+    def hold(self, seconds):
+        from .compiler import module
+        if self._spin is None:
+            self._spin = module("timing").get_function("spin")
+            self._spin.prepare("q")
+        clock_khz = self.device.get_attribute(driver.device_attribute.CLOCK_RATE)
+        self._spin.prepared_async_call((1, 1, 1), (1, 1, 1), self.stream, int(seconds * clock_khz * 1e3))
 
     def time_marker(self):
         event = driver.Event()
