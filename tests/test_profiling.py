@@ -1,6 +1,6 @@
 """Per-node profiling: a profiled training step gives every node a time and writes a Chrome
 trace (Trace Event Format) that lays the nodes out in order; fit and the CLI write it for the
-first step and report steps per second."""
+third step and report steps per second."""
 import json
 
 import numpy as np
