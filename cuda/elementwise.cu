@@ -82,20 +82,24 @@ __device__ void sum_rows_impl(const T* x, T* y, int64_t m, int64_t r, int krank,
 }
 
 // blockDim (32, SUM_COLS_SPLIT): threadIdx.x picks one of 32 adjacent outputs, threadIdx.y
-// one of SUM_COLS_SPLIT interleaved parts of its reduced range.
+// one of SUM_COLS_SPLIT interleaved parts of its reduced range.  With gridDim.y > 1 the reduced
+// range is cut into gridDim.y slices of `slice` indices and block row b writes the partial sums
+// of slice b to y[b * m + o]: a second pass (slice = r) sums those rows in a fixed order.
 #define SUM_COLS_SPLIT 8
 template <typename T>
 __device__ void sum_cols_impl(const T* x, T* y, int64_t m, int64_t r, int krank, const StridedPlan<1>& kept,
-                              int rrank, const StridedPlan<1>& reduced) {
+                              int rrank, const StridedPlan<1>& reduced, int64_t slice) {
     typedef acc_t<T> A;
     __shared__ A partial[SUM_COLS_SPLIT][32];
+    const int64_t begin = (int64_t)blockIdx.y * slice, end = begin + slice < r ? begin + slice : r;
+    y += (int64_t)blockIdx.y * m;
     for (int64_t first = (int64_t)blockIdx.x * 32; first < m; first += (int64_t)gridDim.x * 32) {
         const int64_t o = first + threadIdx.x;
         A s = 0;
         if (o < m) {
             int64_t base[1];
             strided_offsets<1>(kept, krank, o, base);
-            for (int64_t j = threadIdx.y; j < r; j += SUM_COLS_SPLIT) {
+            for (int64_t j = begin + threadIdx.y; j < end; j += SUM_COLS_SPLIT) {
                 int64_t off[1];
                 strided_offsets<1>(reduced, rrank, j, off);
                 s += to_acc<T>(x[base[0] + off[0]]);
@@ -119,7 +123,8 @@ __device__ void sum_cols_impl(const T* x, T* y, int64_t m, int64_t r, int krank,
         sum_rows_impl<T>(x, y, m, r, krank, kept, rrank, reduced);                                  \
     }                                                                                               \
     extern "C" __global__ void sum_cols_##S(const T* x, T* y, int64_t m, int64_t r, int krank,      \
-                                            StridedPlan<1> kept, int rrank, StridedPlan<1> reduced) { \
-        sum_cols_impl<T>(x, y, m, r, krank, kept, rrank, reduced);                                  \
+                                            StridedPlan<1> kept, int rrank, StridedPlan<1> reduced, \
+                                            int64_t slice) {                                        \
+        sum_cols_impl<T>(x, y, m, r, krank, kept, rrank, reduced, slice);                           \
     }
 MT_FOR_FLOATS(SUM_TO_SHAPE)

@@ -18,8 +18,9 @@ _FLAT = {op: Kernel("elementwise", op, "PPPq") for op in ("add", "sub", "mul", "
 _BCAST = {op: Kernel("elementwise", f"{op}_bcast", "PPPq" + plan_signature(2)) for op in _FLAT}
 _NEG = Kernel("elementwise", "neg", "PPq")
 _SUM_ROWS = Kernel("elementwise", "sum_rows", "PPqq" + plan_signature(1) + plan_signature(1))
-_SUM_COLS = Kernel("elementwise", "sum_cols", "PPqq" + plan_signature(1) + plan_signature(1))
+_SUM_COLS = Kernel("elementwise", "sum_cols", "PPqq" + plan_signature(1) + plan_signature(1) + "q")
 SUM_COLS_SPLIT = 8      # cuda/elementwise.cu's blockDim.y of sum_cols
+SLICE_ROWS = 64         # reduced indices per block of sum_cols's first pass, when it takes two
 
 
 def packs(value):
@@ -109,7 +110,26 @@ def sum_to_shape(ctx):
     if innermost in axes:           # a block per output reads along x's rows
         threads = min(256, max(32, 1 << (r - 1).bit_length()))
         _SUM_ROWS.launch(ctx.provider, x.dtype, (min(m, limit), 1, 1), (threads, 1, 1), *args)
-    else:                           # 32 adjacent outputs per block
-        blocks = min((m + 31) // 32, limit)
-        _SUM_COLS.launch(ctx.provider, x.dtype, (blocks, 1, 1), (32, SUM_COLS_SPLIT, 1), *args)
+    else:
+        sum_columns(ctx.provider, x.dtype, args, m, r)
     return {"Y": y}
+
+
+def sum_columns(provider, dtype, args, m, r):
+    """sum_cols: 32 adjacent outputs per block; when those blocks would not fill the device,
+    the reduced range is cut into slices summed by more blocks into a scratch of partial sums,
+    then the partial sums are added up by a second pass (the same order every run)."""
+    x, y = args[:2]
+    blocks = (m + 31) // 32
+    slices = min(-(-r // SLICE_ROWS), max(1, 2 * provider.multiprocessors // blocks))
+    limit = provider.multiprocessors * 32
+    if slices == 1:
+        _SUM_COLS.launch(provider, dtype, (min(blocks, limit), 1, 1), (32, SUM_COLS_SPLIT, 1), *args, r)
+        return
+    slice_rows = -(-r // slices)
+    slices = -(-r // slice_rows)
+    partial = provider.empty((slices, m), dtype)
+    _SUM_COLS.launch(provider, dtype, (min(blocks, limit), slices, 1), (32, SUM_COLS_SPLIT, 1),
+                     x, partial, *args[2:], slice_rows)
+    second = (partial, y, m, slices, *plan_args([m], [[1]]), *plan_args([slices], [[m]]))
+    _SUM_COLS.launch(provider, dtype, (min(blocks, limit), 1, 1), (32, SUM_COLS_SPLIT, 1), *second, slices)

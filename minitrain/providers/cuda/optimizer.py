@@ -25,7 +25,8 @@ from .compiler import BLOCK, Kernel
 from .runtime import device_ptr
 
 FLOATS = (np.float16, np.float32, np.float64)
-CHUNK = 32768           # elements per block of a multi-tensor launch
+MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor launch
+BLOCKS_PER_SM = 4
 TABLE_COLS = 5          # cuda/optimizer.cu's TABLE_COLS: param, grad, state 1, state 2, count
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
@@ -36,15 +37,23 @@ ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPP")
 _tables = weakref.WeakKeyDictionary()
 
 
+def chunk_size(provider, elements):
+    """Elements per block: small enough that a small model's update still spreads over every
+    multiprocessor, large enough that a big one's blocks are few (a power of two)."""
+    wanted = elements // (BLOCKS_PER_SM * provider.multiprocessors)
+    return min(MAX_CHUNK, max(MIN_CHUNK, 1 << max(wanted - 1, 0).bit_length()))
+
+
 def tensor_table(provider, columns):
     """The device table of a multi-tensor launch over `columns` (lists of GPUArrays or None:
-    params, grads, state 1, state 2) and its block count."""
+    params, grads, state 1, state 2), its block count and the elements per block."""
     params = columns[0]
+    chunk = chunk_size(provider, sum(p.size for p in params))
     rows = np.zeros((len(params), TABLE_COLS), np.int64)
     for j, column in enumerate(columns):
         rows[:, j] = [0 if t is None else device_ptr(t) for t in column]
     rows[:, 4] = [p.size for p in params]
-    pairs = np.array([(k, start) for k, p in enumerate(params) for start in range(0, p.size, CHUNK)],
+    pairs = np.array([(k, start) for k, p in enumerate(params) for start in range(0, p.size, chunk)],
                      np.int64).reshape(-1, 2)
     table = np.concatenate([rows.reshape(-1), pairs.reshape(-1)])
     cache = _tables.setdefault(provider, collections.OrderedDict())
@@ -58,10 +67,10 @@ def tensor_table(provider, columns):
         cache.move_to_end(key)
     if provider.capture is not None:        # a captured graph reads it on every replay
         provider.capture.keep.append(device)
-    return device, len(pairs)
+    return device, len(pairs), chunk
 
 
-def global_norm(ctx, table, tensors, blocks):
+def global_norm(ctx, table, tensors, blocks, chunk):
     """Queue the global gradient norm (into the `grad_norm` output when wanted) and the
     clipping scale; returns (outputs, the device scale or 0 when the update needs none)."""
     prov, max_norm = ctx.provider, ctx.attrs["max_norm"]
@@ -69,7 +78,7 @@ def global_norm(ctx, table, tensors, blocks):
         return {}, 0
     partial = prov.empty((blocks,), np.float64)
     if blocks:
-        SQ_NORM.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, tensors, CHUNK, partial)
+        SQ_NORM.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, tensors, chunk, partial)
     grad_norm = prov.empty((), ctx.dtype)
     scale = prov.empty((1,), np.float64)
     NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (1024, 1, 1), partial, blocks, grad_norm, scale, max_norm)
@@ -84,10 +93,10 @@ def sgd(ctx):
     count = tensor_groups(len(tensors), 3 if momentum else 2)
     params, grads = tensors[:count], tensors[count:2 * count]
     buffers = tensors[2 * count:] if momentum else [None] * count
-    table, blocks = tensor_table(ctx.provider, [params, grads, buffers, [None] * count])
-    outputs, scale = global_norm(ctx, table, count, blocks)
+    table, blocks, chunk = tensor_table(ctx.provider, [params, grads, buffers, [None] * count])
+    outputs, scale = global_norm(ctx, table, count, blocks, chunk)
     if blocks:
-        SGD.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, CHUNK, scale,
+        SGD.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
                    ctx.inputs[0], momentum, a["weight_decay"], int(bool(a["nesterov"])))
     return outputs
 
@@ -98,10 +107,10 @@ def adam(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[2:]
     count = tensor_groups(len(tensors), 4)
-    table, blocks = tensor_table(ctx.provider, [tensors[k * count:(k + 1) * count] for k in range(4)])
-    outputs, scale = global_norm(ctx, table, count, blocks)
+    table, blocks, chunk = tensor_table(ctx.provider, [tensors[k * count:(k + 1) * count] for k in range(4)])
+    outputs, scale = global_norm(ctx, table, count, blocks, chunk)
     if blocks:
-        ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, CHUNK, scale,
+        ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
                     a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"], int(bool(a["decoupled_weight_decay"])),
                     ctx.inputs[0], ctx.inputs[1])
     return outputs
