@@ -148,8 +148,10 @@ def export_command(args):
     module = load_example(args.example)
     if not hasattr(module, "build_model") or not hasattr(module, "INPUT_SHAPE"):
         raise SystemExit(f"example {args.example!r} defines no build_model() and INPUT_SHAPE to export")
+    from .onnx import save
+    from .onnx._backend import require_onnx
     try:
-        import minitrain.onnx
+        require_onnx()
     except ImportError as e:
         raise SystemExit(f"error: {e}") from None
     mt_random.seed(args.seed)
@@ -165,7 +167,7 @@ def export_command(args):
             raise SystemExit(f"error: {args.checkpoint} does not hold a model of example {args.example!r}: "
                              f"{e}") from None
         model.load_state_dict(arrays)
-    minitrain.onnx.save(model, args.output, input_shape=module.INPUT_SHAPE)
+    save(model, args.output, input_shape=module.INPUT_SHAPE)
     print(f"wrote {args.output}: input 'input' (N, {', '.join(map(str, module.INPUT_SHAPE))}), "
           f"{'parameters of ' + args.checkpoint if args.checkpoint else f'initial parameters (seed {args.seed})'}")
     return 0

@@ -146,3 +146,15 @@ def test_train_an_onnx_file_from_the_command_line(tmp_path):
                             capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == f"wrote {tmp_path / 'run' / 'cnn.onnx'}"
+
+
+@pytest.mark.parametrize("command", [["export", "lenet_digits", "m.onnx"],
+                                     ["train", "m.onnx", "--data", "digits", "--out", "run"]])
+def test_the_onnx_commands_without_onnx_say_how_to_install_it(command, tmp_path):
+    small_cnn_file(tmp_path / "m.onnx")
+    code = ("import sys; sys.modules['onnx'] = None\n"
+            f"from minitrain import cli; cli.main({command!r})\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+    assert result.returncode == 1 and "pip install minitrain[onnx]" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
