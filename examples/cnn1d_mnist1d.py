@@ -11,6 +11,7 @@ from minitrain.data import load_mnist1d
 from minitrain.training.recipes import train_classifier
 
 DEFAULTS = {"epochs": 20, "batch_size": 64, "lr": 3e-3}
+INPUT_SHAPE = (1, 40)  # per sample: build_model() takes (N, *INPUT_SHAPE)
 
 
 def conv_block(c_in, c_out, k):
@@ -29,7 +30,7 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_mnist1d()
-    return train_classifier(build_model(), data, (1, 40), epochs=epochs,
+    return train_classifier(build_model(), data, INPUT_SHAPE, epochs=epochs,
                             batch_size=batch_size, lr=lr, weight_decay=1e-2, device=device, seed=seed, out=out,
                             max_steps=max_steps, progress=progress, resume=resume, overwrite=overwrite)
 

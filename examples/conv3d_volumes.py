@@ -16,6 +16,7 @@ from minitrain.training.recipes import train_classifier
 DEFAULTS = {"epochs": 8, "batch_size": 32, "lr": 3e-3}
 SIZE = 16
 CLASSES = ("ball", "cube", "shell", "rod")
+INPUT_SHAPE = (1, SIZE, SIZE, SIZE)  # per sample: build_model() takes (N, *INPUT_SHAPE)
 
 
 def make_volumes(count, seed, noise=0.4):
@@ -66,7 +67,7 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_volumes(seed=seed)
-    return train_classifier(build_model(), data, (1, SIZE, SIZE, SIZE), epochs=epochs,
+    return train_classifier(build_model(), data, INPUT_SHAPE, epochs=epochs,
                             batch_size=batch_size, lr=lr, weight_decay=1e-4, device=device, seed=seed, out=out,
                             max_steps=max_steps, progress=progress, resume=resume, overwrite=overwrite)
 

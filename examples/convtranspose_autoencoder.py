@@ -15,6 +15,7 @@ from minitrain.training import TrainingSession, fit
 
 DEFAULTS = {"epochs": 30, "batch_size": 32, "lr": 3e-3}
 MSE_THRESHOLD = 0.015
+INPUT_SHAPE = (1, 8, 8)  # per sample: build_model() takes (N, *INPUT_SHAPE)
 
 
 def build_model():
@@ -35,7 +36,7 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     total = epochs * min(len(loader), max_steps or len(loader))
     schedule = optim.LinearWarmup(max(1, total // 20), optim.CosineLR(max(1, total - total // 20)))
     session = TrainingSession(build_model(), nn.MSELoss(), optim.Adam(lr, schedule=schedule),
-                              input_shape=(1, 8, 8), device=device)
+                              input_shape=INPUT_SHAPE, device=device)
     history = fit(session, loader, epochs=epochs, test=(data.x_test, data.x_test), task="regression",
                   out_dir=out, progress=progress, max_steps=max_steps, resume=resume, overwrite=overwrite)
     mse = history[-1]["test_mse"]

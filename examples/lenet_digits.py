@@ -11,6 +11,7 @@ from minitrain.data import load_digits
 from minitrain.training.recipes import train_classifier
 
 DEFAULTS = {"epochs": 20, "batch_size": 32, "lr": 3e-3}
+INPUT_SHAPE = (1, 8, 8)  # per sample: build_model() takes (N, *INPUT_SHAPE)
 
 
 def build_model():
@@ -26,7 +27,7 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     epochs, batch_size, lr = epochs or DEFAULTS["epochs"], batch_size or DEFAULTS["batch_size"], lr or DEFAULTS["lr"]
     minitrain.random.seed(seed)
     data = load_digits()
-    return train_classifier(build_model(), data, (1, 8, 8), epochs=epochs,
+    return train_classifier(build_model(), data, INPUT_SHAPE, epochs=epochs,
                             batch_size=batch_size, lr=lr, weight_decay=1e-4, device=device, seed=seed, out=out,
                             max_steps=max_steps, progress=progress, resume=resume, overwrite=overwrite)
 

@@ -1,11 +1,18 @@
-"""The command line: `python -m minitrain train <example> [options]` and
+"""The command line: `python -m minitrain train <example> [options]`,
+`python -m minitrain train model.onnx --data digits|mnist1d --out DIR [options]`,
+`python -m minitrain export <example> out.onnx [--checkpoint FILE]` and
 `python -m minitrain gradcheck <op> --input SHAPE ... [--attr NAME=VALUE ...]`.
 
 `train` runs examples/<example>.py (its file stem, e.g. lenet_digits) through the example's
 `run(...)` function, with the common options below; each example ends by printing one line
 `final test_accuracy=<value>` (or `final test_mse=<value>`).  Examples are found in ./examples
 and in the examples/ folder of the source tree minitrain is installed from; an example is
-named by its file stem only, never by a path.
+named by its file stem only, never by a path.  Given an .onnx file instead (a path), `train`
+trains that classifier on the built-in data set `--data` (minitrain.onnx.train) and writes the
+trained model as <out>/<model stem>.onnx beside the checkpoint.  `export` writes an example's
+model (its build_model() on inputs (N, *INPUT_SHAPE)) as an inference .onnx file, with the
+parameters of a run's checkpoint or the seeded initial ones.  The ONNX commands need the
+`onnx` extra.
 
 Run folders: `--out DIR` refuses a DIR that already holds a run (metrics.jsonl, checkpoints)
 unless `--resume` continues it from its checkpoint.mtc (on whichever --device this run uses)
@@ -112,6 +119,60 @@ def load_example(name):
     raise SystemExit(f"unknown example {name!r}; available: {', '.join(available_examples()) or 'none found'}")
 
 
+# --------------------------------------------------------------------------- ONNX
+def onnx_training(parser, args):
+    """run(**options) that trains the .onnx file args.example on args.data; refused, with the
+    parser's usage, without --data or --out."""
+    from .errors import OnnxImportError, ShapeError
+    from .onnx.train import DATASETS, train_onnx
+    if not args.data:
+        parser.error(f"training an .onnx model needs --data, the data set ({', '.join(DATASETS)})")
+    if not args.out:
+        parser.error("training an .onnx model needs --out, the run folder that receives the trained model")
+    if not os.path.isfile(args.example):
+        raise SystemExit(f"error: no such ONNX file {args.example!r}")
+
+    def run(**options):
+        try:
+            return train_onnx(args.example, args.data, **options)
+        except (ImportError, OnnxImportError, ShapeError) as e:
+            raise SystemExit(f"error: {e}") from None
+    return run
+
+
+def export_command(args):
+    """Write the example's model as an inference .onnx file."""
+    from . import random as mt_random
+    from .checkpoint import read
+    from .errors import CheckpointError
+    module = load_example(args.example)
+    if not hasattr(module, "build_model") or not hasattr(module, "INPUT_SHAPE"):
+        raise SystemExit(f"example {args.example!r} defines no build_model() and INPUT_SHAPE to export")
+    from .onnx import save
+    from .onnx._backend import require_onnx
+    try:
+        require_onnx()
+    except ImportError as e:
+        raise SystemExit(f"error: {e}") from None
+    mt_random.seed(args.seed)
+    model = module.build_model()
+    if args.checkpoint:
+        try:
+            _, arrays, _ = read(args.checkpoint)
+        except CheckpointError as e:
+            raise SystemExit(f"error: {e}") from None
+        try:
+            model.check_state_dict(arrays)
+        except (ValueError, TypeError, KeyError) as e:
+            raise SystemExit(f"error: {args.checkpoint} does not hold a model of example {args.example!r}: "
+                             f"{e}") from None
+        model.load_state_dict(arrays)
+    save(model, args.output, input_shape=module.INPUT_SHAPE)
+    print(f"wrote {args.output}: input 'input' (N, {', '.join(map(str, module.INPUT_SHAPE))}), "
+          f"{'parameters of ' + args.checkpoint if args.checkpoint else f'initial parameters (seed {args.seed})'}")
+    return 0
+
+
 # --------------------------------------------------------------------------- gradcheck
 def parse_input(text, rng):
     """An input from the command line: a shape "2,3,8,8" (float64 normal), "int:SHAPE:HIGH"
@@ -171,8 +232,17 @@ def gradcheck_command(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m minitrain", description="minitrain's command line")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = add_training_options(sub.add_parser("train", help="run a training example"))
-    train.add_argument("example", help=f"the example's file stem ({', '.join(available_examples())})")
+    train = add_training_options(sub.add_parser("train", help="run a training example, or train an .onnx model"))
+    train.add_argument("example", help=f"the example's file stem ({', '.join(available_examples())}), "
+                                       "or an .onnx file to train on --data")
+    train.add_argument("--data", choices=("digits", "mnist1d"), default=None,
+                       help="the built-in data set an .onnx model trains on")
+    export = sub.add_parser("export", help="write an example's model as an .onnx file")
+    export.add_argument("example", help="the example's file stem")
+    export.add_argument("output", help="the .onnx file to write")
+    export.add_argument("--checkpoint", default=None, help="a checkpoint of a run of this example (checkpoint.mtc): "
+                                                           "its parameters; default: the initial ones")
+    export.add_argument("--seed", type=int, default=0, help="seed of the initial parameters")
     check = sub.add_parser("gradcheck", help="finite-difference check of one op's gradient")
     check.add_argument("op", help="op type, e.g. Conv")
     check.add_argument("--input", action="append", default=[], metavar="SPEC",
@@ -193,10 +263,14 @@ def main(argv=None):
         if not args.input:
             parser.error("gradcheck needs at least one --input")
         return gradcheck_command(args)
+    if args.command == "export":
+        return export_command(args)
     _check_run_options(train, args)
-    module = load_example(args.example)
+    if args.data and not args.example.endswith(".onnx"):
+        train.error("--data trains an .onnx model; an example brings its own data")
+    run = onnx_training(train, args) if args.example.endswith(".onnx") else load_example(args.example).run
     try:
-        call_example(module.run, args)
+        call_example(run, args)
     except ValueError as e:
         if args.device == "cpu" or "provider" not in str(e):
             raise

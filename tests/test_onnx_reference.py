@@ -310,6 +310,26 @@ def sce_cases(rng, dtype, opset):
     return cases
 
 
+def reduce_sum_cases(rng, dtype, opset):
+    """Axes as the attribute up to opset 12, as the int64 input from 13."""
+    x = _normal(rng, dtype, 2, 3, 4)
+    axes_cases = [None, [1], [-1], [0, 2], [2, 0, 1]]
+    cases = []
+    for axes in axes_cases:
+        for keepdims in (None, 0, 1):
+            attrs = {} if keepdims is None else {"keepdims": keepdims}
+            if opset < 13:
+                cases.append(Case([x], {**attrs, **({} if axes is None else {"axes": axes})}))
+            else:
+                cases.append(Case([x] if axes is None else [x, np.array(axes, dtype=np.int64)], attrs))
+    if opset >= 13:
+        empty = np.array([], dtype=np.int64)
+        cases += [Case([x, empty]), Case([x, empty], {"noop_with_empty_axes": 1}),
+                  Case([x], {"noop_with_empty_axes": 1, "keepdims": 0}),
+                  Case([x, np.array([1], dtype=np.int64)], {"noop_with_empty_axes": 1})]
+    return cases + [Case([_normal(rng, dtype, 5)], {"keepdims": 0})]
+
+
 CASES = {
     "Add": binary_cases("Add"), "Sub": binary_cases("Sub"), "Mul": binary_cases("Mul"), "Div": binary_cases("Div"),
     "Sum": sum_cases, "Neg": unary_cases, "Relu": unary_cases, "Sigmoid": unary_cases, "Tanh": unary_cases,
@@ -320,6 +340,7 @@ CASES = {
     "BatchNormalization": batch_norm_cases, "Gemm": gemm_cases, "MatMul": matmul_cases,
     "Flatten": flatten_cases, "Reshape": reshape_cases, "Identity": identity_cases, "Shape": shape_cases,
     "Transpose": transpose_cases, "Dropout": dropout_cases, "SoftmaxCrossEntropyLoss": sce_cases,
+    "ReduceSum": reduce_sum_cases,
 }
 
 

@@ -1,4 +1,5 @@
-"""CPU kernel of InPlaceAccumulator: buffer += scale * value in place (NumPy)."""
+"""CPU kernels of InPlaceAccumulator (buffer += scale * value) and InPlaceAccumulatorV2
+(buffer = value or buffer += value), in place (NumPy)."""
 import numpy as np
 
 from ...ops.schema import MS_DOMAIN
@@ -14,3 +15,14 @@ def accumulate(ctx):
     else:
         buffer += ctx.dtype.type(factor) * value
     return {"accumulated": buffer}
+
+
+@register_kernel("InPlaceAccumulatorV2", domain=MS_DOMAIN, dtypes=(np.float16, np.float32, np.float64),
+                 host_inputs=(2,), host_outputs=("updated_flag",))
+def accumulate_v2(ctx):
+    buffer, value, overwrite = (ctx.inputs + [None])[:3]
+    if overwrite is not None and bool(overwrite.reshape(-1)[0]):
+        np.copyto(buffer, value)
+    else:
+        np.add(buffer, value, out=buffer)
+    return {"updated_flag": np.ones(1, dtype=np.bool_), "accumulated": buffer}
