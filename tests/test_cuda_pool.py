@@ -113,6 +113,9 @@ AVG_CASES = [  # spatial, kernel, stride, pad, ceil, dilation
     ((9, 8), (2, 3), (1, 1), (1, 1), False, 2),
     ((5, 4, 6), (3, 2, 3), (2, 1, 2), (1, 0, 1), True, 1),
     ((3, 5, 7), (2, 3, 3), (1, 1, 2), (1, 0, 1), False, 1),
+    ((256,), (256,), (256,), (0,), False, 1),            # one window over the plane: global kernels
+    ((6, 5), (6, 5), (1, 1), (0, 0), False, 1),
+    ((6, 5), (6, 5), (1, 1), (0, 0), True, 1),
 ]
 
 

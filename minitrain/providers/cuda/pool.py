@@ -142,15 +142,28 @@ def _average_geometry(ctx, shape, what):
     return dims, _geom(dims), include_pad, _uniform_weight(dims, include_pad)
 
 
+def _whole_plane(dims):
+    """Whether the one window covers each plane exactly (a global average, whose one-block-
+    per-plane kernels are much faster than the windowed ones on long planes)."""
+    return all(g.out == 1 and g.kernel == g.size and g.dilation == 1 and g.pad_begin == g.pad_end == 0
+               for g in dims)
+
+
 def average_pool(ctx):
     x = ctx.inputs[0]
 
     def build():
         dims, geom, include_pad, uniform = _average_geometry(ctx, x.shape, "input 'X'")
-        return tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:]), geom, include_pad, uniform
-    out_shape, geom, include_pad, uniform = _plan(ctx, "AveragePool", x.shape, build)
+        out_shape = tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:])
+        return out_shape, geom, include_pad, uniform, _whole_plane(dims)
+    out_shape, geom, include_pad, uniform, whole = _plan(ctx, "AveragePool", x.shape, build)
     y = ctx.provider.empty(out_shape, x.dtype)
-    if x.size:
+    if not x.size:
+        return {"Y": y}
+    if whole:
+        planes, size = _planes(x.shape)
+        _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes, size, 0)
+    else:
         _avg_pool.launch_elements(ctx.provider, x.dtype, y.size, x, y, y.size, uniform, *geom, include_pad)
     return {"Y": y}
 
@@ -160,11 +173,16 @@ def average_pool_grad(ctx):
 
     def build():
         shape = dx_shape(ctx, dy)
-        return (shape, *_average_geometry(ctx, shape, "dX")[1:])
-    shape, geom, include_pad, uniform = _plan(ctx, "AveragePoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
-                                              build)
+        dims, geom, include_pad, uniform = _average_geometry(ctx, shape, "dX")
+        return shape, geom, include_pad, uniform, _whole_plane(dims)
+    shape, geom, include_pad, uniform, whole = _plan(ctx, "AveragePoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
+                                                     build)
     dx = ctx.provider.empty(shape, dy.dtype)
-    if dy.size and dx.size:
+    if not (dy.size and dx.size):
+        return {"dX": dx}
+    if whole:
+        _global_avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, _planes(shape)[1], dx.size)
+    else:
         _avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, dx.size, uniform, *geom,
                                        include_pad)
     return {"dX": dx}
