@@ -61,8 +61,9 @@ def minitrain_times(case, tf32, minitrain_model, steps, rounds):
     state = sum(v.nbytes for v in session.state._native.values())
     inputs = sum(t.nbytes for sig in graphs.signatures.values() for t in (sig.inputs or {}).values()) if graphs else 0
     captured = bool(graphs and graphs.stats["captures"])
+    nodes = sum(sig.graph.node_count for sig in graphs.signatures.values() if sig.graph is not None) if graphs else 0
     return model, {"device_ms": device_ms, "host_batch_ms": host_ms, "memory": state + arena + inputs,
-                   "captured": captured, "arena": arena,
+                   "captured": captured, "arena": arena, "nodes": nodes,
                    "allocations": sum(t for _, t in graphs.memory().values()) if graphs else 0}
 
 
@@ -134,10 +135,10 @@ def main_gpu(torch, minitrain_model, torch_model, argv_value, out):
                              f"{ours['device_ms'] / eager['ms']:.2f}", f"{ours['memory'] / 2**20:.2f}",
                              f"{graph['memory'] / 2**20:.2f}", f"{eager['memory'] / 2**20:.2f}",
                              f"{ours['arena'] / 2**20:.2f} / {ours['allocations'] / 2**20:.2f}",
-                             "yes" if ours["captured"] else "NO"])
+                             str(ours["nodes"]) if ours["captured"] else "not captured"])
                 print(" | ".join(rows[-1]), flush=True)
     header = ["mode", "model", "minitrain ms", "minitrain host-batch ms", "torch eager ms", "torch graph ms",
-              "mt/graph", "mt/eager", "mt MiB", "torch graph MiB", "torch eager MiB", "arena/alloc sum MiB", "captured"]
+              "mt/graph", "mt/eager", "mt MiB", "torch graph MiB", "torch eager MiB", "arena/alloc sum MiB", "graph nodes"]
     start = time.perf_counter()
     gpu, cpu = epoch_seconds("cuda"), epoch_seconds("cpu")
     lines = [f"# Training step on CUDA ({datetime.date.today()}, {torch.cuda.get_device_name()}, torch {torch.__version__})",
