@@ -200,19 +200,20 @@ def measure_memory(case_name, framework):
 def profile(case, steps=20):
     """Per-op share of minitrain's step (kernel time summed by op type)."""
     _, session, step = minitrain_step(case)
+    data = make_inputs(case)
     for _ in range(3):
         step()
-    session._train.profile_enabled = True
-    session._train.profile.clear()
+        session.profile_step(data["x"], data["labels"])
+    session._profiled.profiler.totals.clear()
     import time
     start = time.perf_counter()
     for _ in range(steps):
-        step()
+        float(session.profile_step(data["x"], data["labels"]))
     wall = (time.perf_counter() - start) / steps
     by_op = {}
     for step_ in session.train_plan.steps:
         node = step_.node
-        by_op[node.op_type] = by_op.get(node.op_type, 0.0) + session._train.profile.get(node.name, 0.0) / steps
+        by_op[node.op_type] = by_op.get(node.op_type, 0.0) + session._profiled.profile.get(node.name, 0.0) / steps
     kernels = sum(by_op.values())
     top = sorted(by_op.items(), key=lambda kv: -kv[1])[:6]
     return wall, kernels, top
