@@ -94,6 +94,11 @@ def clear_cache():
     _logged.clear()
 
 
+def rankings():
+    """A copy of the cached rankings: ConvKey -> algorithms, best first."""
+    return dict(_rankings)
+
+
 def max_workspace():
     """The largest workspace an algorithm may ask for: free device memory less 10%, or the
     configured limit when lower."""

@@ -172,8 +172,24 @@ def library():
     return _library
 
 
+_hidden = None
+
+
+def hide(reason):
+    """Make `available()` False until `unhide()` (benchmarks of minitrain's own algorithms)."""
+    global _hidden
+    _hidden = reason
+
+
+def unhide():
+    global _hidden
+    _hidden = None
+
+
 def available():
-    """Whether libcudnn 9 loads."""
+    """Whether libcudnn 9 loads (and is not hidden)."""
+    if _hidden is not None:
+        return False
     try:
         library()
         return True
