@@ -104,9 +104,19 @@ __device__ void col2im_impl(const T* col, const T* bias, T* img, int64_t samples
     }
 }
 
-// y[sample, channel, p] += bias[channel] over `n` elements of planes of `plane`.
-template <typename T> __device__ void add_bias_impl(T* y, const T* bias, int64_t n, int64_t plane, int64_t channels) {
-    GRID_STRIDE_LOOP(i, n) { y[i] = from_acc<T>(to_acc(y[i]) + to_acc(bias[(i / plane) % channels])); }
+// y[row, j] += bias[row % channels] over `rows` rows of `plane` elements (row = sample * channels
+// + channel), each row cut in chunks of `chunk` elements, one block per (row, chunk): no
+// per-element division.
+template <typename T>
+__device__ void add_bias_impl(T* y, const T* bias, int64_t rows, int64_t plane, int64_t channels, int64_t chunk) {
+    const int64_t chunks = (plane + chunk - 1) / chunk;
+    for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+        const int64_t row = b / chunks, begin = (b % chunks) * chunk;
+        const int64_t end = begin + chunk < plane ? begin + chunk : plane;
+        const acc_t<T> v = to_acc(bias[row % channels]);
+        T* dst = y + row * plane;
+        for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) dst[j] = from_acc<T>(to_acc(dst[j]) + v);
+    }
 }
 
 // dst[i] = (accumulate ? dst[i] : 0) + sum over b of part[b * count + i]: the per-sample weight
@@ -120,15 +130,33 @@ __device__ void sum_batches_impl(const T* part, T* dst, int64_t count, int64_t b
     }
 }
 
-// db[channel] = sum of dy over samples and positions: one block per channel.
+// The bias gradient in two deterministic passes.  First, part[row * chunks + k] = the sum of
+// chunk k (of `chunk` elements) of dy's row `row` (= sample * channels + channel): one block each.
 template <typename T>
-__device__ void bias_grad_impl(const T* dy, T* db, int64_t samples, int64_t plane, int64_t channels) {
-    const int64_t ch = blockIdx.x, n = samples * plane;
-    acc_t<T> acc = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        acc += to_acc(dy[((j / plane) * channels + ch) * plane + j % plane]);
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) db[ch] = from_acc<T>(acc);
+__device__ void bias_grad_partial_impl(const T* dy, acc_t<T>* part, int64_t rows, int64_t plane, int64_t chunk) {
+    const int64_t chunks = (plane + chunk - 1) / chunk;
+    for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+        const int64_t row = b / chunks, begin = (b % chunks) * chunk;
+        const int64_t end = begin + chunk < plane ? begin + chunk : plane;
+        const T* src = dy + row * plane;
+        acc_t<T> acc = 0;
+        for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc += to_acc(src[j]);
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) part[b] = acc;
+        __syncthreads();    // block_sum's shared partials are reused by the next row
+    }
+}
+
+// Then db[channel] = the sum of its partials over samples and chunks, in a fixed order.
+template <typename T>
+__device__ void bias_grad_finish_impl(const acc_t<T>* part, T* db, int64_t samples, int64_t channels,
+                                      int64_t chunks) {
+    GRID_STRIDE_LOOP(c, channels) {
+        acc_t<T> acc = 0;
+        for (int64_t b = 0; b < samples; ++b)
+            for (int64_t k = 0; k < chunks; ++k) acc += part[(b * channels + c) * chunks + k];
+        db[c] = from_acc<T>(acc);
+    }
 }
 
 // ---------------------------------------------------------------------------- direct algorithm
@@ -239,16 +267,21 @@ __device__ void direct_weight_grad_impl(const T* cols, const T* img, T* dw, int6
                                           GEO) {                                                                \
         col2im_impl<T>(col, bias, img, samples, has_bias, g);                                                   \
     }                                                                                                           \
-    extern "C" __global__ void add_bias_##S(T* y, const T* bias, int64_t n, int64_t plane, int64_t channels) {  \
-        add_bias_impl<T>(y, bias, n, plane, channels);                                                          \
+    extern "C" __global__ void add_bias_##S(T* y, const T* bias, int64_t rows, int64_t plane, int64_t channels, \
+                                            int64_t chunk) {                                                    \
+        add_bias_impl<T>(y, bias, rows, plane, channels, chunk);                                                \
     }                                                                                                           \
     extern "C" __global__ void sum_batches_##S(const T* part, T* dst, int64_t count, int64_t batches,           \
                                                int accumulate) {                                                \
         sum_batches_impl<T>(part, dst, count, batches, accumulate);                                             \
     }                                                                                                           \
-    extern "C" __global__ void bias_grad_##S(const T* dy, T* db, int64_t samples, int64_t plane,                \
-                                             int64_t channels) {                                                \
-        bias_grad_impl<T>(dy, db, samples, plane, channels);                                                    \
+    extern "C" __global__ void bias_grad_partial_##S(const T* dy, acc_t<T>* part, int64_t rows, int64_t plane,  \
+                                                     int64_t chunk) {                                           \
+        bias_grad_partial_impl<T>(dy, part, rows, plane, chunk);                                                \
+    }                                                                                                           \
+    extern "C" __global__ void bias_grad_finish_##S(const acc_t<T>* part, T* db, int64_t samples,               \
+                                                    int64_t channels, int64_t chunks) {                         \
+        bias_grad_finish_impl<T>(part, db, samples, channels, chunks);                                          \
     }                                                                                                           \
     extern "C" __global__ void direct_forward_##S(const T* img, const T* w, const T* bias, T* cols,             \
                                                   int64_t samples, int has_bias, GEO) {                         \

@@ -14,7 +14,9 @@ libcudnn 9 loads and the pads are symmetric):
     unpadded convolutions skip im2col/col2im (the image is the column matrix).
   * Direct: one thread per output element (one block per weight element for dW), for depthwise
     and small-channel convolutions (LeNet's first layer), no workspace.
-All kernels are in cuda/conv.cu; none uses atomics, so every result is deterministic.
+  * Tiled (conv_tiled.py): the same shapes in 1D and 2D from shared-memory windows.
+The kernels are in cuda/conv.cu and cuda/conv_tiled.cu; none uses atomics, so every result is
+deterministic.  The bias is conv_bias.py's.
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ..cpu.conv import geo_array
-from . import conv_search, cudnn
+from . import conv_search, cudnn, cudnn_backend
+from .conv_bias import add_bias, bias_grad
+from .conv_tiled import Tiled
 from .compiler import Kernel
 from .runtime import device_ptr
 
@@ -38,9 +42,7 @@ GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
 _col2im = Kernel("conv", "col2im", "PPPqi" + GEO)
-_add_bias = Kernel("conv", "add_bias", "PPqqq")
 _sum_batches = Kernel("conv", "sum_batches", "PPqqi")
-_bias_grad = Kernel("conv", "bias_grad", "PPqqq")
 _direct_forward = Kernel("conv", "direct_forward", "PPPPqi" + GEO)
 _direct_data = Kernel("conv", "direct_data_grad", "PPPPqi" + GEO)
 _direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
@@ -95,22 +97,6 @@ def _gemm2(provider, trans_a, trans_b, a, b, c, batches, groups):
 def _launch_blocks(kernel, provider, dtype, blocks, *args):
     if blocks > 0:
         kernel.launch(provider, dtype, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1), *args)
-
-
-def add_bias(provider, y, bias, channels):
-    """y (N, channels, ...) += bias[channel], in place."""
-    plane = y.size // max(1, y.shape[0] * channels)
-    _add_bias.launch_elements(provider, y.dtype, y.size, y, bias, y.size, plane, channels)
-
-
-def bias_grad(provider, dy, db):
-    """db[c] = sum of dy over the batch and spatial axes (one block per channel)."""
-    channels = dy.shape[1]
-    if dy.size == 0:
-        provider.fill_zero(db)
-        return
-    _launch_blocks(_bias_grad, provider, dy.dtype, channels, dy, db, dy.shape[0], dy.size // (dy.shape[0] * channels),
-                   channels)
 
 
 # --------------------------------------------------------------------------- algorithms
@@ -247,9 +233,10 @@ class Direct:
         _launch_blocks(_direct_weight, provider, img.dtype, dw.size, cols, img, dw, key.n, *geo_args(key.geom))
 
 
-ALGORITHMS = [Im2colGemm(), Direct()]
-# cuDNN's algorithms join per key (heuristic mode: after the direct kernel where it suits)
-FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits)]
+ALGORITHMS = [Im2colGemm(), Direct(), Tiled()]
+# cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
+# mode: after the direct kernel where it suits)
+FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits), cudnn_backend.BackendFamily(own_first=Direct.suits)]
 
 
 def run_primitive(ctx, direction, geom, n, buffers):

@@ -22,7 +22,11 @@ OPTIONS (module-wide, like PyTorch's torch.backends.cudnn flags):
         attribute, "cudnn": its algorithms first, in the family's order);
   deterministic: only algorithms whose results do not depend on scheduling (`deterministic`
         attribute; minitrain's own kernels all are);
-  workspace_limit: bytes, or None for free memory less 10%.
+  workspace_limit: bytes, or None for free memory less 10%;
+  cache_dir: a folder for rankings on disk (conv_search_disk.py; its `default_folder()` sits
+        beside pycuda's kernel cache), or None (the default) to keep them in memory only.  In
+        exhaustive mode a key missing from memory is looked up there before it is timed: the
+        stored names order the candidates (new ones after them) and nothing is timed.
 The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the key.
 """
 from __future__ import annotations
@@ -33,6 +37,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pycuda.driver as driver
+
+from . import conv_search_disk
 
 log = logging.getLogger("minitrain.cuda.conv")
 
@@ -60,17 +66,18 @@ class SearchOptions:
     algorithm: Optional[str] = None
     deterministic: bool = False
     workspace_limit: Optional[int] = None
+    cache_dir: Optional[str] = None
 
 
 OPTIONS = SearchOptions()
 
 
 class SearchStats:
-    """Counters the tests read: searches run (cache misses), cache hits, candidates timed,
-    fallbacks taken, and the runs of each algorithm."""
+    """Counters the tests read: searches run (cache misses), cache hits, rankings read from
+    disk, candidates timed, fallbacks taken, and the runs of each algorithm."""
 
     def __init__(self):
-        self.searches = self.hits = self.timed = self.fallbacks = 0
+        self.searches = self.hits = self.disk_hits = self.timed = self.fallbacks = 0
         self.ran = Counter()    # algorithm name -> runs that succeeded outside timing
 
 
@@ -163,11 +170,31 @@ def ranking(provider, key, algorithms, buffers):
         _rankings.move_to_end(key)
         return ranked
     STATS.searches += 1
-    ranked = rank(provider, key, algorithms, buffers)
+    ranked = None
+    disk = OPTIONS.cache_dir if OPTIONS.mode == "exhaustive" else None
+    if disk:
+        ranked = _stored(provider, key, algorithms, conv_search_disk.load(disk, key))
+    if ranked is None:
+        ranked = rank(provider, key, algorithms, buffers)
+        if disk and ranked:
+            conv_search_disk.store(disk, key, [a.name for a in ranked])
     _rankings[key] = ranked
     if len(_rankings) > CACHE_SIZE:
         _rankings.popitem(last=False)
     return ranked
+
+
+def _stored(provider, key, algorithms, names):
+    """The candidates ordered by a stored ranking (those it does not name after), or None
+    when there is none or it names no candidate."""
+    if not names:
+        return None
+    found = candidates(key, expand(provider, key, algorithms))
+    order = {name: i for i, name in enumerate(names)}
+    if not any(a.name in order for a in found):
+        return None
+    STATS.disk_hits += 1
+    return sorted(found, key=lambda a: order.get(a.name, len(order)))
 
 
 def execute(provider, key, algorithms, buffers):

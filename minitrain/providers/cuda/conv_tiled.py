@@ -1,0 +1,129 @@
+"""The tiled direct algorithm of the conv search (cuda/conv_tiled.cu), for 1D and 2D groups of
+few channels: depthwise convolutions and first layers on gray images.
+
+A block computes a tile of one output plane of one (sample, group) from the input window and
+the group's weights staged in shared memory; the weight gradient keeps every tap's sum of a
+slice of (sample, row) pairs in registers, one block per (weight channel pair, slice), and adds
+the slices in a fixed order.  It stages at most MAX_CHANNELS channels per block, at most
+MAX_TAPS taps for the weight gradient, and no more shared memory than SHARED_LIMIT; other keys
+are left to the other algorithms.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .compiler import Kernel
+
+MAX_CHANNELS = 8
+MAX_TAPS = 25
+MAX_WEIGHT_WORK = 1 << 14      # weight elements (pairs x taps) the weight gradient takes on
+SHARED_LIMIT = 48 << 10
+BLOCK = 256
+MAX_GRID_Y = 65535
+SLICE_BLOCKS = 512             # weight-gradient blocks to aim for (about 4 per H100 multiprocessor)
+TILE_GEO = "i" * 15
+
+_forward = Kernel("conv_tiled", "tiled_forward", "PPPPqi" + TILE_GEO)
+_data = Kernel("conv_tiled", "tiled_data", "PPPPqi" + TILE_GEO)
+_weight = {9: Kernel("conv_tiled", "tiled_weight_t9", "PPPqq" + TILE_GEO),
+           25: Kernel("conv_tiled", "tiled_weight_t25", "PPPqq" + TILE_GEO)}
+_finish = Kernel("conv_tiled", "tiled_weight_finish", "PPqq")
+
+
+def tile_geo(geom):
+    """TileGeo's 15 ints (group, c, m, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; 1D as a
+    single row), or None for a 3D geometry."""
+    if len(geom.kernel) > 2:
+        return None
+
+    def two(values, fill):
+        return (fill,) * (2 - len(values)) + tuple(int(v) for v in values)
+    group = geom.group
+    return ((group, geom.img_channels // group, geom.col_channels // group) + two(geom.img_spatial, 1)
+            + two(geom.col_spatial, 1) + two(geom.kernel, 1) + two(geom.strides, 1) + two(geom.dilations, 1)
+            + two(geom.pads_begin, 0))
+
+
+def _block(height, width):
+    """Threads (x, y) of a tile: whole rows of 256 for single-row planes, else 32 (or fewer for
+    narrow planes) columns by as many rows."""
+    if height == 1:
+        return BLOCK, 1
+    bx = 32 if width > 16 else 16 if width > 8 else 8
+    return bx, BLOCK // bx
+
+
+def _acc_itemsize(dtype):
+    return 8 if np.dtype(dtype) == np.float64 else 4
+
+
+def _shared_bytes(direction, tg, dtype):
+    """Dynamic shared memory of a forward or data launch: staged window(s) and weights."""
+    _, c, m, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, _, _ = tg
+    if direction == "forward":
+        bx, by = _block(oh, ow)
+        window, staged = ((by - 1) * sh + (kh - 1) * dh + 1) * ((bx - 1) * sw + (kw - 1) * dw + 1), c
+    else:
+        bx, by = _block(ih, iw)
+        window, staged = ((by - 1 + (kh - 1) * dh) // sh + 2) * ((bx - 1 + (kw - 1) * dw) // sw + 2), m
+    return (staged * window + m * c * kh * kw) * _acc_itemsize(dtype)
+
+
+class Tiled:
+    """Tiled direct convolution (shared-memory windows); no workspace but the weight
+    gradient's slice partials."""
+    name = "direct_tiled"
+    deterministic = True
+
+    def supports(self, key):
+        tg = tile_geo(key.geom)
+        if tg is None:
+            return False
+        group, c, m, kh, kw = tg[0], tg[1], tg[2], tg[7], tg[8]
+        if key.direction == "weight":
+            return kh * kw <= MAX_TAPS and group * m * c * kh * kw <= MAX_WEIGHT_WORK
+        staged = c if key.direction == "forward" else m
+        return staged <= MAX_CHANNELS and _shared_bytes(key.direction, tg, key.dtype) <= SHARED_LIMIT
+
+    @staticmethod
+    def _slices(key, tg):
+        """(slices, (sample, row) pairs per slice) of the weight gradient."""
+        group, c, m, oh = tg[0], tg[1], tg[2], tg[5]
+        rows = key.n * oh
+        want = max(1, min(rows, -(-SLICE_BLOCKS // (group * m * c))))
+        per_slice = -(-rows // want)
+        return -(-rows // per_slice), per_slice
+
+    def workspace_bytes(self, key):
+        if key.direction != "weight":
+            return 0
+        tg = tile_geo(key.geom)
+        slices, _ = self._slices(key, tg)
+        return slices * key.geom.col_channels * tg[1] * tg[7] * tg[8] * _acc_itemsize(key.dtype)
+
+    def heuristic_rank(self, key):
+        return -0.5 if self.supports(key) else 2
+
+    def run(self, provider, key, buffers):
+        tg = tile_geo(key.geom)
+        if key.direction == "weight":
+            self._weight(provider, key, tg, *buffers)
+            return
+        source, w, bias, out = buffers
+        height, width = (tg[5], tg[6]) if key.direction == "forward" else (tg[3], tg[4])
+        bx, by = _block(height, width)
+        grid = (-(-width // bx) * -(-height // by), min(key.n * tg[0], MAX_GRID_Y), 1)
+        kernel = _forward if key.direction == "forward" else _data
+        kernel.function(out.dtype).prepared_async_call(
+            grid, (bx, by, 1), provider.stream, int(source.gpudata), int(w.gpudata),
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), *tg,
+            shared_size=_shared_bytes(key.direction, tg, out.dtype))
+
+    def _weight(self, provider, key, tg, cols, img, dw):
+        slices, per_slice = self._slices(key, tg)
+        taps = tg[7] * tg[8]
+        pairs = key.geom.col_channels * tg[1]
+        part = provider.empty((slices * pairs * taps,), np.float64 if dw.dtype == np.float64 else np.float32)
+        _weight[9 if taps <= 9 else 25].launch(provider, dw.dtype, (slices * pairs, 1, 1), (BLOCK, 1, 1), cols, img,
+                                               part, key.n, per_slice, *tg)
+        _finish.launch_elements(provider, dw.dtype, dw.size, part, dw, dw.size, slices)
