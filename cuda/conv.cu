@@ -54,23 +54,24 @@ template <typename A> __device__ A block_sum(A v) {
 }
 
 // ---------------------------------------------------------------------------- GEMM algorithm
-// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.
+// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.  Rows
+// stride over blockIdx.y and positions over the x blocks, so a thread divides only its 32-bit
+// position by the column plane's width and height.
 template <typename T> __device__ void im2col_impl(const T* img, T* col, int64_t samples, ConvGeo g) {
-    const int taps = kernel_taps(g);
-    const int64_t P = column_plane(g), plane = image_plane(g);
-    const int64_t n = samples * g.group * g.c * taps * P;
-    GRID_STRIDE_LOOP(i, n) {
-        const int64_t p = i % P, r = i / P;
+    const int taps = kernel_taps(g), P = (int)column_plane(g);
+    const int64_t plane = image_plane(g), rows = samples * g.group * g.c * taps;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const int tap = (int)(r % taps);
-        const int64_t channel = r / taps;               // sample * G*c + image channel
-        const int ox = (int)(p % g.ow), oy = (int)((p / g.ow) % g.oh), oz = (int)(p / ((int64_t)g.ow * g.oh));
         const int kx = tap % g.kw, ky = (tap / g.kw) % g.kh, kz = tap / (g.kw * g.kh);
-        const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
-        const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
-        const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
-        acc_t<T> v = 0;
-        if (z >= 0 && y >= 0 && x >= 0) v = to_acc(img[channel * plane + ((int64_t)z * g.ih + y) * g.iw + x]);
-        col[i] = from_acc<T>(v);
+        const T* src = img + (r / taps) * plane;        // (sample * G*c + image channel)'s plane
+        T* dst = col + r * P;
+        for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < P; p += gridDim.x * blockDim.x) {
+            const int ox = p % g.ow, rest = p / g.ow, oy = rest % g.oh, oz = rest / g.oh;
+            const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
+            const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
+            const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
+            dst[p] = (z >= 0 && y >= 0 && x >= 0) ? src[((int64_t)z * g.ih + y) * g.iw + x] : from_acc<T>(0);
+        }
     }
 }
 
@@ -78,29 +79,30 @@ template <typename T> __device__ void im2col_impl(const T* img, T* col, int64_t 
 // a gather over the taps that reach each image point.
 template <typename T>
 __device__ void col2im_impl(const T* col, const T* bias, T* img, int64_t samples, int has_bias, ConvGeo g) {
-    const int taps = kernel_taps(g), channels = g.group * g.c;
-    const int64_t P = column_plane(g), plane = image_plane(g);
-    const int64_t n = samples * channels * plane;
-    GRID_STRIDE_LOOP(i, n) {
-        const int64_t q = i % plane, channel = i / plane;
-        const int x = (int)(q % g.iw), y = (int)((q / g.iw) % g.ih), z = (int)(q / ((int64_t)g.iw * g.ih));
-        acc_t<T> acc = has_bias ? to_acc(bias[channel % channels]) : acc_t<T>(0);
-        const T* src = col + channel * taps * P;
-        for (int kz = 0; kz < g.kd; ++kz) {
-            const int oz = column_of(z, kz, g.sd, g.dd, g.pd, g.od);
-            if (oz < 0) continue;
-            for (int ky = 0; ky < g.kh; ++ky) {
-                const int oy = column_of(y, ky, g.sh, g.dh, g.ph, g.oh);
-                if (oy < 0) continue;
-                for (int kx = 0; kx < g.kw; ++kx) {
-                    const int ox = column_of(x, kx, g.sw, g.dw, g.pw, g.ow);
-                    if (ox < 0) continue;
-                    const int tap = (kz * g.kh + ky) * g.kw + kx;
-                    acc += to_acc(src[tap * P + ((int64_t)oz * g.oh + oy) * g.ow + ox]);
+    const int taps = kernel_taps(g), channels = g.group * g.c, plane = (int)image_plane(g);
+    const int64_t P = column_plane(g), rows = samples * channels;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const acc_t<T> start = has_bias ? to_acc(bias[r % channels]) : acc_t<T>(0);
+        const T* src = col + r * taps * P;
+        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < plane; q += gridDim.x * blockDim.x) {
+            const int x = q % g.iw, rest = q / g.iw, y = rest % g.ih, z = rest / g.ih;
+            acc_t<T> acc = start;
+            for (int kz = 0; kz < g.kd; ++kz) {
+                const int oz = column_of(z, kz, g.sd, g.dd, g.pd, g.od);
+                if (oz < 0) continue;
+                for (int ky = 0; ky < g.kh; ++ky) {
+                    const int oy = column_of(y, ky, g.sh, g.dh, g.ph, g.oh);
+                    if (oy < 0) continue;
+                    for (int kx = 0; kx < g.kw; ++kx) {
+                        const int ox = column_of(x, kx, g.sw, g.dw, g.pw, g.ow);
+                        if (ox < 0) continue;
+                        const int tap = (kz * g.kh + ky) * g.kw + kx;
+                        acc += to_acc(src[tap * P + ((int64_t)oz * g.oh + oy) * g.ow + ox]);
+                    }
                 }
             }
+            img[r * plane + q] = from_acc<T>(acc);
         }
-        img[i] = from_acc<T>(acc);
     }
 }
 

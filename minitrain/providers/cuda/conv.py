@@ -38,6 +38,7 @@ from .runtime import device_ptr
 # im2col workspace per chunk of samples (at least one sample's worth).
 CHUNK_BYTES = 256 << 20
 REDUCE_BLOCK = 256
+MAX_GRID_Y = 65535
 GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
@@ -94,6 +95,13 @@ def _gemm2(provider, trans_a, trans_b, a, b, c, batches, groups):
         provider.blas.gemm_strided_batched(a[0], b[0], c[0], inner, strides, trans_a, trans_b, offsets=offsets)
 
 
+def _launch_rows(kernel, provider, dtype, rows, width, *args):
+    """A kernel whose blocks stride over `rows` along y and over a row's `width` along x."""
+    if rows > 0 and width > 0:
+        grid = (min(-(-width // REDUCE_BLOCK), 1024), min(rows, MAX_GRID_Y), 1)
+        kernel.launch(provider, dtype, grid, (REDUCE_BLOCK, 1, 1), *args)
+
+
 def _launch_blocks(kernel, provider, dtype, blocks, *args):
     if blocks > 0:
         kernel.launch(provider, dtype, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1), *args)
@@ -139,8 +147,8 @@ class Im2colGemm:
         if key.geom.is_pointwise:
             return img.reshape(img.size // (s.k * s.p), s.k, s.p), start * s.g * s.k * s.p
         col = provider.empty((count * s.g, s.k, s.p), img.dtype)
-        _im2col.launch_elements(provider, img.dtype, col.size, _ptr(img, start * s.g * s.c * s.plane), col, count,
-                                *geo_args(key.geom))
+        _launch_rows(_im2col, provider, img.dtype, count * s.g * s.k, s.p, _ptr(img, start * s.g * s.c * s.plane),
+                     col, count, *geo_args(key.geom))
         return col, 0
 
     def forward(self, provider, key, img, w, bias, out):
@@ -172,9 +180,9 @@ class Im2colGemm:
                    (cols.reshape(n * s.g, s.m, s.p), start * s.g * s.m * s.p, s.g * s.m * s.p, s.m * s.p),
                    target + (s.g * s.k * s.p, s.k * s.p), count, s.g)
             if not direct:
-                _col2im.launch_elements(provider, dt, count * s.g * s.c * s.plane, col, bias if bias is not None else 0,
-                                        _ptr(out, start * s.g * s.c * s.plane), count, int(bias is not None),
-                                        *geo_args(key.geom))
+                _launch_rows(_col2im, provider, dt, count * s.g * s.c, s.plane, col, bias if bias is not None else 0,
+                             _ptr(out, start * s.g * s.c * s.plane), count, int(bias is not None),
+                             *geo_args(key.geom))
         if bias is not None and key.geom.is_pointwise:
             add_bias(provider, out, bias, s.g * s.c)
 
