@@ -54,23 +54,30 @@ template <typename A> __device__ A block_sum(A v) {
 }
 
 // ---------------------------------------------------------------------------- GEMM algorithm
-// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.  Rows
-// stride over blockIdx.y and positions over the x blocks, so a thread divides only its 32-bit
-// position by the column plane's width and height.
+// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.  Image
+// channels stride over blockIdx.y and positions over the x blocks; a thread writes its
+// position's every tap (independent loads in flight) after dividing it once.
 template <typename T> __device__ void im2col_impl(const T* img, T* col, int64_t samples, ConvGeo g) {
     const int taps = kernel_taps(g), P = (int)column_plane(g);
-    const int64_t plane = image_plane(g), rows = samples * g.group * g.c * taps;
-    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-        const int tap = (int)(r % taps);
-        const int kx = tap % g.kw, ky = (tap / g.kw) % g.kh, kz = tap / (g.kw * g.kh);
-        const T* src = img + (r / taps) * plane;        // (sample * G*c + image channel)'s plane
-        T* dst = col + r * P;
+    const int64_t plane = image_plane(g), channels = samples * g.group * g.c;
+    for (int64_t ch = blockIdx.y; ch < channels; ch += gridDim.y) {
+        const T* src = img + ch * plane;
+        T* dst = col + ch * taps * P;
         for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < P; p += gridDim.x * blockDim.x) {
             const int ox = p % g.ow, rest = p / g.ow, oy = rest % g.oh, oz = rest / g.oh;
-            const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
-            const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
-            const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
-            dst[p] = (z >= 0 && y >= 0 && x >= 0) ? src[((int64_t)z * g.ih + y) * g.iw + x] : from_acc<T>(0);
+            T* out = dst + p;
+            for (int kz = 0; kz < g.kd; ++kz) {
+                const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
+                for (int ky = 0; ky < g.kh; ++ky) {
+                    const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
+                    const bool row = z >= 0 && y >= 0;
+                    const T* line = src + ((int64_t)(row ? z : 0) * g.ih + (row ? y : 0)) * g.iw;
+                    for (int kx = 0; kx < g.kw; ++kx, out += P) {
+                        const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
+                        *out = (row && x >= 0) ? line[x] : from_acc<T>(0);
+                    }
+                }
+            }
         }
     }
 }
@@ -132,32 +139,35 @@ __device__ void sum_batches_impl(const T* part, T* dst, int64_t count, int64_t b
     }
 }
 
-// The bias gradient in two deterministic passes.  First, part[row * chunks + k] = the sum of
-// chunk k (of `chunk` elements) of dy's row `row` (= sample * channels + channel): one block each.
+// The bias gradient in two deterministic passes.  First, part[k * rows + row] = the sum of
+// chunk k (of `chunk` elements) of dy's row `row` (= sample * channels + channel): one block
+// each; then sum_slices adds each channel's partials (stride `channels`).
 template <typename T>
 __device__ void bias_grad_partial_impl(const T* dy, acc_t<T>* part, int64_t rows, int64_t plane, int64_t chunk) {
     const int64_t chunks = (plane + chunk - 1) / chunk;
     for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
-        const int64_t row = b / chunks, begin = (b % chunks) * chunk;
+        const int64_t row = b / chunks, k = b % chunks, begin = k * chunk;
         const int64_t end = begin + chunk < plane ? begin + chunk : plane;
         const T* src = dy + row * plane;
         acc_t<T> acc = 0;
         for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc += to_acc(src[j]);
         acc = block_sum(acc);
-        if (threadIdx.x == 0) part[b] = acc;
+        if (threadIdx.x == 0) part[k * rows + row] = acc;
         __syncthreads();    // block_sum's shared partials are reused by the next row
     }
 }
 
-// Then db[channel] = the sum of its partials over samples and chunks, in a fixed order.
+// out[i] = the sum over s < slices of part[s * count + i]: one warp per element, each lane
+// summing every 32nd slice and the lanes then each other's sums, always in the same order.
 template <typename T>
-__device__ void bias_grad_finish_impl(const acc_t<T>* part, T* db, int64_t samples, int64_t channels,
-                                      int64_t chunks) {
-    GRID_STRIDE_LOOP(c, channels) {
+__device__ void sum_slices_impl(const acc_t<T>* part, T* out, int64_t count, int64_t slices) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < count; i += warps) {
         acc_t<T> acc = 0;
-        for (int64_t b = 0; b < samples; ++b)
-            for (int64_t k = 0; k < chunks; ++k) acc += part[(b * channels + c) * chunks + k];
-        db[c] = from_acc<T>(acc);
+        for (int64_t s = lane; s < slices; s += 32) acc += part[s * count + i];
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if (lane == 0) out[i] = from_acc<T>(acc);
     }
 }
 
@@ -281,9 +291,8 @@ __device__ void direct_weight_grad_impl(const T* cols, const T* img, T* dw, int6
                                                      int64_t chunk) {                                           \
         bias_grad_partial_impl<T>(dy, part, rows, plane, chunk);                                                \
     }                                                                                                           \
-    extern "C" __global__ void bias_grad_finish_##S(const acc_t<T>* part, T* db, int64_t samples,               \
-                                                    int64_t channels, int64_t chunks) {                         \
-        bias_grad_finish_impl<T>(part, db, samples, channels, chunks);                                          \
+    extern "C" __global__ void sum_slices_##S(const acc_t<T>* part, T* out, int64_t count, int64_t slices) {    \
+        sum_slices_impl<T>(part, out, count, slices);                                                           \
     }                                                                                                           \
     extern "C" __global__ void direct_forward_##S(const T* img, const T* w, const T* bias, T* cols,             \
                                                   int64_t samples, int has_bias, GEO) {                         \

@@ -4,8 +4,8 @@
 // (sample, group); it stages the input window the tile reads, every channel of the group, and
 // the group's weights in shared memory (dynamic, sized by the launch), so each input value is
 // read from global memory about once instead of once per tap.  The weight gradient sums over
-// a slice of (sample, row) per block, every tap at once in registers, and a second pass adds
-// the slices in a fixed order: no atomics, deterministic.
+// a slice of (sample, row) per block, every tap at once in registers, and conv.cu's sum_slices
+// adds the slices in a fixed order: no atomics, deterministic.
 #include "common.cuh"
 
 struct TileGeo {
@@ -16,91 +16,117 @@ struct TileGeo {
 
 __device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+// Stage rows x width values of `channels` planes (each `plane` apart from `src`) whose top
+// left corner is (y0, x0) into tile, zeros outside the plane: threads walk rows along y and
+// columns along x, so no thread divides.
+template <typename T>
+__device__ void stage_window(const T* src, acc_t<T>* tile, int channels, int64_t plane, int rows, int width, int y0,
+                             int x0, int h, int w) {
+    for (int ch = 0; ch < channels; ++ch)
+        for (int r = threadIdx.y; r < rows; r += blockDim.y) {
+            const int y = y0 + r;
+            acc_t<T>* dst = tile + (ch * rows + r) * width;
+            if (y < 0 || y >= h) {
+                for (int col = threadIdx.x; col < width; col += blockDim.x) dst[col] = acc_t<T>(0);
+                continue;
+            }
+            const T* line = src + ch * plane + (int64_t)y * w;
+            for (int col = threadIdx.x; col < width; col += blockDim.x) {
+                const int x = x0 + col;
+                dst[col] = (x >= 0 && x < w) ? to_acc(line[x]) : acc_t<T>(0);
+            }
+        }
+}
+
 // cols[b, g*m + mo, oy, ox] = bias + sum over (ci, ky, kx) of w[g*m + mo, ci, ky, kx] * img[b, g*c + ci, window]
+// A tile is blockDim.x columns by blockDim.y * rpt rows (each thread rpt rows, blockDim.y apart).
 template <typename T>
 __device__ void tiled_forward_impl(const T* img, const T* w, const T* bias, T* cols, int64_t samples, int has_bias,
-                                   TileGeo g) {
+                                   int rpt, TileGeo g) {
     typedef acc_t<T> A;
     extern __shared__ unsigned char shared_raw[];
     A* tile = reinterpret_cast<A*>(shared_raw);
-    const int rows = (blockDim.y - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+    const int th = blockDim.y * rpt;
+    const int rows = (th - 1) * g.sh + (g.kh - 1) * g.dh + 1;
     const int width = (blockDim.x - 1) * g.sw + (g.kw - 1) * g.dw + 1;
     const int taps = g.kh * g.kw, window = rows * width;
     A* wt = tile + g.c * window;
     const int tiles_x = (g.ow + blockDim.x - 1) / blockDim.x;
-    const int ty0 = (blockIdx.x / tiles_x) * blockDim.y, tx0 = (blockIdx.x % tiles_x) * blockDim.x;
-    const int y0 = ty0 * g.sh - g.ph, x0 = tx0 * g.sw - g.pw;
+    const int ty0 = (blockIdx.x / tiles_x) * th, tx0 = (blockIdx.x % tiles_x) * blockDim.x;
     const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
-    const int oy = ty0 + threadIdx.y, ox = tx0 + threadIdx.x;
+    const int ox = tx0 + threadIdx.x;
     const int64_t plane = (int64_t)g.ih * g.iw, P = (int64_t)g.oh * g.ow;
     for (int64_t bg = blockIdx.y; bg < samples * g.group; bg += gridDim.y) {
         const int grp = (int)(bg % g.group);
-        const T* src = img + bg * g.c * plane;
         __syncthreads();    // the previous (sample, group)'s readers are done
-        for (int i = tid; i < g.c * window; i += threads) {
-            const int ci = i / window, y = y0 + (i % window) / width, x = x0 + i % width;
-            tile[i] = (y >= 0 && y < g.ih && x >= 0 && x < g.iw) ? to_acc(src[ci * plane + (int64_t)y * g.iw + x]) : A(0);
-        }
+        stage_window(img + bg * g.c * plane, tile, g.c, plane, rows, width, ty0 * g.sh - g.ph, tx0 * g.sw - g.pw,
+                     g.ih, g.iw);
         for (int i = tid; i < g.m * g.c * taps; i += threads) wt[i] = to_acc(w[(int64_t)grp * g.m * g.c * taps + i]);
         __syncthreads();
-        if (oy >= g.oh || ox >= g.ow) continue;
-        for (int mo = 0; mo < g.m; ++mo) {
-            A acc = has_bias ? to_acc(bias[grp * g.m + mo]) : A(0);
-            const A* wm = wt + mo * g.c * taps;
-            for (int ci = 0; ci < g.c; ++ci) {
-                const A* t = tile + ci * window + threadIdx.y * g.sh * width + threadIdx.x * g.sw;
-                for (int ky = 0; ky < g.kh; ++ky)
-                    for (int kx = 0; kx < g.kw; ++kx) acc += t[ky * g.dh * width + kx * g.dw] * wm[(ci * g.kh + ky) * g.kw + kx];
+        if (ox >= g.ow) continue;
+        for (int k = 0; k < rpt; ++k) {
+            const int ly = threadIdx.y + k * blockDim.y, oy = ty0 + ly;
+            if (oy >= g.oh) break;
+            for (int mo = 0; mo < g.m; ++mo) {
+                A acc = has_bias ? to_acc(bias[grp * g.m + mo]) : A(0);
+                const A* wm = wt + mo * g.c * taps;
+                for (int ci = 0; ci < g.c; ++ci) {
+                    const A* t = tile + ci * window + ly * g.sh * width + threadIdx.x * g.sw;
+                    for (int ky = 0; ky < g.kh; ++ky)
+                        for (int kx = 0; kx < g.kw; ++kx)
+                            acc += t[ky * g.dh * width + kx * g.dw] * wm[(ci * g.kh + ky) * g.kw + kx];
+                }
+                cols[(bg * g.m + mo) * P + (int64_t)oy * g.ow + ox] = from_acc<T>(acc);
             }
-            cols[(bg * g.m + mo) * P + (int64_t)oy * g.ow + ox] = from_acc<T>(acc);
         }
     }
 }
 
 // img[b, g*c + ci, y, x] = bias + sum over (mo, ky, kx reaching (y, x)) of w[g*m + mo, ci, ky, kx] * cols[b, g*m + mo, oy, ox]
+// Tiles as tiled_forward's, over the image.
 template <typename T>
 __device__ void tiled_data_impl(const T* cols, const T* w, const T* bias, T* img, int64_t samples, int has_bias,
-                                TileGeo g) {
+                                int rpt, TileGeo g) {
     typedef acc_t<T> A;
     extern __shared__ unsigned char shared_raw[];
     A* tile = reinterpret_cast<A*>(shared_raw);
-    const int rows = (blockDim.y - 1 + (g.kh - 1) * g.dh) / g.sh + 2;    // the most any block needs
+    const int th = blockDim.y * rpt;
+    const int rows = (th - 1 + (g.kh - 1) * g.dh) / g.sh + 2;    // the most any tile needs
     const int width = (blockDim.x - 1 + (g.kw - 1) * g.dw) / g.sw + 2;
     const int taps = g.kh * g.kw, window = rows * width;
     A* wt = tile + g.m * window;
     const int tiles_x = (g.iw + blockDim.x - 1) / blockDim.x;
-    const int ty0 = (blockIdx.x / tiles_x) * blockDim.y, tx0 = (blockIdx.x % tiles_x) * blockDim.x;
+    const int ty0 = (blockIdx.x / tiles_x) * th, tx0 = (blockIdx.x % tiles_x) * blockDim.x;
     const int oy0 = floor_div(ty0 + g.ph - (g.kh - 1) * g.dh, g.sh), ox0 = floor_div(tx0 + g.pw - (g.kw - 1) * g.dw, g.sw);
     const int threads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
-    const int y = ty0 + threadIdx.y, x = tx0 + threadIdx.x;
+    const int x = tx0 + threadIdx.x;
     const int64_t plane = (int64_t)g.ih * g.iw, P = (int64_t)g.oh * g.ow;
     for (int64_t bg = blockIdx.y; bg < samples * g.group; bg += gridDim.y) {
         const int grp = (int)(bg % g.group);
-        const T* src = cols + bg * g.m * P;
         __syncthreads();
-        for (int i = tid; i < g.m * window; i += threads) {
-            const int mo = i / window, oy = oy0 + (i % window) / width, ox = ox0 + i % width;
-            tile[i] = (oy >= 0 && oy < g.oh && ox >= 0 && ox < g.ow) ? to_acc(src[mo * P + (int64_t)oy * g.ow + ox])
-                                                                      : A(0);
-        }
+        stage_window(cols + bg * g.m * P, tile, g.m, P, rows, width, oy0, ox0, g.oh, g.ow);
         for (int i = tid; i < g.m * g.c * taps; i += threads) wt[i] = to_acc(w[(int64_t)grp * g.m * g.c * taps + i]);
         __syncthreads();
-        if (y >= g.ih || x >= g.iw) continue;
-        for (int ci = 0; ci < g.c; ++ci) {
-            A acc = has_bias ? to_acc(bias[grp * g.c + ci]) : A(0);
-            for (int ky = 0; ky < g.kh; ++ky) {
-                const int ny = y + g.ph - ky * g.dh;
-                if (ny < 0 || ny % g.sh) continue;
-                const int ry = ny / g.sh - oy0;
-                for (int kx = 0; kx < g.kw; ++kx) {
-                    const int nx = x + g.pw - kx * g.dw;
-                    if (nx < 0 || nx % g.sw) continue;
-                    const A* t = tile + ry * width + nx / g.sw - ox0;
-                    const A* wk = wt + (ci * g.kh + ky) * g.kw + kx;
-                    for (int mo = 0; mo < g.m; ++mo) acc += t[mo * window] * wk[mo * g.c * taps];
+        if (x >= g.iw) continue;
+        for (int k = 0; k < rpt; ++k) {
+            const int y = ty0 + threadIdx.y + k * blockDim.y;
+            if (y >= g.ih) break;
+            for (int ci = 0; ci < g.c; ++ci) {
+                A acc = has_bias ? to_acc(bias[grp * g.c + ci]) : A(0);
+                for (int ky = 0; ky < g.kh; ++ky) {
+                    const int ny = y + g.ph - ky * g.dh;
+                    if (ny < 0 || ny % g.sh) continue;
+                    const int ry = ny / g.sh - oy0;
+                    for (int kx = 0; kx < g.kw; ++kx) {
+                        const int nx = x + g.pw - kx * g.dw;
+                        if (nx < 0 || nx % g.sw) continue;
+                        const A* t = tile + ry * width + nx / g.sw - ox0;
+                        const A* wk = wt + (ci * g.kh + ky) * g.kw + kx;
+                        for (int mo = 0; mo < g.m; ++mo) acc += t[mo * window] * wk[mo * g.c * taps];
+                    }
                 }
+                img[(bg * g.c + ci) * plane + (int64_t)y * g.iw + x] = from_acc<T>(acc);
             }
-            img[(bg * g.c + ci) * plane + (int64_t)y * g.iw + x] = from_acc<T>(acc);
         }
     }
 }
@@ -157,23 +183,14 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
     }
 }
 
-// dw[e] = the sum over slices of part[slice, e], in slice order.
-template <typename T> __device__ void tiled_weight_finish_impl(const acc_t<T>* part, T* dw, int64_t count, int64_t slices) {
-    GRID_STRIDE_LOOP(i, count) {
-        acc_t<T> acc = 0;
-        for (int64_t s = 0; s < slices; ++s) acc += part[s * count + i];
-        dw[i] = from_acc<T>(acc);
-    }
-}
-
 #define TILED_KERNELS(T, S)                                                                                     \
     extern "C" __global__ void tiled_forward_##S(const T* img, const T* w, const T* bias, T* cols, int64_t samples, \
-                                                 int has_bias, TileGeo g) {                                     \
-        tiled_forward_impl<T>(img, w, bias, cols, samples, has_bias, g);                                        \
+                                                 int has_bias, int rpt, TileGeo g) {                            \
+        tiled_forward_impl<T>(img, w, bias, cols, samples, has_bias, rpt, g);                                   \
     }                                                                                                           \
     extern "C" __global__ void tiled_data_##S(const T* cols, const T* w, const T* bias, T* img, int64_t samples, \
-                                              int has_bias, TileGeo g) {                                        \
-        tiled_data_impl<T>(cols, w, bias, img, samples, has_bias, g);                                           \
+                                              int has_bias, int rpt, TileGeo g) {                               \
+        tiled_data_impl<T>(cols, w, bias, img, samples, has_bias, rpt, g);                                      \
     }                                                                                                           \
     extern "C" __global__ void tiled_weight_t9_##S(const T* cols, const T* img, acc_t<T>* part, int64_t samples, \
                                                    int64_t per_slice, TileGeo g) {                              \
@@ -182,8 +199,5 @@ template <typename T> __device__ void tiled_weight_finish_impl(const acc_t<T>* p
     extern "C" __global__ void tiled_weight_t25_##S(const T* cols, const T* img, acc_t<T>* part, int64_t samples, \
                                                     int64_t per_slice, TileGeo g) {                             \
         tiled_weight_impl<T, 25>(cols, img, part, samples, per_slice, g);                                       \
-    }                                                                                                           \
-    extern "C" __global__ void tiled_weight_finish_##S(const acc_t<T>* part, T* dw, int64_t count, int64_t slices) { \
-        tiled_weight_finish_impl<T>(part, dw, count, slices);                                                   \
     }
 MT_FOR_FLOATS(TILED_KERNELS)

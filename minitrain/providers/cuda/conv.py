@@ -147,7 +147,7 @@ class Im2colGemm:
         if key.geom.is_pointwise:
             return img.reshape(img.size // (s.k * s.p), s.k, s.p), start * s.g * s.k * s.p
         col = provider.empty((count * s.g, s.k, s.p), img.dtype)
-        _launch_rows(_im2col, provider, img.dtype, count * s.g * s.k, s.p, _ptr(img, start * s.g * s.c * s.plane),
+        _launch_rows(_im2col, provider, img.dtype, count * s.g * s.c, s.p, _ptr(img, start * s.g * s.c * s.plane),
                      col, count, *geo_args(key.geom))
         return col, 0
 

@@ -4,7 +4,8 @@ Both walk the output as rows (sample, channel) of one plane each, cut into chunk
 elements, one block per chunk, so no kernel divides per element and every shape fills the
 device (LeNet's first layer has 6 channels: one block per channel left 126 of 132 SMs idle).
 The gradient sums each chunk into a partial (float32, float64 for float64 data) and then each
-channel's partials in a fixed order: deterministic, no atomics.
+channel's partials in a fixed order (sum_slices, which the tiled weight gradient uses too):
+deterministic, no atomics.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ MAX_BLOCKS = 1 << 20
 
 _add_bias = Kernel("conv", "add_bias", "PPqqqq")
 _partial = Kernel("conv", "bias_grad_partial", "PPqqq")
-_finish = Kernel("conv", "bias_grad_finish", "PPqqq")
+_sum_slices = Kernel("conv", "sum_slices", "PPqq")
+WARPS_PER_BLOCK = BLOCK // 32
 
 
 def _rows(value, channels):
@@ -45,4 +47,11 @@ def bias_grad(provider, dy, db):
     part = provider.empty((rows * chunks,), np.float64 if dy.dtype == np.float64 else np.float32)
     _partial.launch(provider, dy.dtype, (min(rows * chunks, MAX_BLOCKS), 1, 1), (BLOCK, 1, 1), dy, part, rows, plane,
                     CHUNK)
-    _finish.launch_elements(provider, dy.dtype, channels, part, db, dy.shape[0], channels, chunks)
+    sum_slices(provider, part, db, channels, dy.shape[0] * chunks)
+
+
+def sum_slices(provider, part, out, count, slices):
+    """out[i] = the sum over s < slices of part[s * count + i] (part in float32, float64 for
+    float64 out), in a fixed order: one warp per element."""
+    blocks = min(-(-count // WARPS_PER_BLOCK), MAX_BLOCKS)
+    _sum_slices.launch(provider, out.dtype, (blocks, 1, 1), (BLOCK, 1, 1), part, out, count, slices)

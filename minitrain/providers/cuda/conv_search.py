@@ -5,7 +5,8 @@ An algorithm is an object with a `name`, `workspace_bytes(key)` (device scratch 
 `execute` times every algorithm that supports the key and whose workspace fits (the device's
 free memory less 10% for fragmentation, or `OPTIONS.workspace_limit` when lower) with CUDA
 events on the real buffers, after one untimed warm-up run each (kernel compilation, cuBLAS
-set-up), and caches the ranking, fastest first, in a bounded LRU.  Every call then tries the
+set-up), the timed runs queued behind a spin kernel so that only GPU time counts, and caches
+the ranking, fastest first, in a bounded LRU.  Every call then tries the
 ranked algorithms in order: when one fails (a launch error, a workspace allocation that the
 pool cannot serve) the next takes over, and the fallback is logged once per key and algorithm.
 
@@ -32,6 +33,7 @@ The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the ke
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Optional
@@ -44,6 +46,8 @@ log = logging.getLogger("minitrain.cuda.conv")
 
 CACHE_SIZE = 512
 FRAGMENTATION = 0.10
+TIMED_RUNS = 3
+MIN_HOLD, MAX_HOLD = 2e-4, 5e-3     # seconds the stream is held while the timed runs are queued
 
 
 @dataclass(frozen=True)
@@ -131,16 +135,24 @@ def candidates(key, algorithms):
 
 
 def _time(provider, algorithm, key, buffers):
-    """Milliseconds of one run (after a warm-up run), or None when the algorithm fails."""
+    """Milliseconds of one run on the GPU, or None when the algorithm fails: after an untimed
+    warm-up, TIMED_RUNS runs queued behind a spin kernel that holds the stream while the host
+    queues them (for 1.5x the host time the warm-up took), so the events bracket the kernels
+    alone and not the host's launch cost (which differs between the libraries and would
+    otherwise decide between kernels of a few microseconds)."""
     try:
+        started = time.perf_counter()
         algorithm.run(provider, key, buffers)
+        host = time.perf_counter() - started
         start, end = driver.Event(), driver.Event()
+        provider.hold(min(MAX_HOLD, max(MIN_HOLD, 1.5 * TIMED_RUNS * host)))
         start.record(provider.stream)
-        algorithm.run(provider, key, buffers)
+        for _ in range(TIMED_RUNS):
+            algorithm.run(provider, key, buffers)
         end.record(provider.stream)
         end.synchronize()
         STATS.timed += 1
-        return end.time_since(start)
+        return end.time_since(start) / TIMED_RUNS
     except RECOVERABLE as e:
         log.warning("conv algorithm %s failed while timing %s: %s", algorithm.name, key, e)
         return None

@@ -13,21 +13,22 @@ from __future__ import annotations
 import numpy as np
 
 from .compiler import Kernel
+from .conv_bias import sum_slices
 
 MAX_CHANNELS = 8
 MAX_TAPS = 25
 MAX_WEIGHT_WORK = 1 << 14      # weight elements (pairs x taps) the weight gradient takes on
 SHARED_LIMIT = 48 << 10
+ROWS_PER_THREAD = 4
 BLOCK = 256
 MAX_GRID_Y = 65535
 SLICE_BLOCKS = 512             # weight-gradient blocks to aim for (about 4 per H100 multiprocessor)
 TILE_GEO = "i" * 15
 
-_forward = Kernel("conv_tiled", "tiled_forward", "PPPPqi" + TILE_GEO)
-_data = Kernel("conv_tiled", "tiled_data", "PPPPqi" + TILE_GEO)
+_forward = Kernel("conv_tiled", "tiled_forward", "PPPPqii" + TILE_GEO)
+_data = Kernel("conv_tiled", "tiled_data", "PPPPqii" + TILE_GEO)
 _weight = {9: Kernel("conv_tiled", "tiled_weight_t9", "PPPqq" + TILE_GEO),
            25: Kernel("conv_tiled", "tiled_weight_t25", "PPPqq" + TILE_GEO)}
-_finish = Kernel("conv_tiled", "tiled_weight_finish", "PPqq")
 
 
 def tile_geo(geom):
@@ -45,12 +46,12 @@ def tile_geo(geom):
 
 
 def _block(height, width):
-    """Threads (x, y) of a tile: whole rows of 256 for single-row planes, else 32 (or fewer for
-    narrow planes) columns by as many rows."""
+    """(threads x, threads y, rows per thread) of a tile: whole rows of 256 for single-row
+    planes, else 32 (or fewer for narrow planes) columns by 256 / 32 threads by 4 rows each."""
     if height == 1:
-        return BLOCK, 1
+        return BLOCK, 1, 1
     bx = 32 if width > 16 else 16 if width > 8 else 8
-    return bx, BLOCK // bx
+    return bx, BLOCK // bx, ROWS_PER_THREAD
 
 
 def _acc_itemsize(dtype):
@@ -61,11 +62,11 @@ def _shared_bytes(direction, tg, dtype):
     """Dynamic shared memory of a forward or data launch: staged window(s) and weights."""
     _, c, m, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, _, _ = tg
     if direction == "forward":
-        bx, by = _block(oh, ow)
-        window, staged = ((by - 1) * sh + (kh - 1) * dh + 1) * ((bx - 1) * sw + (kw - 1) * dw + 1), c
+        bx, by, rpt = _block(oh, ow)
+        window, staged = ((by * rpt - 1) * sh + (kh - 1) * dh + 1) * ((bx - 1) * sw + (kw - 1) * dw + 1), c
     else:
-        bx, by = _block(ih, iw)
-        window, staged = ((by - 1 + (kh - 1) * dh) // sh + 2) * ((bx - 1 + (kw - 1) * dw) // sw + 2), m
+        bx, by, rpt = _block(ih, iw)
+        window, staged = ((by * rpt - 1 + (kh - 1) * dh) // sh + 2) * ((bx - 1 + (kw - 1) * dw) // sw + 2), m
     return (staged * window + m * c * kh * kw) * _acc_itemsize(dtype)
 
 
@@ -111,12 +112,12 @@ class Tiled:
             return
         source, w, bias, out = buffers
         height, width = (tg[5], tg[6]) if key.direction == "forward" else (tg[3], tg[4])
-        bx, by = _block(height, width)
-        grid = (-(-width // bx) * -(-height // by), min(key.n * tg[0], MAX_GRID_Y), 1)
+        bx, by, rpt = _block(height, width)
+        grid = (-(-width // bx) * -(-height // (by * rpt)), min(key.n * tg[0], MAX_GRID_Y), 1)
         kernel = _forward if key.direction == "forward" else _data
         kernel.function(out.dtype).prepared_async_call(
             grid, (bx, by, 1), provider.stream, int(source.gpudata), int(w.gpudata),
-            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), *tg,
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), rpt, *tg,
             shared_size=_shared_bytes(key.direction, tg, out.dtype))
 
     def _weight(self, provider, key, tg, cols, img, dw):
@@ -126,4 +127,4 @@ class Tiled:
         part = provider.empty((slices * pairs * taps,), np.float64 if dw.dtype == np.float64 else np.float32)
         _weight[9 if taps <= 9 else 25].launch(provider, dw.dtype, (slices * pairs, 1, 1), (BLOCK, 1, 1), cols, img,
                                                part, key.n, per_slice, *tg)
-        _finish.launch_elements(provider, dw.dtype, dw.size, part, dw, dw.size, slices)
+        sum_slices(provider, part, dw, dw.size, slices)
