@@ -23,6 +23,7 @@ template <typename T>
 __device__ void stage_window(const T* src, acc_t<T>* tile, int channels, int64_t plane, int rows, int width, int y0,
                              int x0, int h, int w) {
     for (int ch = 0; ch < channels; ++ch)
+#pragma unroll 4
         for (int r = threadIdx.y; r < rows; r += blockDim.y) {
             const int y = y0 + r;
             acc_t<T>* dst = tile + (ch * rows + r) * width;
@@ -84,7 +85,8 @@ __device__ void tiled_forward_impl(const T* img, const T* w, const T* bias, T* c
 
 // img[b, g*c + ci, y, x] = bias + sum over (mo, ky, kx reaching (y, x)) of w[g*m + mo, ci, ky, kx] * cols[b, g*m + mo, oy, ox]
 // Tiles as tiled_forward's, over the image.
-template <typename T>
+// UNIT: both strides are 1, so every tap reaches a column and no thread divides.
+template <typename T, bool UNIT>
 __device__ void tiled_data_impl(const T* cols, const T* w, const T* bias, T* img, int64_t samples, int has_bias,
                                 int rpt, TileGeo g) {
     typedef acc_t<T> A;
@@ -115,12 +117,12 @@ __device__ void tiled_data_impl(const T* cols, const T* w, const T* bias, T* img
                 A acc = has_bias ? to_acc(bias[grp * g.c + ci]) : A(0);
                 for (int ky = 0; ky < g.kh; ++ky) {
                     const int ny = y + g.ph - ky * g.dh;
-                    if (ny < 0 || ny % g.sh) continue;
-                    const int ry = ny / g.sh - oy0;
+                    if (!UNIT && (ny < 0 || ny % g.sh)) continue;
+                    const int ry = (UNIT ? ny : ny / g.sh) - oy0;
                     for (int kx = 0; kx < g.kw; ++kx) {
                         const int nx = x + g.pw - kx * g.dw;
-                        if (nx < 0 || nx % g.sw) continue;
-                        const A* t = tile + ry * width + nx / g.sw - ox0;
+                        if (!UNIT && (nx < 0 || nx % g.sw)) continue;
+                        const A* t = tile + ry * width + (UNIT ? nx : nx / g.sw) - ox0;
                         const A* wk = wt + (ci * g.kh + ky) * g.kw + kx;
                         for (int mo = 0; mo < g.m; ++mo) acc += t[mo * window] * wk[mo * g.c * taps];
                     }
@@ -190,7 +192,11 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
     }                                                                                                           \
     extern "C" __global__ void tiled_data_##S(const T* cols, const T* w, const T* bias, T* img, int64_t samples, \
                                               int has_bias, int rpt, TileGeo g) {                               \
-        tiled_data_impl<T>(cols, w, bias, img, samples, has_bias, rpt, g);                                      \
+        tiled_data_impl<T, false>(cols, w, bias, img, samples, has_bias, rpt, g);                               \
+    }                                                                                                           \
+    extern "C" __global__ void tiled_data_unit_##S(const T* cols, const T* w, const T* bias, T* img,            \
+                                                   int64_t samples, int has_bias, int rpt, TileGeo g) {         \
+        tiled_data_impl<T, true>(cols, w, bias, img, samples, has_bias, rpt, g);                                \
     }                                                                                                           \
     extern "C" __global__ void tiled_weight_t9_##S(const T* cols, const T* img, acc_t<T>* part, int64_t samples, \
                                                    int64_t per_slice, TileGeo g) {                              \

@@ -240,9 +240,10 @@ def test_workspace_cap_excludes_im2col(search):
     x, w, attrs = _lenet_case()
     geom = geometry_for("conv", "Conv", x.shape, w.shape, attrs)
     key = search.ConvKey("Conv", "forward", 4, geom, "float32", False, ("Y",))
-    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["im2col_gemm", "direct", "direct_tiled"]
+    tiled = ["direct_tiled", "direct_tiled_r1"]
+    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["im2col_gemm", "direct"] + tiled
     search.OPTIONS.workspace_limit = 1024
-    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["direct", "direct_tiled"]
+    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["direct"] + tiled
     check_parity("Conv", [x, w], attrs, dtypes=("float32",))
 
 
@@ -268,16 +269,17 @@ TILED_SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("algorithm", ["direct_tiled", "direct_tiled_r1"])
 @pytest.mark.parametrize("op,x_shape,w_shape,attrs", TILED_SHAPES)
-def test_tiled_runs_every_direction(op, x_shape, w_shape, attrs, search, rng):
-    """The tiled kernels take all three primitives of the small-channel shapes they are for
-    (forward, data and weight) and match the CPU in every dtype."""
-    force(search, "direct_tiled")
-    before = search.STATS.ran["direct_tiled"]
+def test_tiled_runs_every_direction(op, x_shape, w_shape, attrs, algorithm, search, rng):
+    """The tiled kernels (both tile heights) take all three primitives of the small-channel
+    shapes they are for (forward, data and weight) and match the CPU in every dtype."""
+    force(search, algorithm)
+    before = search.STATS.ran[algorithm]
     c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
     forward_and_grads(op, x, w, b, attrs, rng)
-    assert search.STATS.ran["direct_tiled"] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
+    assert search.STATS.ran[algorithm] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
 
 
 # --------------------------------------------------------------------------- rankings on disk

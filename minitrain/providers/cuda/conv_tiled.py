@@ -19,7 +19,6 @@ MAX_CHANNELS = 8
 MAX_TAPS = 25
 MAX_WEIGHT_WORK = 1 << 14      # weight elements (pairs x taps) the weight gradient takes on
 SHARED_LIMIT = 48 << 10
-ROWS_PER_THREAD = 4
 BLOCK = 256
 MAX_GRID_Y = 65535
 SLICE_BLOCKS = 512             # weight-gradient blocks to aim for (about 4 per H100 multiprocessor)
@@ -27,6 +26,7 @@ TILE_GEO = "i" * 15
 
 _forward = Kernel("conv_tiled", "tiled_forward", "PPPPqii" + TILE_GEO)
 _data = Kernel("conv_tiled", "tiled_data", "PPPPqii" + TILE_GEO)
+_data_unit = Kernel("conv_tiled", "tiled_data_unit", "PPPPqii" + TILE_GEO)
 _weight = {9: Kernel("conv_tiled", "tiled_weight_t9", "PPPqq" + TILE_GEO),
            25: Kernel("conv_tiled", "tiled_weight_t25", "PPPqq" + TILE_GEO)}
 
@@ -45,36 +45,43 @@ def tile_geo(geom):
             + two(geom.pads_begin, 0))
 
 
-def _block(height, width):
-    """(threads x, threads y, rows per thread) of a tile: whole rows of 256 for single-row
-    planes, else 32 (or fewer for narrow planes) columns by 256 / 32 threads by 4 rows each."""
-    if height == 1:
-        return BLOCK, 1, 1
-    bx = 32 if width > 16 else 16 if width > 8 else 8
-    return bx, BLOCK // bx, ROWS_PER_THREAD
-
-
 def _acc_itemsize(dtype):
     return 8 if np.dtype(dtype) == np.float64 else 4
 
 
-def _shared_bytes(direction, tg, dtype):
-    """Dynamic shared memory of a forward or data launch: staged window(s) and weights."""
+def launch_shape(direction, tg, dtype, max_rows):
+    """(threads x, threads y, rows per thread, shared bytes) of a forward or data launch, or None
+    when even one row per thread needs more than SHARED_LIMIT: whole rows of 256 threads for
+    single-row planes, else 32 (fewer for narrow planes) columns by 256 / 32 threads, each
+    thread `max_rows` rows (fewer where the staged window would not fit)."""
     _, c, m, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, _, _ = tg
-    if direction == "forward":
-        bx, by, rpt = _block(oh, ow)
-        window, staged = ((by * rpt - 1) * sh + (kh - 1) * dh + 1) * ((bx - 1) * sw + (kw - 1) * dw + 1), c
+    height, width = (oh, ow) if direction == "forward" else (ih, iw)
+    if height == 1:
+        bx, options = BLOCK, [(1, 1)]
     else:
-        bx, by, rpt = _block(ih, iw)
-        window, staged = ((by * rpt - 1 + (kh - 1) * dh) // sh + 2) * ((bx - 1 + (kw - 1) * dw) // sw + 2), m
-    return (staged * window + m * c * kh * kw) * _acc_itemsize(dtype)
+        bx = 32 if width > 16 else 16 if width > 8 else 8
+        options = [(BLOCK // bx, r) for r in (4, 2, 1) if r <= max_rows]
+    for by, rows in options:
+        if direction == "forward":
+            window = ((by * rows - 1) * sh + (kh - 1) * dh + 1) * ((bx - 1) * sw + (kw - 1) * dw + 1) * c
+        else:
+            window = ((by * rows - 1 + (kh - 1) * dh) // sh + 2) * ((bx - 1 + (kw - 1) * dw) // sw + 2) * m
+        shared = (window + m * c * kh * kw) * _acc_itemsize(dtype)
+        if shared <= SHARED_LIMIT:
+            return bx, by, rows, shared
+    return None
 
 
 class Tiled:
     """Tiled direct convolution (shared-memory windows); no workspace but the weight
-    gradient's slice partials."""
-    name = "direct_tiled"
+    gradient's slice partials.  `rows_per_thread` sets the tile height of the forward and data
+    kernels (more rows: less window overhead; fewer: more blocks); the search times the two
+    instances of conv.py."""
+    family = "direct_tiled"
     deterministic = True
+
+    def __init__(self, rows_per_thread, name):
+        self.rows_per_thread, self.name = rows_per_thread, name
 
     def supports(self, key):
         tg = tile_geo(key.geom)
@@ -84,7 +91,7 @@ class Tiled:
         if key.direction == "weight":
             return kh * kw <= MAX_TAPS and group * m * c * kh * kw <= MAX_WEIGHT_WORK
         staged = c if key.direction == "forward" else m
-        return staged <= MAX_CHANNELS and _shared_bytes(key.direction, tg, key.dtype) <= SHARED_LIMIT
+        return staged <= MAX_CHANNELS and launch_shape(key.direction, tg, key.dtype, self.rows_per_thread) is not None
 
     @staticmethod
     def _slices(key, tg):
@@ -112,13 +119,16 @@ class Tiled:
             return
         source, w, bias, out = buffers
         height, width = (tg[5], tg[6]) if key.direction == "forward" else (tg[3], tg[4])
-        bx, by, rpt = _block(height, width)
-        grid = (-(-width // bx) * -(-height // (by * rpt)), min(key.n * tg[0], MAX_GRID_Y), 1)
-        kernel = _forward if key.direction == "forward" else _data
+        bx, by, rows, shared = launch_shape(key.direction, tg, out.dtype, self.rows_per_thread)
+        grid = (-(-width // bx) * -(-height // (by * rows)), min(key.n * tg[0], MAX_GRID_Y), 1)
+        if key.direction == "forward":
+            kernel = _forward
+        else:
+            kernel = _data_unit if tg[9] == tg[10] == 1 else _data
         kernel.function(out.dtype).prepared_async_call(
             grid, (bx, by, 1), provider.stream, int(source.gpudata), int(w.gpudata),
-            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), rpt, *tg,
-            shared_size=_shared_bytes(key.direction, tg, out.dtype))
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), rows, *tg,
+            shared_size=shared)
 
     def _weight(self, provider, key, tg, cols, img, dw):
         slices, per_slice = self._slices(key, tg)
