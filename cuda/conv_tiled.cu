@@ -133,6 +133,65 @@ __device__ void tiled_data_impl(const T* cols, const T* w, const T* bias, T* img
     }
 }
 
+// Register-tiled direct convolution for unit column stride and dilation: a thread computes
+// ROWS_X = 4 neighbouring outputs of one row of one output channel, loading the 4 + KW - 1
+// source values of each kernel row once (through L1) and sliding the kernel over them; no
+// shared memory, no synchronization.  DATA: the data gradient (unit strides both ways), as
+// the forward convolution of the columns with the flipped kernel and pads (k - 1) * d - p;
+// else the forward.  Threads stride over (output row, group of 4) along x and over (sample,
+// group, output channel) planes along y.
+#define ROWS_X 4
+template <typename T, int KW, bool DATA>
+__device__ void rows_impl(const T* src, const T* w, const T* bias, T* dst, int64_t samples, int has_bias, TileGeo g) {
+    typedef acc_t<T> A;
+    const int cin = DATA ? g.m : g.c, cout = DATA ? g.c : g.m, taps = g.kh * KW;
+    const int src_h = DATA ? g.oh : g.ih, src_w = DATA ? g.ow : g.iw;
+    const int H = DATA ? g.ih : g.oh, W = DATA ? g.iw : g.ow;
+    const int stride_y = DATA ? 1 : g.sh;
+    const int pad_y = DATA ? (g.kh - 1) * g.dh - g.ph : g.ph, pad_x = DATA ? (KW - 1) - g.pw : g.pw;
+    const int groups_x = (W + ROWS_X - 1) / ROWS_X, positions = H * groups_x;
+    const int64_t planes = samples * g.group * cout, src_plane = (int64_t)src_h * src_w;
+    for (int64_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+        const int o = (int)(pl % cout);
+        const int64_t bg = pl / cout;
+        const int grp = (int)(bg % g.group);
+        const A start = has_bias ? to_acc(bias[grp * cout + o]) : A(0);
+        for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < positions; p += gridDim.x * blockDim.x) {
+            const int y = p / groups_x, x0 = (p % groups_x) * ROWS_X;
+            A acc[ROWS_X];
+#pragma unroll
+            for (int r = 0; r < ROWS_X; ++r) acc[r] = start;
+            for (int ci = 0; ci < cin; ++ci) {
+                const T* plane = src + (bg * cin + ci) * src_plane;
+                const T* wc = DATA ? w + ((int64_t)(grp * g.m + ci) * g.c + o) * taps
+                                   : w + ((int64_t)(grp * g.m + o) * g.c + ci) * taps;
+                for (int ky = 0; ky < g.kh; ++ky) {
+                    const int yy = y * stride_y - pad_y + ky * g.dh;
+                    if (yy < 0 || yy >= src_h) continue;
+                    const T* line = plane + (int64_t)yy * src_w;
+                    A xs[ROWS_X + KW - 1];
+#pragma unroll
+                    for (int i = 0; i < ROWS_X + KW - 1; ++i) {
+                        const int xx = x0 - pad_x + i;
+                        xs[i] = (xx >= 0 && xx < src_w) ? to_acc(line[xx]) : A(0);
+                    }
+                    const T* wr = DATA ? wc + (g.kh - 1 - ky) * KW : wc + ky * KW;
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx) {
+                        const A wv = to_acc(wr[DATA ? KW - 1 - kx : kx]);
+#pragma unroll
+                        for (int r = 0; r < ROWS_X; ++r) acc[r] += wv * xs[r + kx];
+                    }
+                }
+            }
+            T* out = dst + (pl * H + y) * W + x0;
+#pragma unroll
+            for (int r = 0; r < ROWS_X; ++r)
+                if (x0 + r < W) out[r] = from_acc<T>(acc[r]);
+        }
+    }
+}
+
 // part[slice, e] for weight element e = (co, ci, tap): the sum over the (sample, output row)
 // pairs of `slice` (of `per_slice` pairs) of cols[b, co, oy, ox] * img[b, g*c + ci, tap's point].
 // One block per (co, ci, slice); each thread keeps every tap's sum in registers (taps <= MAXT).
@@ -198,6 +257,14 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
                                                    int64_t samples, int has_bias, int rpt, TileGeo g) {         \
         tiled_data_impl<T, true>(cols, w, bias, img, samples, has_bias, rpt, g);                                \
     }                                                                                                           \
+    extern "C" __global__ void rows_forward_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,  \
+                                                   TileGeo g) { rows_impl<T, 3, false>(s, w, b, d, n, hb, g); }  \
+    extern "C" __global__ void rows_forward_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,  \
+                                                   TileGeo g) { rows_impl<T, 5, false>(s, w, b, d, n, hb, g); }  \
+    extern "C" __global__ void rows_data_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,     \
+                                                TileGeo g) { rows_impl<T, 3, true>(s, w, b, d, n, hb, g); }      \
+    extern "C" __global__ void rows_data_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,     \
+                                                TileGeo g) { rows_impl<T, 5, true>(s, w, b, d, n, hb, g); }      \
     extern "C" __global__ void tiled_weight_t9_##S(const T* cols, const T* img, acc_t<T>* part, int64_t samples, \
                                                    int64_t per_slice, TileGeo g) {                              \
         tiled_weight_impl<T, 9>(cols, img, part, samples, per_slice, g);                                        \

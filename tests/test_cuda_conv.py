@@ -240,7 +240,7 @@ def test_workspace_cap_excludes_im2col(search):
     x, w, attrs = _lenet_case()
     geom = geometry_for("conv", "Conv", x.shape, w.shape, attrs)
     key = search.ConvKey("Conv", "forward", 4, geom, "float32", False, ("Y",))
-    tiled = ["direct_tiled", "direct_tiled_r1"]
+    tiled = ["direct_tiled", "direct_tiled_r1", "direct_rows"]
     assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["im2col_gemm", "direct"] + tiled
     search.OPTIONS.workspace_limit = 1024
     assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["direct"] + tiled
@@ -280,6 +280,29 @@ def test_tiled_runs_every_direction(op, x_shape, w_shape, attrs, algorithm, sear
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
     forward_and_grads(op, x, w, b, attrs, rng)
     assert search.STATS.ran[algorithm] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
+
+
+ROWS_SHAPES = [   # op, x, w, attrs, primitives the kernels take per dtype
+    ("Conv", (2, 6, 9, 10), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}, 2),            # depthwise
+    ("Conv", (3, 1, 28, 27), (6, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 2),                       # LeNet's first layer
+    ("Conv", (2, 4, 11, 9), (4, 2, 3, 5), {"group": 2, "strides": [2, 1], "dilations": [2, 1],
+                                           "pads": [1, 0, 2, 3]}, 1),                        # rows strided: forward
+    ("Conv", (3, 2, 13), (4, 2, 3), {"pads": [0, 2]}, 2),                                    # 1D
+    ("ConvTranspose", (2, 4, 7, 6), (4, 1, 5, 5), {"group": 4, "pads": [1, 2, 3, 0]}, 2),
+]
+
+
+@pytest.mark.parametrize("op,x_shape,w_shape,attrs,per_dtype", ROWS_SHAPES)
+def test_rows_runs_forward_and_data(op, x_shape, w_shape, attrs, per_dtype, search, rng):
+    """The register-tiled kernels take the forward and (unit strides) data primitives of the
+    shapes they are for, the weight gradient going to the next algorithm, and match the CPU in
+    every dtype."""
+    force(search, "direct_rows")
+    before = search.STATS.ran["direct_rows"]
+    c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
+    forward_and_grads(op, x, w, b, attrs, rng)
+    assert search.STATS.ran["direct_rows"] - before == 3 * per_dtype
 
 
 # --------------------------------------------------------------------------- rankings on disk

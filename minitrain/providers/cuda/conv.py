@@ -14,8 +14,8 @@ libcudnn 9 loads and the pads are symmetric):
     unpadded convolutions skip im2col/col2im (the image is the column matrix).
   * Direct: one thread per output element (one block per weight element for dW), for depthwise
     and small-channel convolutions (LeNet's first layer), no workspace.
-  * Tiled (conv_tiled.py): the same shapes in 1D and 2D from shared-memory windows, in two
-    tile heights.
+  * Tiled and Rows (conv_tiled.py): the same shapes in 1D and 2D, from shared-memory windows
+    (two tile heights) or from registers (4 outputs of a row per thread, unit column stride).
 The kernels are in cuda/conv.cu and cuda/conv_tiled.cu; none uses atomics, so every result is
 deterministic.  The bias is conv_bias.py's.
 """
@@ -32,7 +32,7 @@ from ...registry import register_kernel
 from ..cpu.conv import geo_array
 from . import conv_search, cudnn, cudnn_backend
 from .conv_bias import add_bias, bias_grad
-from .conv_tiled import Tiled
+from .conv_tiled import Rows, Tiled
 from .compiler import Kernel
 from .runtime import device_ptr
 
@@ -242,7 +242,7 @@ class Direct:
         _launch_blocks(_direct_weight, provider, img.dtype, dw.size, cols, img, dw, key.n, *geo_args(key.geom))
 
 
-ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1")]
+ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows()]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
 FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits), cudnn_backend.BackendFamily(own_first=Direct.suits)]

@@ -138,3 +138,41 @@ class Tiled:
         _weight[9 if taps <= 9 else 25].launch(provider, dw.dtype, (slices * pairs, 1, 1), (BLOCK, 1, 1), cols, img,
                                                part, key.n, per_slice, *tg)
         sum_slices(provider, part, dw, dw.size, slices)
+
+
+_rows = {(direction, kw): Kernel("conv_tiled", f"rows_{direction}_k{kw}", "PPPPqi" + TILE_GEO)
+         for direction in ("forward", "data") for kw in (3, 5)}
+ROWS_X = 4      # outputs of a row per thread (cuda/conv_tiled.cu)
+
+
+class Rows:
+    """Register-tiled direct convolution (4 neighbouring outputs per thread, no shared memory)
+    for kernels 3 or 5 wide with unit column stride and dilation: the forward, and the data
+    gradient where both strides are 1; few channels per group, like Tiled."""
+    name = "direct_rows"
+    deterministic = True
+
+    def supports(self, key):
+        tg = tile_geo(key.geom)
+        if tg is None or key.direction == "weight":
+            return False
+        c, m, kw, sh, sw, dw = tg[1], tg[2], tg[8], tg[9], tg[10], tg[12]
+        staged = c if key.direction == "forward" else m
+        unit = sw == 1 and dw == 1 and (key.direction == "forward" or sh == 1)
+        return unit and kw in (3, 5) and staged <= MAX_CHANNELS
+
+    def workspace_bytes(self, key):
+        return 0
+
+    def heuristic_rank(self, key):
+        return -0.6 if self.supports(key) else 2
+
+    def run(self, provider, key, buffers):
+        tg = tile_geo(key.geom)
+        source, w, bias, out = buffers
+        height, width = (tg[5], tg[6]) if key.direction == "forward" else (tg[3], tg[4])
+        planes = key.n * key.geom.col_channels if key.direction == "forward" else key.n * key.geom.img_channels
+        positions = height * -(-width // ROWS_X)
+        grid = (min(-(-positions // BLOCK), 1024), min(planes, MAX_GRID_Y), 1)
+        _rows[key.direction, tg[8]].launch(provider, out.dtype, grid, (BLOCK, 1, 1), source, w,
+                                           bias if bias is not None else 0, out, key.n, int(bias is not None), *tg)
