@@ -33,6 +33,7 @@ The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the ke
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ log = logging.getLogger("minitrain.cuda.conv")
 
 CACHE_SIZE = 512
 FRAGMENTATION = 0.10
-TIMED_RUNS = 3
+TIMED_RUNS = 5
 MIN_HOLD, MAX_HOLD = 2e-4, 5e-3     # seconds the stream is held while the timed runs are queued
 
 
@@ -136,23 +137,24 @@ def candidates(key, algorithms):
 
 def _time(provider, algorithm, key, buffers):
     """Milliseconds of one run on the GPU, or None when the algorithm fails: after an untimed
-    warm-up, TIMED_RUNS runs queued behind a spin kernel that holds the stream while the host
-    queues them (for 1.5x the host time the warm-up took), so the events bracket the kernels
-    alone and not the host's launch cost (which differs between the libraries and would
-    otherwise decide between kernels of a few microseconds)."""
+    warm-up, the median of TIMED_RUNS runs, each between two events, queued behind a spin
+    kernel that holds the stream while the host queues them (for 1.5x the host time the
+    warm-up took), so the events bracket the kernels alone and not the host's launch cost
+    (which differs between the libraries and would otherwise decide between kernels of a few
+    microseconds)."""
     try:
         started = time.perf_counter()
         algorithm.run(provider, key, buffers)
         host = time.perf_counter() - started
-        start, end = driver.Event(), driver.Event()
+        events = [driver.Event() for _ in range(TIMED_RUNS + 1)]
         provider.hold(min(MAX_HOLD, max(MIN_HOLD, 1.5 * TIMED_RUNS * host)))
-        start.record(provider.stream)
-        for _ in range(TIMED_RUNS):
+        events[0].record(provider.stream)
+        for event in events[1:]:
             algorithm.run(provider, key, buffers)
-        end.record(provider.stream)
-        end.synchronize()
+            event.record(provider.stream)
+        events[-1].synchronize()
         STATS.timed += 1
-        return end.time_since(start) / TIMED_RUNS
+        return statistics.median(b.time_since(a) for a, b in zip(events, events[1:]))
     except RECOVERABLE as e:
         log.warning("conv algorithm %s failed while timing %s: %s", algorithm.name, key, e)
         return None
