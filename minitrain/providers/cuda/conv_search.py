@@ -33,7 +33,6 @@ The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the ke
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ log = logging.getLogger("minitrain.cuda.conv")
 
 CACHE_SIZE = 512
 FRAGMENTATION = 0.10
-TIMED_RUNS = 5
+TIMED_RUNS = 3
 MIN_HOLD, MAX_HOLD = 2e-4, 5e-3     # seconds the stream is held while the timed runs are queued
 
 
@@ -137,24 +136,23 @@ def candidates(key, algorithms):
 
 def _time(provider, algorithm, key, buffers):
     """Milliseconds of one run on the GPU, or None when the algorithm fails: after an untimed
-    warm-up, the median of TIMED_RUNS runs, each between two events, queued behind a spin
-    kernel that holds the stream while the host queues them (for 1.5x the host time the
-    warm-up took), so the events bracket the kernels alone and not the host's launch cost
-    (which differs between the libraries and would otherwise decide between kernels of a few
-    microseconds)."""
+    warm-up, TIMED_RUNS runs queued behind a spin kernel that holds the stream while the host
+    queues them (for 1.5x the host time the warm-up took), so the events bracket the kernels
+    alone and not the host's launch cost (which differs between the libraries and would
+    otherwise decide between kernels of a few microseconds)."""
     try:
         started = time.perf_counter()
         algorithm.run(provider, key, buffers)
         host = time.perf_counter() - started
-        events = [driver.Event() for _ in range(TIMED_RUNS + 1)]
+        start, end = driver.Event(), driver.Event()
         provider.hold(min(MAX_HOLD, max(MIN_HOLD, 1.5 * TIMED_RUNS * host)))
-        events[0].record(provider.stream)
-        for event in events[1:]:
+        start.record(provider.stream)
+        for _ in range(TIMED_RUNS):
             algorithm.run(provider, key, buffers)
-            event.record(provider.stream)
-        events[-1].synchronize()
+        end.record(provider.stream)
+        end.synchronize()
         STATS.timed += 1
-        return statistics.median(b.time_since(a) for a, b in zip(events, events[1:]))
+        return end.time_since(start) / TIMED_RUNS
     except RECOVERABLE as e:
         log.warning("conv algorithm %s failed while timing %s: %s", algorithm.name, key, e)
         return None
