@@ -1,5 +1,6 @@
 // The convolution family: im2col/col2im for the GEMM algorithm, direct kernels for depthwise and
-// small-channel convolutions, and the reductions (bias gradient, per-sample weight partials).
+// small-channel convolutions (conv_tiled.cu has the faster 1D/2D ones), the bias add and the
+// reductions (bias gradient partials, slice sums, per-sample weight partials).
 //
 // Every kernel works on one convolution between an image side (N, G*c, id, ih, iw) and a
 // column side (N, G*m, od, oh, ow), 1D and 2D being 3D with leading axes of size 1 (see

@@ -1,12 +1,18 @@
-"""The tiled direct algorithm of the conv search (cuda/conv_tiled.cu), for 1D and 2D groups of
-few channels: depthwise convolutions and first layers on gray images.
+"""Direct algorithms of the conv search for 1D and 2D groups of few channels (depthwise
+convolutions, first layers on gray images), kernels in cuda/conv_tiled.cu:
 
-A block computes a tile of one output plane of one (sample, group) from the input window and
-the group's weights staged in shared memory; the weight gradient keeps every tap's sum of a
-slice of (sample, row) pairs in registers, one block per (weight channel pair, slice), and adds
-the slices in a fixed order.  It stages at most MAX_CHANNELS channels per block, at most
-MAX_TAPS taps for the weight gradient, and no more shared memory than SHARED_LIMIT; other keys
-are left to the other algorithms.
+  * Tiled: a block computes a tile of one output plane of one (sample, group) from the input
+    window and the group's weights staged in shared memory; its weight gradient keeps every
+    tap's sum of a slice of (sample, row) pairs in registers, one block per (weight channel
+    pair, slice), and the slices are added in a fixed order.  Two instances with different
+    tile heights are timed by the search.
+  * Rows: 4 neighbouring outputs of a row per thread from source values held in registers (no
+    shared memory, no barrier), for kernels 3 or 5 wide with unit column stride and dilation;
+    forward, and the data gradient with unit strides.
+
+Both stage at most MAX_CHANNELS channels per group; Tiled's weight gradient takes at most
+MAX_TAPS taps and its windows no more shared memory than SHARED_LIMIT; other keys are left to
+the other algorithms.
 """
 from __future__ import annotations
 
