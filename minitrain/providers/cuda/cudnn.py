@@ -16,7 +16,9 @@ unit axis):
 with the bias added by conv_bias.py's kernel (cudnnAddTensor took a third longer).  For a key, CudnnFamily asks the _v7 heuristic for the
 direction's algorithms and offers one CudnnAlgorithm per supported algorithm (its workspace
 from cudnnGet*WorkspaceSize, its determinism and math type from the answer); the search times
-them with its own.  cuDNN takes symmetric pads only: other keys stay on minitrain's kernels.
+them with its own (and with the backend API's engine configurations, cudnn_backend.py, which
+reach the engines these legacy calls do not).  cuDNN takes symmetric pads only: other keys stay
+on minitrain's kernels.
 
 Math types: float16 data compute in float32 (PSEUDO_HALF) with tensor ops allowed; float32
 runs CUDNN_FMA_MATH unless the provider allows TF32 (CUDNN_DEFAULT_MATH would allow TF32 on
