@@ -1,7 +1,7 @@
 """The GPU kernels against PyTorch on the same device, in one process.
 
-Runs bench/cases.py's pooling and activation gradients (POOL_CASES, ACT_CASES) and GEMM_CASES
-on the CUDA provider and with PyTorch's CUDA kernels on the same float32 inputs, checks that
+Runs bench/cases.py's pooling and activation gradients (POOL_CASES, ACT_CASES), GEMM_CASES and
+CONV_CASES (gpu_conv.py: strict FP32 and TF32, with cuDNN and without) on the CUDA provider and with PyTorch's CUDA kernels on the same float32 inputs, checks that
 both agree, and times each with CUDA events after a warm-up (the median over rounds of the
 mean time per call over a batch of calls).  Memory-bound rows report effective GB/s (tensors
 read and written once, cases.py's convention) and their fraction of the device's copy
@@ -13,7 +13,8 @@ timed against torch's eager op overhead on the same tensor.
 minitrain is timed through nodes bound once, as the Executor runs them (the kernel's Python
 side and output allocation from the session's pool included).
 
-    python bench/bench_gpu.py [--rounds 7] [--out bench/RESULTS_GPU.md]
+    python bench/bench_gpu.py [--rounds 7] [--sections pool_act,gemm,host,conv] [--cases a,b]
+                              [--out bench/RESULTS_GPU.md]
 
 Targets: each elementwise gradient at >= 90% of PyTorch's GB/s, SoftmaxGrad/LogSoftmaxGrad and
 both pool gradients at >= 100%, Gemm at >= 95% of torch.matmul.
@@ -32,6 +33,7 @@ import numpy as np  # noqa: E402
 import minitrain  # noqa: E402
 from bench_pool_act import ACT_GRAD_OPS, torch_act_grad  # noqa: E402
 from cases import ACT_CASES, GEMM_CASES, POOL_CASES, make_inputs  # noqa: E402
+from gpu_conv import CONV_CALLS, conv_section  # noqa: E402
 from harness import markdown_table  # noqa: E402
 from minitrain.executor import bind_node  # noqa: E402
 from minitrain.ops.schema import TensorType  # noqa: E402
@@ -61,21 +63,21 @@ class Timer:
                   '{ long long start = clock64(); while (clock64() - start < cycles) {} }')
         self._spin = SourceModule(source, no_extern_c=True).get_function("spin")
 
-    def minitrain_ms(self, fn):
+    def minitrain_ms(self, fn, calls=CALLS):
         import pycuda.driver as driver
         stream = self.provider.stream
-        return self._median(fn, lambda: self._spin(np.int64(self.SPIN_CYCLES), block=(1, 1, 1), grid=(1, 1),
+        return self._median(fn, calls, lambda: self._spin(np.int64(self.SPIN_CYCLES), block=(1, 1, 1), grid=(1, 1),
                                                    stream=stream),
                             lambda: driver.Event(), lambda e: e.record(stream),
                             lambda a, b: (b.synchronize(), a.time_till(b))[1])
 
-    def torch_ms(self, fn):
+    def torch_ms(self, fn, calls=CALLS):
         torch = self.torch
-        return self._median(fn, lambda: torch.cuda._sleep(self.SPIN_CYCLES),
+        return self._median(fn, calls, lambda: torch.cuda._sleep(self.SPIN_CYCLES),
                             lambda: torch.cuda.Event(enable_timing=True), lambda e: e.record(),
                             lambda a, b: (b.synchronize(), a.elapsed_time(b))[1])
 
-    def _median(self, fn, spin, event, record, elapsed):
+    def _median(self, fn, calls, spin, event, record, elapsed):
         for _ in range(5):
             fn()
         self.provider.synchronize()
@@ -85,17 +87,20 @@ class Timer:
             start, end = event(), event()
             spin()
             record(start)
-            for _ in range(CALLS):
+            for _ in range(calls):
                 fn()
             record(end)
-            means.append(elapsed(start, end) / CALLS)
+            means.append(elapsed(start, end) / calls)
         return statistics.median(means)
 
 
 def bound(provider, op, arrays, attrs, domain="", output_shapes=None):
-    """A node bound once, called as the Executor calls it, on device tensors."""
+    """A node bound once, called as the Executor calls it, on device tensors: its first output
+    (all of them when it has several)."""
     node, _ = bind_node(op, [TensorType(np.dtype(a.dtype), tuple(a.shape)) for a in arrays], attrs,
                         domain=domain, opset=17 if not domain else 1, provider=provider)
+    if len(node.wanted) > 1:
+        return lambda: node.run(provider, arrays, output_shapes)
     return lambda: node.run(provider, arrays, output_shapes)[0]
 
 
@@ -191,31 +196,41 @@ def main():
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    sections = arg("--sections", "pool_act,gemm,host,conv").split(",")
+    rounds = int(arg("--rounds", 7))
     provider = get_provider("cuda").for_session()
-    timer = Timer(torch, provider, int(arg("--rounds", 7)))
+    timer = Timer(torch, provider, rounds)
     device = torch.cuda.get_device_name()
     copy_gbs = copy_bandwidth(torch, timer)
     started = time.time()
-    pool_act = pool_act_rows(torch, provider, timer, copy_gbs)
-    gemm = gemm_rows(torch, provider, timer)
-    host = host_cost_rows(torch, provider)
     lines = [
         f"# GPU benchmark: minitrain's CUDA provider against PyTorch on {device}", "",
-        f"{datetime.date.today()}, `python bench/bench_gpu.py`, PyTorch {torch.__version__}, "
-        f"GPU time from CUDA events (each batch of calls queued behind a spin kernel, so host launch cost is "
-        f"excluded; it is the last table), median of {timer.rounds} rounds of {CALLS} calls after warm-up, "
-        f"float32, TF32 off; "
-        f"the device-to-device copy moved {copy_gbs:.0f} GB/s (read + written) in the same run "
-        f"({time.time() - started:.0f} s).", "",
-        "## Pooling and activation gradients (GB/s = tensors read and written once / time)", "",
-        markdown_table(["case", "minitrain ms", "GB/s", "of copy", "torch ms", "torch GB/s", "minitrain/torch GB/s",
-                        "target", ""], pool_act), "",
-        "## GEMM (cuBLAS both; strict FP32)", "",
-        markdown_table(["case", "shape", "minitrain ms", "GF/s", "torch ms", "torch GF/s", "torch/minitrain time",
-                        "target", ""], gemm), "",
-        "## Host cost of one call (microseconds; 1024 float32 elements, nothing waits for the device)", "",
-        markdown_table(["call", "us"], host), "",
+        f"{datetime.date.today()}, `python bench/bench_gpu.py --sections {','.join(sections)}`, "
+        f"PyTorch {torch.__version__}, GPU time from CUDA events (each batch of calls queued behind a spin kernel, "
+        f"so host launch cost is excluded; it is the host-cost table), median of {timer.rounds} rounds of {CALLS} "
+        f"calls ({CONV_CALLS} for convolutions) after warm-up, float32, TF32 off unless a table says otherwise; "
+        f"the device-to-device copy moved {copy_gbs:.0f} GB/s (read + written) in the same run.", "",
     ]
+    if "pool_act" in sections:
+        lines += ["## Pooling and activation gradients (GB/s = tensors read and written once / time)", "",
+                  markdown_table(["case", "minitrain ms", "GB/s", "of copy", "torch ms", "torch GB/s",
+                                  "minitrain/torch GB/s", "target", ""],
+                                 pool_act_rows(torch, provider, timer, copy_gbs)), ""]
+    if "gemm" in sections:
+        lines += ["## GEMM (cuBLAS both; strict FP32)", "",
+                  markdown_table(["case", "shape", "minitrain ms", "GF/s", "torch ms", "torch GF/s",
+                                  "torch/minitrain time", "target", ""], gemm_rows(torch, provider, timer)), ""]
+    if "host" in sections:
+        lines += ["## Host cost of one call (microseconds; 1024 float32 elements, nothing waits for the device)", "",
+                  markdown_table(["call", "us"], host_cost_rows(torch, provider)), ""]
+    if "conv" in sections:
+        cases = arg("--cases", None)
+        lines += ["## Convolutions (x = torch time / minitrain time; cudnn.benchmark on for torch)", ""]
+        lines += conv_section(torch, lambda tf32: get_provider("cuda").for_session(use_tf32=tf32),
+                              lambda p: Timer(torch, p, rounds), bound, cases.split(",") if cases else None)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    lines.append(f"({time.time() - started:.0f} s)")
     text = "\n".join(lines)
     print(text)
     out = arg("--out", None)

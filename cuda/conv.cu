@@ -1,5 +1,6 @@
 // The convolution family: im2col/col2im for the GEMM algorithm, direct kernels for depthwise and
-// small-channel convolutions, and the reductions (bias gradient, per-sample weight partials).
+// small-channel convolutions (conv_tiled.cu has the faster 1D/2D ones), the bias add and the
+// reductions (bias gradient partials, slice sums, per-sample weight partials).
 //
 // Every kernel works on one convolution between an image side (N, G*c, id, ih, iw) and a
 // column side (N, G*m, od, oh, ow), 1D and 2D being 3D with leading axes of size 1 (see
@@ -54,23 +55,31 @@ template <typename A> __device__ A block_sum(A v) {
 }
 
 // ---------------------------------------------------------------------------- GEMM algorithm
-// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.
+// col (samples, G, c, taps, P): the image patches, row (ci, tap) of group g, column p.  Image
+// channels stride over blockIdx.y and positions over the x blocks; a thread writes its
+// position's every tap (independent loads in flight) after dividing it once.
 template <typename T> __device__ void im2col_impl(const T* img, T* col, int64_t samples, ConvGeo g) {
-    const int taps = kernel_taps(g);
-    const int64_t P = column_plane(g), plane = image_plane(g);
-    const int64_t n = samples * g.group * g.c * taps * P;
-    GRID_STRIDE_LOOP(i, n) {
-        const int64_t p = i % P, r = i / P;
-        const int tap = (int)(r % taps);
-        const int64_t channel = r / taps;               // sample * G*c + image channel
-        const int ox = (int)(p % g.ow), oy = (int)((p / g.ow) % g.oh), oz = (int)(p / ((int64_t)g.ow * g.oh));
-        const int kx = tap % g.kw, ky = (tap / g.kw) % g.kh, kz = tap / (g.kw * g.kh);
-        const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
-        const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
-        const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
-        acc_t<T> v = 0;
-        if (z >= 0 && y >= 0 && x >= 0) v = to_acc(img[channel * plane + ((int64_t)z * g.ih + y) * g.iw + x]);
-        col[i] = from_acc<T>(v);
+    const int taps = kernel_taps(g), P = (int)column_plane(g);
+    const int64_t plane = image_plane(g), channels = samples * g.group * g.c;
+    for (int64_t ch = blockIdx.y; ch < channels; ch += gridDim.y) {
+        const T* src = img + ch * plane;
+        T* dst = col + ch * taps * P;
+        for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < P; p += gridDim.x * blockDim.x) {
+            const int ox = p % g.ow, rest = p / g.ow, oy = rest % g.oh, oz = rest / g.oh;
+            T* out = dst + p;
+            for (int kz = 0; kz < g.kd; ++kz) {
+                const int z = image_of(oz, kz, g.sd, g.dd, g.pd, g.id);
+                for (int ky = 0; ky < g.kh; ++ky) {
+                    const int y = image_of(oy, ky, g.sh, g.dh, g.ph, g.ih);
+                    const bool row = z >= 0 && y >= 0;
+                    const T* line = src + ((int64_t)(row ? z : 0) * g.ih + (row ? y : 0)) * g.iw;
+                    for (int kx = 0; kx < g.kw; ++kx, out += P) {
+                        const int x = image_of(ox, kx, g.sw, g.dw, g.pw, g.iw);
+                        *out = (row && x >= 0) ? line[x] : from_acc<T>(0);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -78,35 +87,46 @@ template <typename T> __device__ void im2col_impl(const T* img, T* col, int64_t 
 // a gather over the taps that reach each image point.
 template <typename T>
 __device__ void col2im_impl(const T* col, const T* bias, T* img, int64_t samples, int has_bias, ConvGeo g) {
-    const int taps = kernel_taps(g), channels = g.group * g.c;
-    const int64_t P = column_plane(g), plane = image_plane(g);
-    const int64_t n = samples * channels * plane;
-    GRID_STRIDE_LOOP(i, n) {
-        const int64_t q = i % plane, channel = i / plane;
-        const int x = (int)(q % g.iw), y = (int)((q / g.iw) % g.ih), z = (int)(q / ((int64_t)g.iw * g.ih));
-        acc_t<T> acc = has_bias ? to_acc(bias[channel % channels]) : acc_t<T>(0);
-        const T* src = col + channel * taps * P;
-        for (int kz = 0; kz < g.kd; ++kz) {
-            const int oz = column_of(z, kz, g.sd, g.dd, g.pd, g.od);
-            if (oz < 0) continue;
-            for (int ky = 0; ky < g.kh; ++ky) {
-                const int oy = column_of(y, ky, g.sh, g.dh, g.ph, g.oh);
-                if (oy < 0) continue;
-                for (int kx = 0; kx < g.kw; ++kx) {
-                    const int ox = column_of(x, kx, g.sw, g.dw, g.pw, g.ow);
-                    if (ox < 0) continue;
-                    const int tap = (kz * g.kh + ky) * g.kw + kx;
-                    acc += to_acc(src[tap * P + ((int64_t)oz * g.oh + oy) * g.ow + ox]);
+    const int taps = kernel_taps(g), channels = g.group * g.c, plane = (int)image_plane(g);
+    const int64_t P = column_plane(g), rows = samples * channels;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const acc_t<T> start = has_bias ? to_acc(bias[r % channels]) : acc_t<T>(0);
+        const T* src = col + r * taps * P;
+        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < plane; q += gridDim.x * blockDim.x) {
+            const int x = q % g.iw, rest = q / g.iw, y = rest % g.ih, z = rest / g.ih;
+            acc_t<T> acc = start;
+            for (int kz = 0; kz < g.kd; ++kz) {
+                const int oz = column_of(z, kz, g.sd, g.dd, g.pd, g.od);
+                if (oz < 0) continue;
+                for (int ky = 0; ky < g.kh; ++ky) {
+                    const int oy = column_of(y, ky, g.sh, g.dh, g.ph, g.oh);
+                    if (oy < 0) continue;
+                    for (int kx = 0; kx < g.kw; ++kx) {
+                        const int ox = column_of(x, kx, g.sw, g.dw, g.pw, g.ow);
+                        if (ox < 0) continue;
+                        const int tap = (kz * g.kh + ky) * g.kw + kx;
+                        acc += to_acc(src[tap * P + ((int64_t)oz * g.oh + oy) * g.ow + ox]);
+                    }
                 }
             }
+            img[r * plane + q] = from_acc<T>(acc);
         }
-        img[i] = from_acc<T>(acc);
     }
 }
 
-// y[sample, channel, p] += bias[channel] over `n` elements of planes of `plane`.
-template <typename T> __device__ void add_bias_impl(T* y, const T* bias, int64_t n, int64_t plane, int64_t channels) {
-    GRID_STRIDE_LOOP(i, n) { y[i] = from_acc<T>(to_acc(y[i]) + to_acc(bias[(i / plane) % channels])); }
+// y[row, j] += bias[row % channels] over `rows` rows of `plane` elements (row = sample * channels
+// + channel), each row cut in chunks of `chunk` elements, one block per (row, chunk): no
+// per-element division.
+template <typename T>
+__device__ void add_bias_impl(T* y, const T* bias, int64_t rows, int64_t plane, int64_t channels, int64_t chunk) {
+    const int64_t chunks = (plane + chunk - 1) / chunk;
+    for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+        const int64_t row = b / chunks, begin = (b % chunks) * chunk;
+        const int64_t end = begin + chunk < plane ? begin + chunk : plane;
+        const acc_t<T> v = to_acc(bias[row % channels]);
+        T* dst = y + row * plane;
+        for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) dst[j] = from_acc<T>(to_acc(dst[j]) + v);
+    }
 }
 
 // dst[i] = (accumulate ? dst[i] : 0) + sum over b of part[b * count + i]: the per-sample weight
@@ -120,15 +140,36 @@ __device__ void sum_batches_impl(const T* part, T* dst, int64_t count, int64_t b
     }
 }
 
-// db[channel] = sum of dy over samples and positions: one block per channel.
+// The bias gradient in two deterministic passes.  First, part[k * rows + row] = the sum of
+// chunk k (of `chunk` elements) of dy's row `row` (= sample * channels + channel): one block
+// each; then sum_slices adds each channel's partials (stride `channels`).
 template <typename T>
-__device__ void bias_grad_impl(const T* dy, T* db, int64_t samples, int64_t plane, int64_t channels) {
-    const int64_t ch = blockIdx.x, n = samples * plane;
-    acc_t<T> acc = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        acc += to_acc(dy[((j / plane) * channels + ch) * plane + j % plane]);
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) db[ch] = from_acc<T>(acc);
+__device__ void bias_grad_partial_impl(const T* dy, acc_t<T>* part, int64_t rows, int64_t plane, int64_t chunk) {
+    const int64_t chunks = (plane + chunk - 1) / chunk;
+    for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
+        const int64_t row = b / chunks, k = b % chunks, begin = k * chunk;
+        const int64_t end = begin + chunk < plane ? begin + chunk : plane;
+        const T* src = dy + row * plane;
+        acc_t<T> acc = 0;
+        for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc += to_acc(src[j]);
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) part[k * rows + row] = acc;
+        __syncthreads();    // block_sum's shared partials are reused by the next row
+    }
+}
+
+// out[i] = the sum over s < slices of part[s * count + i]: one warp per element, each lane
+// summing every 32nd slice and the lanes then each other's sums, always in the same order.
+template <typename T>
+__device__ void sum_slices_impl(const acc_t<T>* part, T* out, int64_t count, int64_t slices) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < count; i += warps) {
+        acc_t<T> acc = 0;
+        for (int64_t s = lane; s < slices; s += 32) acc += part[s * count + i];
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if (lane == 0) out[i] = from_acc<T>(acc);
+    }
 }
 
 // ---------------------------------------------------------------------------- direct algorithm
@@ -239,16 +280,20 @@ __device__ void direct_weight_grad_impl(const T* cols, const T* img, T* dw, int6
                                           GEO) {                                                                \
         col2im_impl<T>(col, bias, img, samples, has_bias, g);                                                   \
     }                                                                                                           \
-    extern "C" __global__ void add_bias_##S(T* y, const T* bias, int64_t n, int64_t plane, int64_t channels) {  \
-        add_bias_impl<T>(y, bias, n, plane, channels);                                                          \
+    extern "C" __global__ void add_bias_##S(T* y, const T* bias, int64_t rows, int64_t plane, int64_t channels, \
+                                            int64_t chunk) {                                                    \
+        add_bias_impl<T>(y, bias, rows, plane, channels, chunk);                                                \
     }                                                                                                           \
     extern "C" __global__ void sum_batches_##S(const T* part, T* dst, int64_t count, int64_t batches,           \
                                                int accumulate) {                                                \
         sum_batches_impl<T>(part, dst, count, batches, accumulate);                                             \
     }                                                                                                           \
-    extern "C" __global__ void bias_grad_##S(const T* dy, T* db, int64_t samples, int64_t plane,                \
-                                             int64_t channels) {                                                \
-        bias_grad_impl<T>(dy, db, samples, plane, channels);                                                    \
+    extern "C" __global__ void bias_grad_partial_##S(const T* dy, acc_t<T>* part, int64_t rows, int64_t plane,  \
+                                                     int64_t chunk) {                                           \
+        bias_grad_partial_impl<T>(dy, part, rows, plane, chunk);                                                \
+    }                                                                                                           \
+    extern "C" __global__ void sum_slices_##S(const acc_t<T>* part, T* out, int64_t count, int64_t slices) {    \
+        sum_slices_impl<T>(part, out, count, slices);                                                           \
     }                                                                                                           \
     extern "C" __global__ void direct_forward_##S(const T* img, const T* w, const T* bias, T* cols,             \
                                                   int64_t samples, int has_bias, GEO) {                         \

@@ -18,7 +18,7 @@ from test_conv import (CONV_PADS, GROUPS, KERNEL, SPATIAL, SUBSETS, T_GROUPS, T_
 pytestmark = pytest.mark.cuda
 
 MS = "com.microsoft"
-ALGORITHMS = ["im2col_gemm", "direct"]
+ALGORITHMS = ["im2col_gemm", "direct", "direct_tiled"]
 
 
 def force(search, algorithm):
@@ -92,6 +92,9 @@ SPECIAL = [
     ("Conv", (5, 1, 28, 28), (6, 1, 5, 5), {"pads": [2, 2, 2, 2]}),            # LeNet's first layer
     ("Conv", (2, 3, 5, 6, 7), (4, 3, 1, 1, 1), {}),
     ("Conv", (3, 8, 6, 6), (4, 2, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),  # more groups than samples
+    ("Conv", (2, 2, 72, 70), (3, 2, 3, 3), {"pads": [1, 1, 1, 1]}),            # planes of several bias chunks
+    ("Conv", (2, 4, 21, 40), (4, 1, 5, 5), {"group": 4, "pads": [2, 1, 2, 3], "strides": [2, 3],
+                                             "dilations": [1, 2]}),          # depthwise, strided, dilated
     ("ConvTranspose", (2, 6, 5, 4), (6, 3, 1, 1), {}),                          # 1x1 transpose
     ("ConvTranspose", (2, 2, 5), (2, 3, 3), {"strides": [2], "auto_pad": "SAME_UPPER", "output_shape": [12]}),
     ("ConvTranspose", (1, 4, 3, 4), (4, 1, 3, 2), {"strides": [2, 3], "group": 4, "auto_pad": "SAME_UPPER",
@@ -237,9 +240,10 @@ def test_workspace_cap_excludes_im2col(search):
     x, w, attrs = _lenet_case()
     geom = geometry_for("conv", "Conv", x.shape, w.shape, attrs)
     key = search.ConvKey("Conv", "forward", 4, geom, "float32", False, ("Y",))
-    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["im2col_gemm", "direct"]
+    tiled = ["direct_tiled", "direct_tiled_r1", "direct_rows"]
+    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["im2col_gemm", "direct"] + tiled
     search.OPTIONS.workspace_limit = 1024
-    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["direct"]
+    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["direct"] + tiled
     check_parity("Conv", [x, w], attrs, dtypes=("float32",))
 
 
@@ -254,3 +258,75 @@ def test_deterministic_weight_gradient(algorithm, search):
     for _ in range(3):
         again = run_node("ConvGrad", args, attrs=attrs, domain=MS, provider="cuda", outputs=["dW"])[0]
         assert np.array_equal(first, again)
+
+
+TILED_SHAPES = [
+    ("Conv", (2, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),                # depthwise
+    ("Conv", (5, 1, 28, 28), (6, 1, 5, 5), {"pads": [2, 2, 2, 2]}),                          # LeNet's first layer
+    ("Conv", (3, 4, 40), (8, 2, 5), {"group": 2, "strides": [2], "pads": [3, 1]}),           # 1D: single-row tiles
+    ("Conv", (2, 3, 11, 13), (6, 3, 3, 3), {"strides": [2, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0]}),
+    ("ConvTranspose", (2, 6, 7, 8), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 0, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("algorithm", ["direct_tiled", "direct_tiled_r1"])
+@pytest.mark.parametrize("op,x_shape,w_shape,attrs", TILED_SHAPES)
+def test_tiled_runs_every_direction(op, x_shape, w_shape, attrs, algorithm, search, rng):
+    """The tiled kernels (both tile heights) take all three primitives of the small-channel
+    shapes they are for (forward, data and weight) and match the CPU in every dtype."""
+    force(search, algorithm)
+    before = search.STATS.ran[algorithm]
+    c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
+    forward_and_grads(op, x, w, b, attrs, rng)
+    assert search.STATS.ran[algorithm] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
+
+
+ROWS_SHAPES = [   # op, x, w, attrs, primitives the kernels take per dtype
+    ("Conv", (2, 6, 9, 10), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}, 2),            # depthwise
+    ("Conv", (3, 1, 28, 27), (6, 1, 5, 5), {"pads": [2, 2, 2, 2]}, 2),                       # LeNet's first layer
+    ("Conv", (2, 4, 11, 9), (4, 2, 3, 5), {"group": 2, "strides": [2, 1], "dilations": [2, 1],
+                                           "pads": [1, 0, 2, 3]}, 1),                        # rows strided: forward
+    ("Conv", (3, 2, 13), (4, 2, 3), {"pads": [0, 2]}, 2),                                    # 1D
+    ("ConvTranspose", (2, 4, 7, 6), (4, 1, 5, 5), {"group": 4, "pads": [1, 2, 3, 0]}, 2),
+]
+
+
+@pytest.mark.parametrize("op,x_shape,w_shape,attrs,per_dtype", ROWS_SHAPES)
+def test_rows_runs_forward_and_data(op, x_shape, w_shape, attrs, per_dtype, search, rng):
+    """The register-tiled kernels take the forward and (unit strides) data primitives of the
+    shapes they are for, the weight gradient going to the next algorithm, and match the CPU in
+    every dtype."""
+    force(search, "direct_rows")
+    before = search.STATS.ran["direct_rows"]
+    c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
+    forward_and_grads(op, x, w, b, attrs, rng)
+    assert search.STATS.ran["direct_rows"] - before == 3 * per_dtype
+
+
+# --------------------------------------------------------------------------- rankings on disk
+def test_rankings_on_disk(search, tmp_path, caplog):
+    """A ranking written by one search is read back by the next (nothing timed); a corrupt file
+    is ignored with one warning and rewritten."""
+    search.OPTIONS.cache_dir = str(tmp_path)
+    x, w, attrs = _lenet_case()
+    expected = run_node("Conv", [x, w], attrs=attrs)[0]
+    run_node("Conv", [x, w], attrs=attrs, provider="cuda")
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and not list(tmp_path.glob(".tmp-*"))
+    search.clear_cache()
+    timed, disk_hits = search.STATS.timed, search.STATS.disk_hits
+    np.testing.assert_allclose(run_node("Conv", [x, w], attrs=attrs, provider="cuda")[0], expected, rtol=1e-4,
+                               atol=1e-5)
+    assert (search.STATS.timed, search.STATS.disk_hits) == (timed, disk_hits + 1)
+    files[0].write_text("{not json")
+    search.clear_cache()
+    with caplog.at_level("WARNING", logger="minitrain.cuda.conv"):
+        for _ in range(2):
+            search.clear_cache()
+            np.testing.assert_allclose(run_node("Conv", [x, w], attrs=attrs, provider="cuda")[0], expected,
+                                       rtol=1e-4, atol=1e-5)
+    assert sum("unreadable cache file" in r.getMessage() for r in caplog.records) == 1
+    assert search.STATS.timed > timed and search.STATS.disk_hits == disk_hits + 2
+    assert '"ranking"' in files[0].read_text()

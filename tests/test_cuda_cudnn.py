@@ -106,22 +106,24 @@ def _key(search, op, direction, x_shape, w_shape, attrs, dtype="float32", tf32=F
     return search.ConvKey(op, direction, x_shape[0], geom, dtype, tf32, ())
 
 
-def _offered(key):
-    """The cuDNN algorithms the family offers for `key`."""
+def _offered(key, family=0):
+    """The cuDNN algorithms a family offers for `key` (0: the legacy API's, 1: the backend's)."""
     from minitrain.providers import get_provider
     from minitrain.providers.cuda import conv
-    return conv.FAMILIES[0].for_key(get_provider("cuda"), key)
+    return conv.FAMILIES[family].for_key(get_provider("cuda"), key)
 
 
+@pytest.mark.parametrize("family", [0, 1], ids=["legacy", "backend"])
 @pytest.mark.parametrize("case", ["2d_p1_s2", "wide_3x3", "depthwise", "3d_p1_s2_g2"])
-def test_every_offered_algorithm(case, search, cudnn, rng):
-    """Each algorithm the _v7 heuristic offers, forced alone, matches the CPU in float32."""
+def test_every_offered_algorithm(case, family, search, cudnn, rng):
+    """Each algorithm the _v7 heuristic offers, and each engine configuration of the backend's
+    heuristics, forced alone, matches the CPU in float32."""
     x_shape, w_shape, attrs = CONV_CASES[case]
     forward, grad = inputs_of("Conv", x_shape, w_shape, attrs, rng)
     runs = {"forward": ("Conv", forward, None), "data": ("ConvGrad", grad, ["dX"]),
             "weight": ("ConvGrad", grad, ["dW"])}
     for direction, (op, inputs, outputs) in runs.items():
-        offered = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs))
+        offered = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs), family)
         assert offered, f"cuDNN offers no {direction} algorithm for {case}"
         for algorithm in offered:
             force(search, algorithm.name)
@@ -217,6 +219,22 @@ def test_math_types(search, cudnn):
         tf32 = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, tf32=True))
         assert tf32 and all(a.math_type != cudnn.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for a in tf32)
         assert _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, dtype="float16"))
+
+
+def test_backend_math_and_determinism_filters(search, cudnn):
+    """Strict FP32 offers no tensor-core engine, TF32 may; no engine down-converts its inputs;
+    deterministic mode keeps only engines without the nondeterministic note."""
+    from minitrain.providers.cuda import cudnn_backend as backend
+    x_shape, w_shape, attrs = CONV_CASES["wide_3x3"]
+    for direction in DIRECTIONS:
+        strict = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs), 1)
+        assert strict and not any(backend.NOTE_TENSOR_CORE in a.notes for a in strict)
+        tf32 = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, tf32=True), 1)
+        assert tf32 and not any(backend.NOTE_DOWN_CONVERT in a.notes for a in strict + tf32)
+        key = _key(search, "Conv", direction, x_shape, w_shape, attrs)
+        search.OPTIONS.deterministic = True
+        assert all(backend.NOTE_NONDETERMINISTIC not in a.notes for a in search.candidates(key, strict))
+        search.OPTIONS.deterministic = False
 
 
 def test_status_error_names_the_call(cudnn):

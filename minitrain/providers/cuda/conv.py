@@ -14,7 +14,10 @@ libcudnn 9 loads and the pads are symmetric):
     unpadded convolutions skip im2col/col2im (the image is the column matrix).
   * Direct: one thread per output element (one block per weight element for dW), for depthwise
     and small-channel convolutions (LeNet's first layer), no workspace.
-All kernels are in cuda/conv.cu; none uses atomics, so every result is deterministic.
+  * Tiled and Rows (conv_tiled.py): the same shapes in 1D and 2D, from shared-memory windows
+    (two tile heights) or from registers (4 outputs of a row per thread, unit column stride).
+The kernels are in cuda/conv.cu and cuda/conv_tiled.cu; none uses atomics, so every result is
+deterministic.  The bias is conv_bias.py's.
 """
 from __future__ import annotations
 
@@ -27,20 +30,21 @@ from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ..cpu.conv import geo_array
-from . import conv_search, cudnn
+from . import conv_search, cudnn, cudnn_backend
+from .conv_bias import add_bias, bias_grad
+from .conv_tiled import Rows, Tiled
 from .compiler import Kernel
 from .runtime import device_ptr
 
 # im2col workspace per chunk of samples (at least one sample's worth).
 CHUNK_BYTES = 256 << 20
 REDUCE_BLOCK = 256
+MAX_GRID_Y = 65535
 GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
 _col2im = Kernel("conv", "col2im", "PPPqi" + GEO)
-_add_bias = Kernel("conv", "add_bias", "PPqqq")
 _sum_batches = Kernel("conv", "sum_batches", "PPqqi")
-_bias_grad = Kernel("conv", "bias_grad", "PPqqq")
 _direct_forward = Kernel("conv", "direct_forward", "PPPPqi" + GEO)
 _direct_data = Kernel("conv", "direct_data_grad", "PPPPqi" + GEO)
 _direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
@@ -92,25 +96,16 @@ def _gemm2(provider, trans_a, trans_b, a, b, c, batches, groups):
         provider.blas.gemm_strided_batched(a[0], b[0], c[0], inner, strides, trans_a, trans_b, offsets=offsets)
 
 
+def _launch_rows(kernel, provider, dtype, rows, width, *args):
+    """A kernel whose blocks stride over `rows` along y and over a row's `width` along x."""
+    if rows > 0 and width > 0:
+        grid = (min(-(-width // REDUCE_BLOCK), 1024), min(rows, MAX_GRID_Y), 1)
+        kernel.launch(provider, dtype, grid, (REDUCE_BLOCK, 1, 1), *args)
+
+
 def _launch_blocks(kernel, provider, dtype, blocks, *args):
     if blocks > 0:
         kernel.launch(provider, dtype, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1), *args)
-
-
-def add_bias(provider, y, bias, channels):
-    """y (N, channels, ...) += bias[channel], in place."""
-    plane = y.size // max(1, y.shape[0] * channels)
-    _add_bias.launch_elements(provider, y.dtype, y.size, y, bias, y.size, plane, channels)
-
-
-def bias_grad(provider, dy, db):
-    """db[c] = sum of dy over the batch and spatial axes (one block per channel)."""
-    channels = dy.shape[1]
-    if dy.size == 0:
-        provider.fill_zero(db)
-        return
-    _launch_blocks(_bias_grad, provider, dy.dtype, channels, dy, db, dy.shape[0], dy.size // (dy.shape[0] * channels),
-                   channels)
 
 
 # --------------------------------------------------------------------------- algorithms
@@ -153,8 +148,8 @@ class Im2colGemm:
         if key.geom.is_pointwise:
             return img.reshape(img.size // (s.k * s.p), s.k, s.p), start * s.g * s.k * s.p
         col = provider.empty((count * s.g, s.k, s.p), img.dtype)
-        _im2col.launch_elements(provider, img.dtype, col.size, _ptr(img, start * s.g * s.c * s.plane), col, count,
-                                *geo_args(key.geom))
+        _launch_rows(_im2col, provider, img.dtype, count * s.g * s.c, s.p, _ptr(img, start * s.g * s.c * s.plane),
+                     col, count, *geo_args(key.geom))
         return col, 0
 
     def forward(self, provider, key, img, w, bias, out):
@@ -186,9 +181,9 @@ class Im2colGemm:
                    (cols.reshape(n * s.g, s.m, s.p), start * s.g * s.m * s.p, s.g * s.m * s.p, s.m * s.p),
                    target + (s.g * s.k * s.p, s.k * s.p), count, s.g)
             if not direct:
-                _col2im.launch_elements(provider, dt, count * s.g * s.c * s.plane, col, bias if bias is not None else 0,
-                                        _ptr(out, start * s.g * s.c * s.plane), count, int(bias is not None),
-                                        *geo_args(key.geom))
+                _launch_rows(_col2im, provider, dt, count * s.g * s.c, s.plane, col, bias if bias is not None else 0,
+                             _ptr(out, start * s.g * s.c * s.plane), count, int(bias is not None),
+                             *geo_args(key.geom))
         if bias is not None and key.geom.is_pointwise:
             add_bias(provider, out, bias, s.g * s.c)
 
@@ -247,9 +242,10 @@ class Direct:
         _launch_blocks(_direct_weight, provider, img.dtype, dw.size, cols, img, dw, key.n, *geo_args(key.geom))
 
 
-ALGORITHMS = [Im2colGemm(), Direct()]
-# cuDNN's algorithms join per key (heuristic mode: after the direct kernel where it suits)
-FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits)]
+ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows()]
+# cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
+# mode: after the direct kernel where it suits)
+FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits), cudnn_backend.BackendFamily(own_first=Direct.suits)]
 
 
 def run_primitive(ctx, direction, geom, n, buffers):

@@ -5,7 +5,8 @@ An algorithm is an object with a `name`, `workspace_bytes(key)` (device scratch 
 `execute` times every algorithm that supports the key and whose workspace fits (the device's
 free memory less 10% for fragmentation, or `OPTIONS.workspace_limit` when lower) with CUDA
 events on the real buffers, after one untimed warm-up run each (kernel compilation, cuBLAS
-set-up), and caches the ranking, fastest first, in a bounded LRU.  Every call then tries the
+set-up), the timed runs queued behind a spin kernel so that only GPU time counts, and caches
+the ranking, fastest first, in a bounded LRU.  Every call then tries the
 ranked algorithms in order: when one fails (a launch error, a workspace allocation that the
 pool cannot serve) the next takes over, and the fallback is logged once per key and algorithm.
 
@@ -22,22 +23,31 @@ OPTIONS (module-wide, like PyTorch's torch.backends.cudnn flags):
         attribute, "cudnn": its algorithms first, in the family's order);
   deterministic: only algorithms whose results do not depend on scheduling (`deterministic`
         attribute; minitrain's own kernels all are);
-  workspace_limit: bytes, or None for free memory less 10%.
+  workspace_limit: bytes, or None for free memory less 10%;
+  cache_dir: a folder for rankings on disk (conv_search_disk.py; its `default_folder()` sits
+        beside pycuda's kernel cache), or None (the default) to keep them in memory only.  In
+        exhaustive mode a key missing from memory is looked up there before it is timed: the
+        stored names order the candidates (new ones after them) and nothing is timed.
 The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the key.
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
 import pycuda.driver as driver
 
+from . import conv_search_disk
+
 log = logging.getLogger("minitrain.cuda.conv")
 
 CACHE_SIZE = 512
 FRAGMENTATION = 0.10
+TIMED_RUNS = 3
+MIN_HOLD, MAX_HOLD = 2e-4, 5e-3     # seconds the stream is held while the timed runs are queued
 
 
 @dataclass(frozen=True)
@@ -60,17 +70,18 @@ class SearchOptions:
     algorithm: Optional[str] = None
     deterministic: bool = False
     workspace_limit: Optional[int] = None
+    cache_dir: Optional[str] = None
 
 
 OPTIONS = SearchOptions()
 
 
 class SearchStats:
-    """Counters the tests read: searches run (cache misses), cache hits, candidates timed,
-    fallbacks taken, and the runs of each algorithm."""
+    """Counters the tests read: searches run (cache misses), cache hits, rankings read from
+    disk, candidates timed, fallbacks taken, and the runs of each algorithm."""
 
     def __init__(self):
-        self.searches = self.hits = self.timed = self.fallbacks = 0
+        self.searches = self.hits = self.disk_hits = self.timed = self.fallbacks = 0
         self.ran = Counter()    # algorithm name -> runs that succeeded outside timing
 
 
@@ -92,6 +103,11 @@ def clear_cache():
     """Forget every ranking (tests; a changed workspace limit)."""
     _rankings.clear()
     _logged.clear()
+
+
+def rankings():
+    """A copy of the cached rankings: ConvKey -> algorithms, best first."""
+    return dict(_rankings)
 
 
 def max_workspace():
@@ -119,16 +135,24 @@ def candidates(key, algorithms):
 
 
 def _time(provider, algorithm, key, buffers):
-    """Milliseconds of one run (after a warm-up run), or None when the algorithm fails."""
+    """Milliseconds of one run on the GPU, or None when the algorithm fails: after an untimed
+    warm-up, TIMED_RUNS runs queued behind a spin kernel that holds the stream while the host
+    queues them (for 1.5x the host time the warm-up took), so the events bracket the kernels
+    alone and not the host's launch cost (which differs between the libraries and would
+    otherwise decide between kernels of a few microseconds)."""
     try:
+        started = time.perf_counter()
         algorithm.run(provider, key, buffers)
+        host = time.perf_counter() - started
         start, end = driver.Event(), driver.Event()
+        provider.hold(min(MAX_HOLD, max(MIN_HOLD, 1.5 * TIMED_RUNS * host)))
         start.record(provider.stream)
-        algorithm.run(provider, key, buffers)
+        for _ in range(TIMED_RUNS):
+            algorithm.run(provider, key, buffers)
         end.record(provider.stream)
         end.synchronize()
         STATS.timed += 1
-        return end.time_since(start)
+        return end.time_since(start) / TIMED_RUNS
     except RECOVERABLE as e:
         log.warning("conv algorithm %s failed while timing %s: %s", algorithm.name, key, e)
         return None
@@ -158,11 +182,31 @@ def ranking(provider, key, algorithms, buffers):
         _rankings.move_to_end(key)
         return ranked
     STATS.searches += 1
-    ranked = rank(provider, key, algorithms, buffers)
+    ranked = None
+    disk = OPTIONS.cache_dir if OPTIONS.mode == "exhaustive" else None
+    if disk:
+        ranked = _stored(provider, key, algorithms, conv_search_disk.load(disk, key))
+    if ranked is None:
+        ranked = rank(provider, key, algorithms, buffers)
+        if disk and ranked:
+            conv_search_disk.store(disk, key, [a.name for a in ranked])
     _rankings[key] = ranked
     if len(_rankings) > CACHE_SIZE:
         _rankings.popitem(last=False)
     return ranked
+
+
+def _stored(provider, key, algorithms, names):
+    """The candidates ordered by a stored ranking (those it does not name after), or None
+    when there is none or it names no candidate."""
+    if not names:
+        return None
+    found = candidates(key, expand(provider, key, algorithms))
+    order = {name: i for i, name in enumerate(names)}
+    if not any(a.name in order for a in found):
+        return None
+    STATS.disk_hits += 1
+    return sorted(found, key=lambda a: order.get(a.name, len(order)))
 
 
 def execute(provider, key, algorithms, buffers):

@@ -13,10 +13,12 @@ unit axis):
   * forward (columns = W (*) image):  cudnnConvolutionForward(x -> y)
   * data (image = W^T (*) columns):   cudnnConvolutionBackwardData(y -> x)  (ConvTranspose)
   * weight (dW):                      cudnnConvolutionBackwardFilter(x, y -> dw)
-with the bias added by cudnnAddTensor.  For a key, CudnnFamily asks the _v7 heuristic for the
+with the bias added by conv_bias.py's kernel (cudnnAddTensor took a third longer).  For a key, CudnnFamily asks the _v7 heuristic for the
 direction's algorithms and offers one CudnnAlgorithm per supported algorithm (its workspace
 from cudnnGet*WorkspaceSize, its determinism and math type from the answer); the search times
-them with its own.  cuDNN takes symmetric pads only: other keys stay on minitrain's kernels.
+them with its own (and with the backend API's engine configurations, cudnn_backend.py, which
+reach the engines these legacy calls do not).  cuDNN takes symmetric pads only: other keys stay
+on minitrain's kernels.
 
 Math types: float16 data compute in float32 (PSEUDO_HALF) with tensor ops allowed; float32
 runs CUDNN_FMA_MATH unless the provider allows TF32 (CUDNN_DEFAULT_MATH would allow TF32 on
@@ -36,6 +38,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...errors import MinitrainError
+from . import conv_bias
 from .runtime import device_ptr
 
 log = logging.getLogger("minitrain.cuda.cudnn")
@@ -105,7 +108,6 @@ _SIGNATURES = {
     "cudnnConvolutionForward": _RUN,
     "cudnnConvolutionBackwardData": _RUN,
     "cudnnConvolutionBackwardFilter": _RUN,
-    "cudnnAddTensor": [_p, _p, _p, _p, _p, _p, _p],
 }
 # per direction: the _v7 query, the workspace query and the call; each takes its descriptors
 # in the order DESCRIPTORS names (plan attributes)
@@ -172,8 +174,24 @@ def library():
     return _library
 
 
+_hidden = None
+
+
+def hide(reason):
+    """Make `available()` False until `unhide()` (benchmarks of minitrain's own algorithms)."""
+    global _hidden
+    _hidden = reason
+
+
+def unhide():
+    global _hidden
+    _hidden = None
+
+
 def available():
-    """Whether libcudnn 9 loads."""
+    """Whether libcudnn 9 loads (and is not hidden)."""
+    if _hidden is not None:
+        return False
     try:
         library()
         return True
@@ -246,8 +264,7 @@ def _dense_strides(dims):
 
 class Plan:
     """The descriptors of one geometry, batch and element type: image tensor `img`, column
-    tensor `col`, filter `filt`, the bias tensors of both sides, and a convolution descriptor
-    per math type (made on first use)."""
+    tensor `col`, filter `filt`, and a convolution descriptor per math type (made on first use)."""
 
     def __init__(self, geom, n, dtype):
         self.lib = library()
@@ -256,9 +273,6 @@ class Plan:
         self._owned = []
         self.img = self._tensor((n, geom.img_channels) + _as_2d(geom.img_spatial, 1))
         self.col = self._tensor((n, geom.col_channels) + _as_2d(geom.col_spatial, 1))
-        rank = len(_as_2d(geom.kernel, 1))
-        self.img_bias = self._tensor((1, geom.img_channels) + (1,) * rank)
-        self.col_bias = self._tensor((1, geom.col_channels) + (1,) * rank)
         self.filt = self._make("Filter")
         dims = (geom.col_channels, geom.img_channels // geom.group) + _as_2d(geom.kernel, 1)
         call("cudnnSetFilterNdDescriptor", self.filt, self.data_type, CUDNN_TENSOR_NCHW, len(dims), _ints(dims))
@@ -372,9 +386,7 @@ class CudnnAlgorithm:
              device_ptr(workspace) if workspace is not None else None, self.workspace, ctypes.byref(zero),
              descriptors[2], device_ptr(out))
         if bias is not None:
-            side = (plan.col, plan.col_bias) if self.direction == "forward" else (plan.img, plan.img_bias)
-            call("cudnnAddTensor", handle, ctypes.byref(one), side[1], device_ptr(bias), ctypes.byref(one), side[0],
-                 device_ptr(out))
+            conv_bias.add_bias(provider, out, bias, out.shape[1])
 
 
 class CudnnFamily:
