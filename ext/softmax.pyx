@@ -22,6 +22,7 @@ cdef extern from "fastmath.h":
     double _barrier_d "MT_ASSOC_BARRIER" (double x) noexcept nogil
 
 include "stream.pxi"
+include "thresholds.pxi"
 
 ctypedef fused real:
     float
@@ -29,7 +30,6 @@ ctypedef fused real:
 
 cdef enum:
     BLOCK = 64          # lanes of `inner` per task when inner > 1
-    MIN_PARALLEL = 32768
     ROW_EXPS = 2048     # longest LogSoftmax gradient row whose exps fit the stack buffer
     SUM_CHUNK = 256     # elements a gradient row's sum takes at a time (_softmax_grad_sum)
 
@@ -54,7 +54,7 @@ cdef inline real _log(real v) noexcept nogil:
 
 
 cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
-    return max(1, num_threads) if work >= MIN_PARALLEL else 1
+    return threads_for(work, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)
 
 
 # --------------------------------------------------------------------------- contiguous rows

@@ -130,9 +130,48 @@ def _balanced_batch(n, g, most, nt):
     return min(range(most, max(1, most // 2) - 1, -1), key=lambda b: (busiest(b), -b))
 
 
+# The plan of ext/conv_plan.h: these dtypes mirror its structs, checked against the build below.
+PLAN_HEAD = np.dtype([(name, np.int64) for name in (
+    "G", "C", "M", "Ud", "Uh", "Uw", "L", "B", "nph", "ID", "IH", "IW", "SD", "SH", "SW", "PD", "PH", "PW",
+    "nsub", "noff")])
+PLAN_SUB = np.dtype([(name, np.int64) for name in (
+    "Od", "Oh", "Ow", "Pext", "taps", "off_index", "w_index", "ycol", "ysd", "ysh", "ysw", "ybase")])
+
+
+def check_plan_layout(layout):
+    """Raise ImportError unless `layout` (conv_direct.plan_layout()) matches PLAN_HEAD and
+    PLAN_SUB field by field: names, byte offsets and sizes."""
+    for key, dtype in (("plan", PLAN_HEAD), ("sub", PLAN_SUB)):
+        size, fields = layout[key]
+        ours = [(name, dtype.fields[name][1]) for name in dtype.names]
+        if size != dtype.itemsize or [tuple(f) for f in fields] != ours:
+            raise ImportError(f"minitrain._ext.conv_direct lays out its {key} struct as {size} bytes {fields}; "
+                              f"providers/cpu/conv.py expects {dtype.itemsize} bytes {ours}: rebuild the extension")
+
+
+check_plan_layout(_direct.plan_layout())
+
+
+def plan_buffer(head, phases, subs, offsets):
+    """The plan's bytes: `head` (field -> value of PLAN_HEAD but the counts), phase triples,
+    sub-problem records (dicts of PLAN_SUB's fields), tap offsets; read-only, for the caches."""
+    sections = [np.zeros(1, PLAN_HEAD), np.asarray(phases, dtype=np.int64).reshape(-1, 3),
+                np.zeros(len(subs), PLAN_SUB), np.asarray(offsets, dtype=np.int64)]
+    sections[0][0] = tuple({**head, "nph": len(phases), "nsub": len(subs), "noff": len(offsets)}[name]
+                           for name in PLAN_HEAD.names)
+    sections[2][:] = [tuple(sub[name] for name in PLAN_SUB.names) for sub in subs]
+    buf = np.empty(sum(s.nbytes for s in sections), dtype=np.uint8)
+    start = 0
+    for section in sections:
+        buf[start:start + section.nbytes] = section.view(np.uint8).reshape(-1)
+        start += section.nbytes
+    buf.flags.writeable = False
+    return buf
+
+
 def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, slack, rows, nt,
                    block_rows=None):
-    """The int64 plan of conv_direct.pyx (see its docstring).  `subs`: (output grid, tap offsets,
+    """The plan of conv_direct.pyx (see ext/conv_plan.h).  `subs`: (output grid, tap offsets,
     w_index, placement) per sub-problem.  B samples per work item are chosen so that every
     thread gets items and, for kernel A, an item's scratch stays near DIRECT_BYTES (`rows`:
     output-grid rows per sample held in scratch); for kernel B (`block_rows`: dy rows one
@@ -143,19 +182,20 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     records, offsets = [], []
     for out, offs, w_index, placement in subs:
         pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
-        records.append(tuple(out) + (pext, len(offs), len(offsets), w_index) + tuple(placement))
+        records.append(dict(zip(("Od", "Oh", "Ow"), out), Pext=pext, taps=len(offs), off_index=len(offsets),
+                            w_index=w_index, **dict(zip(("ycol", "ysd", "ysh", "ysw", "ybase"), placement))))
         offsets.extend(offs)
     if block_rows is None:
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
-        b = max(1, min(n, -(-4096 // records[0][3]), (256 << 10) // (block_rows * length * itemsize),
+        b = max(1, min(n, -(-4096 // records[0]["Pext"]), (256 << 10) // (block_rows * length * itemsize),
                        (4 << 20) // ((c + rows) * length * itemsize)))
     if nt > 1:
         b = _balanced_batch(n, g, b, nt)
-    head = (g, c, m) + tuple(u) + (length, b, len(phases)) + tuple(img) + tuple(strides) + tuple(pads) \
-        + (len(subs),)
-    flat = head + tuple(x for ph in phases for x in ph) + tuple(x for r in records for x in r) + tuple(offsets)
-    return np.array(flat, dtype=np.int64), b, length
+    head = dict(zip(("G", "C", "M", "Ud", "Uh", "Uw", "L", "B"), (g, c, m, *u, length, b)),
+                **dict(zip(("ID", "IH", "IW"), img)), **dict(zip(("SD", "SH", "SW"), strides)),
+                **dict(zip(("PD", "PH", "PW"), pads)))
+    return plan_buffer(head, phases, records, offsets), b, length
 
 
 @lru_cache(maxsize=256)
