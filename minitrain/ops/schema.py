@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
 from ..errors import DTypeError, KernelNotFoundError, OpAttributeError, ShapeError
+from ..tensor_limit import check_tensor_bytes
 
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
@@ -320,29 +320,12 @@ def check_inputs(ctx: InferContext):
     ctx.dtype = float_dtype
 
 
-def _physical_memory():
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 1 << 40
-
-
-# The largest tensor an op may produce: attributes (strides, pads, output_shape) can imply
-# outputs no machine holds, and planning or allocating them must fail with a clear error.
-MAX_TENSOR_BYTES = _physical_memory()
-
-
 def check_output_sizes(ctx, outs):
-    """Fail before any planning or allocation when an output would exceed MAX_TENSOR_BYTES."""
+    """Fail before any planning or allocation when an output would exceed the tensor limit
+    (minitrain/tensor_limit.py)."""
     for name, t in zip(ctx.schema.outputs, outs):
-        if t is None or not t.is_concrete or t.dtype is None:
-            continue
-        size = math.prod(t.shape) * t.dtype.itemsize
-        if size > MAX_TENSOR_BYTES:
-            given = {k: v for k, v in ctx.attrs.items() if v is not None}
-            ctx.fail(f"output {name!r} would have shape {t.shape}, {size} bytes, more than the "
-                     f"{MAX_TENSOR_BYTES} bytes allowed (minitrain.ops.schema.MAX_TENSOR_BYTES); "
-                     f"check the input shapes and the attributes {given}")
+        if t is not None and t.is_concrete and t.dtype is not None:
+            check_tensor_bytes(ctx.who, name, t.shape, t.dtype, ctx.attrs)
 
 
 def infer_node(sch: OpSchema, input_types, attrs, node_name=None, wanted_outputs=None):

@@ -15,12 +15,12 @@ and the bias gradient is a per-channel sum.  Two implementations back them (`rou
     products instead.
 """
 import threading
-from functools import lru_cache
 
 import numpy as np
 
 from ..._ext import conv as _conv
 from ..._ext import conv_direct as _direct
+from ...caches import bounded_cache
 from ...errors import ShapeError
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
@@ -198,7 +198,7 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     return plan_buffer(head, phases, records, offsets), b, length
 
 
-@lru_cache(maxsize=256)
+@bounded_cache("cpu conv direct_plan")
 def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
     tap (taps in W's order), one sub-problem."""
@@ -232,7 +232,7 @@ def _image_phases(size, stride, pad):
     return sorted({(i + pad) % stride for i in range(size)})
 
 
-@lru_cache(maxsize=256)
+@bounded_cache("cpu conv data_grad_plan")
 def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     """The data gradient of a convolution as kernel-A sub-problems, one per stride phase of the
     image (a single one at stride 1, where it is the convolution with the flipped kernel).  Along an axis, image points i with (i + pad) % stride == phi receive exactly

@@ -1,0 +1,135 @@
+"""Bounded caches of what minitrain works out per shape: convolution geometry and plans, pooling
+tables, validated nodes, a plan step's output shapes.
+
+A program that feeds ever new shapes (a variable batch, a sweep over image sizes) would grow an
+unbounded cache without end, so each of these keeps its least recently used entries only:
+`cache_limit()` entries (`set_cache_limit(n)`, or the environment variable
+MINITRAIN_CACHE_LIMIT read at import; default DEFAULT_LIMIT), times the cache's `scale`
+(validated nodes, one entry per node of a graph, keep more).  Lookups and inserts hold a lock,
+so kernels may run from several Python threads; a value is built outside it (two threads may
+build the same entry; both results are equal and one is kept).
+"""
+import functools
+import os
+import threading
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+
+DEFAULT_LIMIT = 1024
+
+_CACHES = weakref.WeakSet()
+
+
+def _limit_from_env():
+    text = os.environ.get("MINITRAIN_CACHE_LIMIT", "").strip()
+    if not text:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"MINITRAIN_CACHE_LIMIT must be a count >= 1, got {text!r}")
+    return int(text)
+
+
+_limit = _limit_from_env()
+
+
+def cache_limit():
+    """Entries each shape-keyed cache keeps (times its scale)."""
+    return _limit
+
+
+def set_cache_limit(n):
+    """Keep at most n entries (times their scale) in each of minitrain's shape-keyed caches;
+    caches over the new limit drop their least recently used entries now."""
+    global _limit
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"set_cache_limit: n must be an int >= 1, got {n!r}")
+    _limit = int(n)
+    for cache in list(_CACHES):
+        cache.trim()
+
+
+def clear_caches():
+    """Empty every shape-keyed cache (their entries are rebuilt on next use)."""
+    for cache in list(_CACHES):
+        cache.clear()
+
+
+class LRUCache:
+    """A thread-safe mapping that keeps its cache_limit() * scale most recently used entries."""
+
+    def __init__(self, name, scale=1):
+        self.name, self.scale = name, scale
+        self._entries = OrderedDict()
+        self._lock = threading.Lock()
+        _CACHES.add(self)
+
+    def __len__(self):
+        return len(self._entries)
+
+    @property
+    def limit(self):
+        return _limit * self.scale
+
+    def get(self, key):
+        """The entry of key (now the most recently used), or None."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
+
+    def put(self, key, value):
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            self._trim_locked()
+
+    def get_or_build(self, key, build):
+        """The entry of key, built by build() and kept when absent; errors propagate, uncached."""
+        value = self.get(key)
+        if value is None:
+            value = build()
+            self.put(key, value)
+        return value
+
+    def trim(self):
+        with self._lock:
+            self._trim_locked()
+
+    def clear(self):
+        with self._lock:
+            self._entries.clear()
+
+    def _trim_locked(self):
+        while len(self._entries) > self.limit:
+            self._entries.popitem(last=False)
+
+
+def bounded_cache(name, scale=1):
+    """Decorator: memoise a function of hashable arguments in an LRUCache (`fn.cache`)."""
+    def wrap(fn):
+        cache = LRUCache(name, scale)
+
+        @functools.wraps(fn)
+        def cached(*args, **kwargs):
+            key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
+            return cache.get_or_build(key, lambda: fn(*args, **kwargs))
+        cached.cache = cache
+        return cached
+    return wrap
+
+
+def freeze(value):
+    """A hashable form of an attribute value or attribute dict (lists become tuples, arrays
+    their dtype, shape and bytes, dicts their sorted items); raises TypeError when some part
+    cannot be hashed."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    hash(value)
+    return value
