@@ -165,9 +165,8 @@ cdef void _softmax_grad_rows(const real* dy, const real* y, real* dx, Py_ssize_t
                              Py_ssize_t rows, bint log_softmax, bint stream) noexcept nogil:
     """`rows` consecutive contiguous rows, pipelined: SUM_CHUNK elements at a time, a row's
     last pass (its inputs in L1) alternates with the next row's first pass (from memory or a
-    farther cache), so those loads never wait for a whole last pass.  SoftmaxGrad 4096x1000
-    float32, 2 threads, Intel KVM guest: 0.96-0.98 -> 0.88-0.90 ms in a C model of the loop,
-    94% -> 97-100% of STREAM Add in bench_pool_act (not streamed: its L3 is reported as 480 MB)."""
+    farther cache), so those loads never wait for a whole last pass (bench/RESULTS.md,
+    "Streaming stores", has what it gained)."""
     cdef Py_ssize_t r, k, c, m
     cdef real exps[2 * ROW_EXPS]          # this row's exps and the next row's (LOG_EXPS)
     cdef int form = _row_form(n, log_softmax)

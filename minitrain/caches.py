@@ -10,28 +10,20 @@ so kernels may run from several Python threads; a value is built outside it (two
 build the same entry; both results are equal and one is kept).
 """
 import functools
-import os
 import threading
 import weakref
 from collections import OrderedDict
 
 import numpy as np
 
+from .env import count_from_env, require_count
+
 DEFAULT_LIMIT = 1024
 
 _CACHES = weakref.WeakSet()
 
 
-def _limit_from_env():
-    text = os.environ.get("MINITRAIN_CACHE_LIMIT", "").strip()
-    if not text:
-        return DEFAULT_LIMIT
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"MINITRAIN_CACHE_LIMIT must be a count >= 1, got {text!r}")
-    return int(text)
-
-
-_limit = _limit_from_env()
+_limit = count_from_env("MINITRAIN_CACHE_LIMIT", DEFAULT_LIMIT)
 
 
 def cache_limit():
@@ -43,9 +35,7 @@ def set_cache_limit(n):
     """Keep at most n entries (times their scale) in each of minitrain's shape-keyed caches;
     caches over the new limit drop their least recently used entries now."""
     global _limit
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"set_cache_limit: n must be an int >= 1, got {n!r}")
-    _limit = int(n)
+    _limit = require_count("set_cache_limit", n)
     for cache in list(_CACHES):
         cache.trim()
 

@@ -16,7 +16,7 @@ import numpy as np
 from .caches import LRUCache, freeze
 from .errors import GraphError
 from .ops import get_schema, infer_node, resolve_attrs
-from .ops.schema import TensorType
+from .ops.schema import TensorType, trim_absent
 
 
 def topological_order(graph):
@@ -79,8 +79,7 @@ _CHECKED = LRUCache("validated nodes", scale=8)     # a graph has one signature 
 def check_node(op_type, domain, opset, attrs, input_types, wanted=None, node_name=None):
     """Validate a node against its schema (once per signature) and settle its CheckedNode.
     `wanted` lists the output names asked for (None: all of them)."""
-    while input_types and input_types[-1] is None:
-        input_types = input_types[:-1]
+    input_types = trim_absent(input_types)
     try:
         key = (op_type, domain, opset, freeze(attrs or {}), tuple(input_types),
                None if wanted is None else tuple(wanted))

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from .env import count_from_env, require_count
 from .errors import ShapeError
 
 # Attributes that set an output's size, named first when a node is refused.
@@ -27,16 +28,7 @@ def physical_memory():
         return 1 << 40
 
 
-def _limit_from_env():
-    text = os.environ.get("MINITRAIN_MAX_TENSOR_BYTES", "").strip()
-    if not text:
-        return physical_memory()
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"MINITRAIN_MAX_TENSOR_BYTES must be a byte count >= 1, got {text!r}")
-    return int(text)
-
-
-_max_bytes = _limit_from_env()
+_max_bytes = count_from_env("MINITRAIN_MAX_TENSOR_BYTES", physical_memory())
 
 
 def max_tensor_bytes():
@@ -50,9 +42,7 @@ def set_max_tensor_bytes(nbytes=None):
     if nbytes is None:
         _max_bytes = physical_memory()
         return
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 1:
-        raise ValueError(f"set_max_tensor_bytes: nbytes must be an int >= 1, got {nbytes!r}")
-    _max_bytes = int(nbytes)
+    _max_bytes = require_count("set_max_tensor_bytes", nbytes)
 
 
 def check_tensor_bytes(who, output, shape, dtype, attrs):

@@ -47,22 +47,6 @@ def test_set_cache_limit_trims_now_and_scales(limit):
     assert plain.get(19) == 19 and plain.get(17) is None
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, "8", True])
-def test_set_cache_limit_refuses_what_is_not_a_count(bad):
-    with pytest.raises(ValueError, match="set_cache_limit"):
-        minitrain.set_cache_limit(bad)
-
-
-def test_cache_limit_from_the_environment(monkeypatch):
-    monkeypatch.setenv("MINITRAIN_CACHE_LIMIT", "37")
-    assert caches._limit_from_env() == 37
-    monkeypatch.setenv("MINITRAIN_CACHE_LIMIT", "lots")
-    with pytest.raises(ValueError, match="MINITRAIN_CACHE_LIMIT"):
-        caches._limit_from_env()
-    monkeypatch.delenv("MINITRAIN_CACHE_LIMIT")
-    assert caches._limit_from_env() == caches.DEFAULT_LIMIT
-
-
 def test_kernel_caches_stay_bounded_and_correct(limit, rng):
     limit(2)
     w = rng.standard_normal((4, 3, 3, 3))

@@ -26,14 +26,14 @@ def test_a_layout_mismatch_is_refused_at_import():
         cpu_conv.check_plan_layout({**layout, "plan": (layout["plan"][0] + 8, layout["plan"][1])})
 
 
-def _plan(rng_shape=(2, 3, 9, 9), w_shape=(4, 3, 3, 3)):
-    geom = geometry_for("conv", "Conv", rng_shape, w_shape, {"strides": [2, 2]})
-    plan, b, length = cpu_conv.direct_plan(geom, rng_shape[0], 8, 16, 8, 1)
-    return geom, plan
+def _plan(x_shape=(2, 3, 9, 9), w_shape=(4, 3, 3, 3)):
+    geom = geometry_for("conv", "Conv", x_shape, w_shape, {"strides": [2, 2]})
+    plan, _, _ = cpu_conv.direct_plan(geom, x_shape[0], 8, 16, 8, 1)
+    return plan
 
 
 def test_plan_fields_read_back_by_name():
-    geom, plan = _plan()
+    plan = _plan()
     head = plan[:cpu_conv.PLAN_HEAD.itemsize].view(cpu_conv.PLAN_HEAD)[0]
     assert (head["G"], head["C"], head["M"]) == (1, 3, 4)
     assert (head["IH"], head["IW"], head["SH"], head["SW"]) == (9, 9, 2, 2)
@@ -54,7 +54,7 @@ def _run(plan, rng):
 
 
 def test_a_plan_of_the_wrong_length_is_refused(rng):
-    _, plan = _plan()
+    plan = _plan()
     with pytest.raises(ValueError, match="shorter than its head"):
         _run(plan[:40].copy(), rng)
     with pytest.raises(ValueError, match="sections disagree"):
@@ -62,7 +62,7 @@ def test_a_plan_of_the_wrong_length_is_refused(rng):
 
 
 def test_taps_outside_the_offsets_are_refused(rng):
-    _, plan = _plan()
+    plan = _plan()
     bad = plan.copy()
     start = cpu_conv.PLAN_HEAD.itemsize + 3 * 8 * 4
     bad[start:start + cpu_conv.PLAN_SUB.itemsize].view(cpu_conv.PLAN_SUB)[0]["off_index"] = 1

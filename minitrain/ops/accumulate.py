@@ -9,6 +9,7 @@ session's accumulation buffers stay where they live.  `scale` is an optional sca
 element type (1 when absent), read from host memory.  The op has no gradient.
 """
 from .schema import MS_DOMAIN, Input, schema
+from .shape_utils import shapes_differ
 
 
 @schema("InPlaceAccumulator", domain=MS_DOMAIN, inputs=["buffer", "value", Input("scale", optional=True)],
@@ -16,8 +17,7 @@ from .schema import MS_DOMAIN, Input, schema
 def infer_accumulator(ctx):
     """accumulated: the buffer, of its shape; value must have the same shape."""
     buffer, value, scale = ctx.shape(0), ctx.shape(1), ctx.shape(2)
-    if buffer is not None and value is not None and (len(buffer) != len(value) or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(buffer, value))):
+    if shapes_differ(buffer, value):
         ctx.fail(f"input 'value' has shape {tuple(value)}; the buffer has shape {tuple(buffer)}")
     if scale is not None and (len(scale) > 1 or (len(scale) == 1 and scale[0] != 1)):
         ctx.fail(f"input 'scale' must be a scalar, got shape {tuple(scale)}")

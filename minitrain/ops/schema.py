@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DTypeError, KernelNotFoundError, OpAttributeError, ShapeError
 from ..tensor_limit import check_tensor_bytes
+from .shape_utils import shapes_differ
 
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
@@ -273,8 +274,7 @@ class InferContext:
         shape = self.shape(i)
         if shape is None or expected is None:
             return
-        if len(shape) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                              for a, b in zip(shape, expected)):
+        if shapes_differ(shape, expected):
             name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
             self.fail(f"input {name!r} has shape {tuple(shape)}; expected {tuple(expected)} ({because})")
 
@@ -328,10 +328,19 @@ def check_output_sizes(ctx, outs):
             check_tensor_bytes(ctx.who, name, t.shape, t.dtype, ctx.attrs)
 
 
+def trim_absent(input_types):
+    """The input types without trailing absent (None) ones, as a tuple: an optional input left
+    out at the end is the same node as one not given."""
+    end = len(input_types)
+    while end and input_types[end - 1] is None:
+        end -= 1
+    return tuple(input_types[:end])
+
+
 def infer_node(sch: OpSchema, input_types, attrs, node_name=None, wanted_outputs=None):
     """Validate and infer output types; `attrs` must already be resolved.  Returns the
     InferContext (carrying the float dtype) and the list of output TensorTypes."""
-    ctx = InferContext(sch, input_types, attrs, node_name, wanted_outputs)
+    ctx = InferContext(sch, list(trim_absent(input_types)), attrs, node_name, wanted_outputs)
     check_inputs(ctx)
     outs = list(sch.infer(ctx))
     check_output_sizes(ctx, outs)

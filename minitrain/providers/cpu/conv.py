@@ -24,6 +24,7 @@ from ...caches import bounded_cache
 from ...errors import ShapeError
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
+from ...ops.shape_utils import numel
 from ...registry import register_kernel
 from ...threads import get_num_threads
 from .blas import blas_threads
@@ -52,14 +53,10 @@ def geo_array(geom):
                     dtype=np.int64)
 
 
-def _plane(shape):
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def _tile(geom, itemsize):
     """Columns per im2col tile: the scratch tile holds about TILE_BYTES."""
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
-    p = _plane(geom.col_spatial)
+    k = geom.img_channels // geom.group * numel(geom.kernel)
+    p = numel(geom.col_spatial)
     t = max(MIN_TILE, TILE_BYTES // max(1, k * itemsize))
     if t >= p:
         return p
@@ -217,7 +214,7 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
                + (shifts[0][kd] * u[1] + shifts[1][kh]) * u[2] + shifts[2][kw]
                for kd in range(kernel[0]) for kh in range(kernel[1]) for kw in range(kernel[2])]
     g = geom.group
-    placement = (_plane(out), out[1] * out[2], out[2], 1, 0)
+    placement = (numel(out), out[1] * out[2], out[2], 1, 0)
     return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, u, _three(geom.img_spatial, 1, r),
                           strides, _three(geom.pads_begin, 0, r), phases, [(out, offsets, 0, placement)],
                           n, itemsize, slack, rows, nt, block_rows)
@@ -268,7 +265,7 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
         offsets = [((ud0 - a + pc[0]) * extent[1] + uh0 - b + pc[1]) * extent[2] + uw0 - e + pc[2]
                    for a in qd for b in qh for e in qw]
         i0 = [u0 * s + phi - p for u0, s, phi, p in zip((ud0, uh0, uw0), strides, (pd, ph, pw), pads)]
-        placement = (_plane(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
+        placement = (numel(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
                      (i0[0] * img[1] + i0[1]) * img[2] + i0[2])
         subs.append(((nd, nh, nw), offsets, w_index, placement))
         tap_lists.append([(kd * kernel[1] + kh) * kernel[2] + kw for kd in td for kh in th for kw in tw])
@@ -291,8 +288,8 @@ def direct_forward(img, w, bias, geom, nt):
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
     xbuf = _scratch(nt, c * b * length, img.dtype, "x")
     ybuf = _scratch(nt, rows * b * length, img.dtype, "y")
-    wp = _pack_weight_a(w, g, m, c, _plane(geom.kernel), mr)
-    coffs = _scratch(nt, c * _plane(geom.kernel), np.intp, "coff")
+    wp = _pack_weight_a(w, g, m, c, numel(geom.kernel), mr)
+    coffs = _scratch(nt, c * numel(geom.kernel), np.intp, "coff")
     _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                     out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, coffs, nt)
     return out
@@ -340,7 +337,7 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2)
     xbuf = _scratch(nt, c * b * length, img.dtype, "x")
     dybuf = _scratch(nt, rows * b * length, img.dtype, "y")
-    taps = _plane(geom.kernel)
+    taps = numel(geom.kernel)
     acc = np.zeros((nt, g * rows * c * taps), dtype=img.dtype)
     _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, bvariant, xbuf, dybuf, nt)
     if nt > 1:
@@ -363,7 +360,7 @@ def _gemm_setup(geom, items, nt, dtype):
     """(geometry array, tile width, OpenMP-over-items?, im2col scratch) for the GEMM path."""
     t = _tile(geom, np.dtype(dtype).itemsize)
     parallel = _schedule(items(t), nt)
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    k = geom.img_channels // geom.group * numel(geom.kernel)
     scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, dtype)
     return geo_array(geom), t, parallel, scratch
 
@@ -375,7 +372,7 @@ def gemm_forward(img, w, bias, geom, nt):
     if out.size == 0:
         return out
     geo, t, parallel, scratch = _gemm_setup(
-        geom, lambda t: n * geom.group * -(-_plane(geom.col_spatial) // t), nt, img.dtype)
+        geom, lambda t: n * geom.group * -(-numel(geom.col_spatial) // t), nt, img.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.forward(img.reshape(-1), w.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                       out.reshape(-1), geo, n, t, scratch, parallel, nt)
@@ -402,8 +399,8 @@ def gemm_weight_grad(cols, img, w_shape, geom, nt):
     """conv_weight_grad by im2col tiles and GEMM; per-thread accumulators when parallel."""
     n = img.shape[0]
     geo, t, parallel, scratch = _gemm_setup(
-        geom, lambda t: n * geom.group * -(-_plane(geom.col_spatial) // t), nt, img.dtype)
-    acc = np.zeros((nt if parallel else 1, _plane(w_shape)), dtype=img.dtype)
+        geom, lambda t: n * geom.group * -(-numel(geom.col_spatial) // t), nt, img.dtype)
+    acc = np.zeros((nt if parallel else 1, numel(w_shape)), dtype=img.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
     if not parallel:
@@ -429,11 +426,11 @@ def check_blas_dims(geom, who):
     overflow BLAS's 32-bit ints: the channels per group, the im2col depth of either side
     (channels per group x kernel taps; the stride-1 data gradient convolves the other way) and
     the planes of both sides, which are also leading dimensions."""
-    g, taps = geom.group, _plane(geom.kernel)
+    g, taps = geom.group, numel(geom.kernel)
     dims = (("output channels per group", geom.col_channels // g),
             ("im2col depth (input channels per group x kernel taps)", geom.img_channels // g * taps),
             ("transposed im2col depth (output channels per group x kernel taps)", geom.col_channels // g * taps),
-            ("column plane", _plane(geom.col_spatial)), ("image plane", _plane(geom.img_spatial)))
+            ("column plane", numel(geom.col_spatial)), ("image plane", numel(geom.img_spatial)))
     for name, size in dims:
         if size > BLAS_INT_MAX:
             raise ShapeError(f"{who}: the {name} is {size}, beyond the {BLAS_INT_MAX} that BLAS's 32-bit "
