@@ -64,11 +64,12 @@ class LRUCache:
 
     def get(self, key):
         """The entry of key (now the most recently used), or None."""
-        with self._lock:
-            value = self._entries.get(key)
-            if value is not None:
+        try:
+            with self._lock:
                 self._entries.move_to_end(key)
-            return value
+                return self._entries[key]
+        except KeyError:
+            return None
 
     def put(self, key, value):
         with self._lock:
@@ -114,11 +115,24 @@ def bounded_cache(name, scale=1):
 def freeze(value):
     """A hashable form of an attribute value or attribute dict (lists become tuples, arrays
     their dtype, shape and bytes, dicts their sorted items); raises TypeError when some part
-    cannot be hashed."""
+    cannot be hashed.  Kernels key their plans by it on every call: attributes of plain values
+    and flat lists take one pass."""
     if isinstance(value, dict):
-        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+        flat = tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in value.items()))
+    else:
+        flat = tuple(value) if isinstance(value, (list, tuple)) else value
+    try:
+        hash(flat)
+        return flat
+    except TypeError:
+        return _deep_freeze(value)
+
+
+def _deep_freeze(value):
+    if isinstance(value, dict):
+        return tuple(sorted((k, _deep_freeze(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
+        return tuple(_deep_freeze(v) for v in value)
     if isinstance(value, np.ndarray):
         return (value.dtype.str, value.shape, value.tobytes())
     hash(value)
