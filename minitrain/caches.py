@@ -21,6 +21,7 @@ from .env import count_from_env, require_count
 DEFAULT_LIMIT = 1024
 
 _CACHES = weakref.WeakSet()
+_CACHES_LOCK = threading.Lock()       # plan steps make caches while another thread may trim
 
 
 _limit = count_from_env("MINITRAIN_CACHE_LIMIT", DEFAULT_LIMIT)
@@ -36,14 +37,19 @@ def set_cache_limit(n):
     caches over the new limit drop their least recently used entries now."""
     global _limit
     _limit = require_count("set_cache_limit", n)
-    for cache in list(_CACHES):
+    for cache in _all_caches():
         cache.trim()
 
 
 def clear_caches():
     """Empty every shape-keyed cache (their entries are rebuilt on next use)."""
-    for cache in list(_CACHES):
+    for cache in _all_caches():
         cache.clear()
+
+
+def _all_caches():
+    with _CACHES_LOCK:
+        return list(_CACHES)
 
 
 class LRUCache:
@@ -53,7 +59,8 @@ class LRUCache:
         self.name, self.scale = name, scale
         self._entries = OrderedDict()
         self._lock = threading.Lock()
-        _CACHES.add(self)
+        with _CACHES_LOCK:
+            _CACHES.add(self)
 
     def __len__(self):
         return len(self._entries)
