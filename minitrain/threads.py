@@ -1,7 +1,9 @@
 """How many OpenMP threads the CPU kernels use (default: OMP_NUM_THREADS, else all cores).
 
 Kernels pass this number to their parallel loops explicitly, so `set_num_threads` takes effect
-on the next kernel call without touching the OpenMP runtime's global state.  Kernels size
+on the next kernel call without touching the OpenMP runtime's global state.  Each kernel call
+reads it once (its per-thread scratch is sized by it), so a change from another Python thread
+never reaches a kernel already running.  Kernels size
 per-thread scratch by it, so it is bounded: above MAX_THREADS_PER_CORE threads per core, a
 warning says so and the count is clamped."""
 import os

@@ -162,3 +162,45 @@ def test_concurrent_calls_match_serial_while_caches_evict(rng, threads):
         minitrain.set_cache_limit(old)
     for i, got in results:
         _same(got, serial[i])
+
+
+def test_set_num_threads_from_another_thread_mid_run(rng):
+    """A kernel reads the thread count once per call (its scratch is sized by it): flipping it
+    between 1 and 2 while other threads run kernels gives, call by call, the serial result of
+    one count or the other."""
+    x, w = rng.standard_normal((4, 8, 14, 14)), rng.standard_normal((16, 8, 3, 3))
+    y = run_node("Conv", [x, w], attrs={"strides": [2, 2]})[0]
+    jobs = [
+        lambda: run_node("Conv", [x, w], attrs={"pads": [1, 1, 1, 1]}),
+        lambda: run_node("ConvGrad", [np.ones_like(y), x, w], attrs={"strides": [2, 2]}, domain=MS),
+        lambda: run_node("AveragePoolGrad", [np.ones((4, 8, 6, 6))], attrs={"kernel_shape": [3, 3], "strides": [2, 2]},
+                         output_shapes={"dX": x.shape}),
+        lambda: run_node("MaxPool", [x], attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, outputs=["Y", "Indices"]),
+        lambda: run_node("SoftmaxGrad_13", [x.reshape(-1, 196), x.reshape(-1, 196)], attrs={"axis": -1}, domain=MS),
+    ]
+    old = minitrain.get_num_threads()
+    try:
+        expected = {}
+        for n in (1, 2):
+            minitrain.set_num_threads(n)
+            expected[n] = [job() for job in jobs]
+        stop = threading.Event()
+
+        def flip():
+            n = 1
+            while not stop.is_set():
+                minitrain.set_num_threads(n)
+                n = 3 - n
+                time.sleep(0.0005)
+        flipper = threading.Thread(target=flip)
+        flipper.start()
+        try:
+            with ThreadPoolExecutor(3) as pool:
+                results = list(pool.map(lambda i: (i, jobs[i]()), [i for _ in range(6) for i in range(len(jobs))]))
+        finally:
+            stop.set()
+            flipper.join()
+    finally:
+        minitrain.set_num_threads(old)
+    for i, got in results:
+        assert any(all(np.array_equal(g, e) for g, e in zip(got, expected[n][i])) for n in (1, 2)), i
