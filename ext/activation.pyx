@@ -16,13 +16,14 @@ cdef extern from "fastmath.h":
     float mt_tanhf(float x) noexcept nogil
 
 include "stream.pxi"
+include "thresholds.pxi"
 
 ctypedef fused real:
     float
     double
 
 cdef enum:
-    CHUNK = 16384
+    CHUNK = 16384       # elements per OpenMP task
 
 
 cdef inline real _sigmoid(real v) noexcept nogil:
@@ -47,8 +48,7 @@ cdef inline real _tanh(real v) noexcept nogil:
 
 
 cdef inline int _threads(Py_ssize_t n, int num_threads) noexcept nogil:
-    """Below 2 chunks a parallel region costs more than it saves."""
-    return num_threads if n >= 2 * CHUNK else 1
+    return threads_for(n, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)
 
 
 # --------------------------------------------------------------------------- chunk loops

@@ -31,72 +31,7 @@ from libc.string cimport memset
 
 import numpy as np
 
-cdef extern from *:
-    """
-    /* v[k] = sum over t < R of w[t] * src[k + s[t]] (w NULL: weights 1), k < n; R >= 1.
-       src points at the run's first element; restrict: no loop versioning. */
-    #define MT_FLAT_ROWS(NAME, T)                                                              \
-    static __attribute__((noinline)) void                                                      \
-    NAME(T* __restrict v, const T* __restrict src, const T* w, const Py_ssize_t* s,           \
-         Py_ssize_t R, Py_ssize_t n) {                                                         \
-        const T* __restrict a = src + s[0];                                                    \
-        const T* __restrict b = src + s[R > 1 ? 1 : 0];                                        \
-        const T* __restrict c = src + s[R > 2 ? 2 : 0];                                        \
-        if (R == 3 && w) {                                                                     \
-            const T wa = w[0], wb = w[1], wc = w[2];                                           \
-            for (Py_ssize_t k = 0; k < n; k++) v[k] = wa * a[k] + wb * b[k] + wc * c[k];       \
-            return;                                                                            \
-        }                                                                                      \
-        if (R == 3) {                                                                          \
-            for (Py_ssize_t k = 0; k < n; k++) v[k] = a[k] + b[k] + c[k];                      \
-            return;                                                                            \
-        }                                                                                      \
-        for (Py_ssize_t k = 0; k < n; k++) v[k] = 0;                                           \
-        for (Py_ssize_t t = 0; t < R; t++) {                                                   \
-            const T* __restrict x = src + s[t];                                                \
-            const T wt = w ? w[t] : 1;                                                         \
-            for (Py_ssize_t k = 0; k < n; k++) v[k] += wt * x[k];                              \
-        }                                                                                      \
-    }
-    MT_FLAT_ROWS(mt_flat_rows_f, float)
-    MT_FLAT_ROWS(mt_flat_rows_d, double)
-
-    /* out[j] = sum over t < K of (m[t * L + j] != 0 ? m[t * L + j] * v[j + c[t]] : 0), j < n
-       <= L: the W taps times the column weights (0 outside the row).  With `post` (every
-       window counting the same) the tables are 0/1 masks, a tap with c[t] == 0 (each output's
-       own column, always inside the row) reads no mask, and the sum is times post. */
-    #define MT_FLAT_COLUMNS(NAME, T)                                                           \
-    static __attribute__((noinline)) void                                                      \
-    NAME(T* __restrict out, const T* __restrict v, const T* __restrict m, Py_ssize_t L,        \
-         const Py_ssize_t* c, Py_ssize_t K, Py_ssize_t n, T post, int uniform) {               \
-        const T* __restrict m0 = m;                                                            \
-        const T* __restrict m1 = m + (K > 1 ? L : 0);                                          \
-        const T* __restrict m2 = m + (K > 2 ? 2 * L : 0);                                      \
-        const T* __restrict v0 = v + c[0];                                                     \
-        const T* __restrict v1 = v + c[K > 1 ? 1 : 0];                                         \
-        const T* __restrict v2 = v + c[K > 2 ? 2 : 0];                                         \
-        if (K == 3 && uniform && c[1] == 0) {                                                  \
-            for (Py_ssize_t j = 0; j < n; j++)                                                 \
-                out[j] = post * ((m0[j] != 0 ? v0[j] : 0) + v1[j] + (m2[j] != 0 ? v2[j] : 0)); \
-            return;                                                                            \
-        }                                                                                      \
-        if (K == 3 && !uniform) {                                                              \
-            for (Py_ssize_t j = 0; j < n; j++)                                                 \
-                out[j] = (m0[j] != 0 ? m0[j] * v0[j] : 0) + (m1[j] != 0 ? m1[j] * v1[j] : 0)   \
-                         + (m2[j] != 0 ? m2[j] * v2[j] : 0);                                   \
-            return;                                                                            \
-        }                                                                                      \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = 0;                                         \
-        for (Py_ssize_t t = 0; t < K; t++) {                                                   \
-            const T* __restrict mt = m + t * L;                                                \
-            const T* __restrict vt = v + c[t];                                                 \
-            for (Py_ssize_t j = 0; j < n; j++) out[j] += mt[j] != 0 ? mt[j] * vt[j] : 0;       \
-        }                                                                                      \
-        if (uniform) for (Py_ssize_t j = 0; j < n; j++) out[j] *= post;                        \
-    }
-    MT_FLAT_COLUMNS(mt_flat_columns_f, float)
-    MT_FLAT_COLUMNS(mt_flat_columns_d, double)
-    """
+cdef extern from "avg_pool_flat.h":
     void mt_flat_rows_f(float* v, const float* src, const float* w, const Py_ssize_t* s, Py_ssize_t R,
                         Py_ssize_t n) noexcept nogil
     void mt_flat_rows_d(double* v, const double* src, const double* w, const Py_ssize_t* s, Py_ssize_t R,
@@ -110,8 +45,9 @@ ctypedef fused real:
     float
     double
 
+include "thresholds.pxi"
+
 cdef enum:
-    MIN_PARALLEL = 1 << 19      # elements of work below which one thread does it all (~50 us)
     ALIGN = 16                  # V starts on a multiple of this many elements (a 64-byte line of float32)
 
 
@@ -177,7 +113,7 @@ def window_sums(const real[:, ::1] src, real[:, ::1] dst, Py_ssize_t W,
         lead = max(lead, -cols[t])
         tail = max(tail, cols[t])
     lead = (lead + ALIGN - 1) // ALIGN * ALIGN
-    cdef int nt = num_threads if planes * (src_size + P) >= MIN_PARALLEL and planes > 1 else 1
+    cdef int nt = threads_for(planes * (src_size + P), num_threads, MT_MIN_PARALLEL_STREAM)
     nt = min(nt, planes)
     # per-thread V planes with zero margins (only [lead, lead + P) is ever written), each
     # starting on a 64-byte boundary (skew: the elements to the first one)

@@ -13,8 +13,11 @@ ctypedef fused real:
     double
 
 
+include "thresholds.pxi"
+
+
 cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
-    return num_threads if work >= 32768 else 1
+    return threads_for(work, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)
 
 
 def channel_stats(const real[::1] x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,

@@ -22,6 +22,8 @@ from cython.parallel cimport prange, threadid
 from libc.string cimport memset, memcpy
 from scipy.linalg.cython_blas cimport sgemm, dgemm
 
+include "thresholds.pxi"
+
 ctypedef fused real:
     float
     double
@@ -308,7 +310,7 @@ def sum_rows(const real[:, ::1] acc, real[::1] out, int num_threads):
     """out[i] = sum over rows of acc[:, i] (the reduction of per-thread accumulators)."""
     cdef Py_ssize_t i, t, R = acc.shape[0], L = acc.shape[1]
     cdef real s
-    for i in prange(L, nogil=True, schedule="static", num_threads=num_threads if L >= 65536 else 1):
+    for i in prange(L, nogil=True, schedule="static", num_threads=threads_for(L, num_threads, MT_MIN_PARALLEL_REDUCE)):
         s = acc[0, i]
         for t in range(1, R):
             s = s + acc[t, i]
@@ -322,7 +324,7 @@ def channel_sums(const real[:, :, ::1] dy, real[::1] out, int num_threads):
     cdef double s
     cdef real part
     for c in prange(C, nogil=True, schedule="static",
-                    num_threads=num_threads if N * C * P >= 32768 else 1):
+                    num_threads=threads_for(N * C * P, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)):
         s = 0
         for n in range(N):
             part = 0

@@ -6,6 +6,8 @@ from cython.parallel cimport prange
 from libc.stdint cimport int64_t
 from libc.math cimport exp, expf
 
+include "thresholds.pxi"
+
 ctypedef fused real:
     float
     double
@@ -23,7 +25,7 @@ def softmax_cross_entropy_grad(const real[:, :, ::1] log_prob, const int64_t[:, 
     cdef Py_ssize_t n, c, d
     cdef real w
     for n in prange(N, nogil=True, schedule="static",
-                    num_threads=num_threads if N * C * D >= 32768 else 1):
+                    num_threads=threads_for(N * C * D, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)):
         for c in range(C):
             for d in range(D):
                 out[n, c, d] = _exp(log_prob[n, c, d]) * coef[n, d]

@@ -18,10 +18,11 @@ ctypedef fused real:
 DEF CHUNK = 8192
 
 
+include "thresholds.pxi"
+
+
 cdef inline int _threads(Py_ssize_t n, int num_threads) noexcept nogil:
-    """An update reads and writes a few bytes per element: below 2^17 elements waking a second
-    thread costs more than the loop."""
-    return num_threads if n >= 131072 else 1
+    return threads_for(n, num_threads, MT_MIN_PARALLEL_UPDATE)
 
 
 cdef inline real _sqrt(real v) noexcept nogil:

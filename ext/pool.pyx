@@ -4,8 +4,8 @@
 Every tensor is contiguous and viewed as (planes, plane) with planes = N * C.  Spatial shapes
 are always 3-D (D, H, W): 1-D and 2-D pooling pass leading axes of size 1 with kernel 1.
 Planes are independent and split over OpenMP threads, so no two threads write the same
-element; small tensors stay on one thread (MIN_PARALLEL elements of work for the general loops,
-MIN_PARALLEL_FAST for the streaming kernels).
+element; small tensors stay on one thread (ext/thresholds.h: MT_MIN_PARALLEL_GATHER elements of work
+for the general loops, MT_MIN_PARALLEL_STREAM for the streaming kernels).
 
 General paths take window geometry from Python (minitrain/ops/pool_geometry.py) as per-axis
 tables `tab[a]` of shape (3, out_a): row 0 the input coordinate where window o starts, rows 1
@@ -32,484 +32,13 @@ from libc.string cimport memset
 
 import numpy as np
 
-cdef extern from *:
-    """
-    #include <string.h>
-    #include <stdint.h>
-    /* Row loops over restrict pointers: no aliasing checks or loop versioning, which otherwise
-       cost more than the 32-element rows of a typical pooling plane.  Each macro is expanded
-       for float (suffix _f) and double (_d). */
-
-    /* out[j] = sum over t < k of src[j + shift[t]] (times scale[j] when SCALED), for j < n;
-       out and src are distinct buffers. */
-    #define MT_SUM_TAPS(NAME, T, SCALED)                                                        \
-    static void NAME(T* __restrict out, const T* __restrict src, const Py_ssize_t* shift,      \
-                     Py_ssize_t k, Py_ssize_t n, const T* __restrict scale) {                   \
-        const Py_ssize_t s0 = shift[0];                                                         \
-        if (k == 1) {                                                                           \
-            for (Py_ssize_t j = 0; j < n; j++) out[j] = SCALED ? src[j + s0] * scale[j] : src[j + s0]; \
-            return;                                                                             \
-        }                                                                                       \
-        const Py_ssize_t s1 = shift[1];                                                         \
-        if (k == 2) {                                                                           \
-            for (Py_ssize_t j = 0; j < n; j++) {                                                \
-                T v = src[j + s0] + src[j + s1];                                                \
-                out[j] = SCALED ? v * scale[j] : v;                                             \
-            }                                                                                   \
-            return;                                                                             \
-        }                                                                                       \
-        const Py_ssize_t s2 = shift[2];                                                         \
-        if (k == 3) {                                                                           \
-            for (Py_ssize_t j = 0; j < n; j++) {                                                \
-                T v = src[j + s0] + src[j + s1] + src[j + s2];                                  \
-                out[j] = SCALED ? v * scale[j] : v;                                             \
-            }                                                                                   \
-            return;                                                                             \
-        }                                                                                       \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = src[j + s0] + src[j + s1] + src[j + s2];    \
-        for (Py_ssize_t t = 3; t < k; t++) {                                                    \
-            const Py_ssize_t st = shift[t];                                                     \
-            for (Py_ssize_t j = 0; j < n; j++) out[j] += src[j + st];                           \
-        }                                                                                       \
-        if (SCALED) for (Py_ssize_t j = 0; j < n; j++) out[j] *= scale[j];                      \
-    }
-    MT_SUM_TAPS(mt_sum_taps_f, float, 0)
-    MT_SUM_TAPS(mt_sum_taps_d, double, 0)
-    MT_SUM_TAPS(mt_sum_taps_scaled_f, float, 1)
-    MT_SUM_TAPS(mt_sum_taps_scaled_d, double, 1)
-
-    /* out[j] = sum over r < R (R >= 1) of rows[r][j], rows[r] = base + idx[r] * pitch. */
-    #define MT_SUM_ROWS(NAME, T)                                                                \
-    static void NAME##_2(T* __restrict out, const T* __restrict a, const T* __restrict b,      \
-                         Py_ssize_t n) {                                                        \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = a[j] + b[j];                                \
-    }                                                                                           \
-    static void NAME##_3(T* __restrict out, const T* __restrict a, const T* __restrict b,      \
-                         const T* __restrict c, Py_ssize_t n) {                                 \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = a[j] + b[j] + c[j];                         \
-    }                                                                                           \
-    static void NAME##_acc(T* __restrict out, const T* __restrict a, Py_ssize_t n) {           \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] += a[j];                                      \
-    }                                                                                           \
-    static void NAME(T* out, const T* base, const Py_ssize_t* idx, Py_ssize_t R,               \
-                     Py_ssize_t pitch, Py_ssize_t n) {                                          \
-        const T* a = base + idx[0] * pitch;                                                     \
-        if (R == 1) { memcpy(out, a, n * sizeof(T)); return; }                                  \
-        const T* b = base + idx[1] * pitch;                                                     \
-        if (R == 2) { NAME##_2(out, a, b, n); return; }                                         \
-        NAME##_3(out, a, b, base + idx[2] * pitch, n);                                          \
-        for (Py_ssize_t r = 3; r < R; r++) NAME##_acc(out, base + idx[r] * pitch, n);           \
-    }
-    MT_SUM_ROWS(mt_sum_rows_f, float)
-    MT_SUM_ROWS(mt_sum_rows_d, double)
-
-    /* out[j] = cw[j] * sum over r < R (R >= 1) of w[r] * rows[r][j], rows[r] = base + idx[r]
-       * pitch: AveragePoolGrad's dY rows times the separable reciprocal counts (w: per row,
-       the D and H factors; cw: per column, the W factor). */
-    #define MT_WEIGHTED_ROWS(NAME, T)                                                           \
-    static void NAME##_1(T* __restrict out, const T* __restrict a, T wa,                       \
-                         const T* __restrict cw, Py_ssize_t n) {                                \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = cw[j] * (wa * a[j]);                        \
-    }                                                                                           \
-    static void NAME##_2(T* __restrict out, const T* __restrict a, T wa, const T* __restrict b, \
-                         T wb, const T* __restrict cw, Py_ssize_t n) {                          \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = cw[j] * (wa * a[j] + wb * b[j]);            \
-    }                                                                                           \
-    static void NAME##_3(T* __restrict out, const T* __restrict a, T wa, const T* __restrict b, \
-                         T wb, const T* __restrict c, T wc, const T* __restrict cw,             \
-                         Py_ssize_t n) {                                                        \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = cw[j] * (wa * a[j] + wb * b[j] + wc * c[j]); \
-    }                                                                                           \
-    static void NAME##_acc(T* __restrict out, const T* __restrict a, T wa, Py_ssize_t n) {     \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] += wa * a[j];                                 \
-    }                                                                                           \
-    static void NAME(T* out, const T* base, const Py_ssize_t* idx, const T* w, Py_ssize_t R,   \
-                     Py_ssize_t pitch, const T* cw, Py_ssize_t n) {                             \
-        const T* a = base + idx[0] * pitch;                                                     \
-        if (R == 1) { NAME##_1(out, a, w[0], cw, n); return; }                                  \
-        const T* b = base + idx[1] * pitch;                                                     \
-        if (R == 2) { NAME##_2(out, a, w[0], b, w[1], cw, n); return; }                         \
-        if (R == 3) { NAME##_3(out, a, w[0], b, w[1], base + idx[2] * pitch, w[2], cw, n); return; } \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] = 0;                                          \
-        for (Py_ssize_t r = 0; r < R; r++) NAME##_acc(out, base + idx[r] * pitch, w[r], n);     \
-        for (Py_ssize_t j = 0; j < n; j++) out[j] *= cw[j];                                     \
-    }
-    MT_WEIGHTED_ROWS(mt_weighted_rows_f, float)
-    MT_WEIGHTED_ROWS(mt_weighted_rows_d, double)
-
-    /* y[o] = scale[o] * (sum of v[lo[o]] .. v[hi[o] - 1]): windows of one row, dilation 1. */
-    #define MT_WINDOW_SUMS(NAME, T)                                                             \
-    static void NAME(T* __restrict y, const T* __restrict v, const Py_ssize_t* __restrict lo,  \
-                     const Py_ssize_t* __restrict hi, const T* __restrict scale, Py_ssize_t n) { \
-        for (Py_ssize_t o = 0; o < n; o++) {                                                    \
-            T acc = 0;                                                                          \
-            for (Py_ssize_t j = lo[o]; j < hi[o]; j++) acc += v[j];                             \
-            y[o] = acc * scale[o];                                                              \
-        }                                                                                       \
-    }                                                                                           \
-    static void NAME##_pairs(T* __restrict y, const T* __restrict v, const T* __restrict scale, \
-                             Py_ssize_t n) {                                                    \
-        for (Py_ssize_t o = 0; o < n; o++) y[o] = (v[2 * o] + v[2 * o + 1]) * scale[o];         \
-    }
-    MT_WINDOW_SUMS(mt_window_sums_f, float)
-    MT_WINDOW_SUMS(mt_window_sums_d, double)
-
-    /* out[w] = v[w / k] for w < min(W, n * k), 0 after: non-overlapping windows of k spread
-       back over the row (k == 2 as one vectorised loop). */
-    #define MT_SPREAD(NAME, T)                                                                  \
-    static void NAME(T* __restrict out, const T* __restrict v, Py_ssize_t k, Py_ssize_t n,     \
-                     Py_ssize_t W) {                                                            \
-        Py_ssize_t w = 0;                                                                       \
-        if (k == 2 && 2 * n <= W) {                                                             \
-            for (Py_ssize_t o = 0; o < n; o++) { out[2 * o] = v[o]; out[2 * o + 1] = v[o]; }    \
-            w = 2 * n;                                                                          \
-        } else {                                                                                \
-            for (Py_ssize_t o = 0; o < n && w < W; o++) {                                       \
-                const T x = v[o];                                                               \
-                const Py_ssize_t end = w + k < W ? w + k : W;                                   \
-                for (; w < end; w++) out[w] = x;                                                \
-            }                                                                                   \
-        }                                                                                       \
-        for (; w < W; w++) out[w] = 0;                                                          \
-    }
-    MT_SPREAD(mt_spread_f, float)
-    MT_SPREAD(mt_spread_d, double)
-
-    /* One plane of AveragePool by rows (see avg_pool_rows): output row r sums the input rows
-       rows[ptr[r]:ptr[r + 1]] (W wide) into buf + r * ext + lead, or reads the input row
-       itself when it is the only one and `direct`; then along W by `mode` (0 taps, 1 windows,
-       2 pairs) with the W table wt0 (taps or window starts), wt1 (window ends) and k taps.
-       All row sums come first: reading a row right after storing it at a shifted offset
-       would stall on store forwarding. */
-    #define MT_AVG_PLANE(NAME, T, SFX)                                                          \
-    static void NAME(T* y, const T* x, T* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows,  \
-                     Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead,  \
-                     Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1,  \
-                     Py_ssize_t k, const T* scale) {                                            \
-        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
-            const Py_ssize_t R = ptr[r + 1] - ptr[r];                                           \
-            if (R > 1 || !direct) mt_sum_rows_##SFX(buf + r * ext + lead, x, rows + ptr[r], R, W, W); \
-        }                                                                                       \
-        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
-            const T* v = ptr[r + 1] - ptr[r] == 1 && direct ? x + rows[ptr[r]] * W : buf + r * ext; \
-            T* out = y + r * OW;                                                                \
-            const T* s = scale + r * OW;                                                        \
-            if (mode == 0) mt_sum_taps_scaled_##SFX(out, v, wt0, k, OW, s);                     \
-            else if (mode == 1) mt_window_sums_##SFX(out, v, wt0, wt1, s, OW);                  \
-            else mt_window_sums_##SFX##_pairs(out, v, s, OW);                                   \
-        }                                                                                       \
-    }
-    MT_AVG_PLANE(mt_avg_plane_f, float, f)
-    MT_AVG_PLANE(mt_avg_plane_d, double, d)
-
-    /* One plane of AveragePoolGrad by rows (see avg_pool_grad_rows): dX row r gets the dY rows
-       rows[ptr[r]:ptr[r + 1]] (OW wide) weighted by w (per row) and cw (per column) in
-       buf + r * ext + lead, then along W taps (shift, kw) or, when `spread`, windows of kw.
-       With `post` (taps, every window counting the same) the rows are summed unweighted and
-       the taps' sums times post (that count's reciprocal, W long): fewer loads and products.
-       All weighted rows come first, as in MT_AVG_PLANE. */
-    #define MT_AVG_GRAD_PLANE(NAME, T, SFX)                                                     \
-    static void NAME(T* dx, const T* dy, T* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, \
-                     const T* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const T* cw,    \
-                     int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift,      \
-                     Py_ssize_t kw, const T* post) {                                            \
-        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
-            const Py_ssize_t R = ptr[r + 1] - ptr[r];                                           \
-            if (R == 0) continue;                                                               \
-            if (post) mt_sum_rows_##SFX(buf + r * ext + lead, dy, rows + ptr[r], R, OW, OW);    \
-            else mt_weighted_rows_##SFX(buf + r * ext + lead, dy, rows + ptr[r], w + ptr[r], R, OW, cw, OW); \
-        }                                                                                       \
-        for (Py_ssize_t r = 0; r < nrows; r++) {                                                \
-            T* out = dx + r * W;                                                                \
-            const T* v = buf + r * ext + lead;                                                  \
-            if (ptr[r + 1] == ptr[r]) memset(out, 0, W * sizeof(T));                            \
-            else if (spread) mt_spread_##SFX(out, v, kw, OW, W);                                \
-            else if (post) mt_sum_taps_scaled_##SFX(out, v, shift, kw, W, post);                \
-            else mt_sum_taps_##SFX(out, v, shift, kw, W, NULL);                                 \
-        }                                                                                       \
-    }
-    MT_AVG_GRAD_PLANE(mt_avg_grad_plane_f, float, f)
-    MT_AVG_GRAD_PLANE(mt_avg_grad_plane_d, double, d)
-
-    /* MaxPool along one output row, kernel = stride = 2 along W over one input row (two_rows
-       0) or two (kernel 2 along H): taps in row-major order, a tap wins when it is greater than
-       the best so far or NaN (first maximum, last NaN, as the general loop).  ind (NULL when
-       not wanted) gets base + the row-major offset of the winner from r0. */
-    #define MT_MAXPOOL_K2(NAME, T)                                                              \
-    static void NAME(const T* __restrict r0, Py_ssize_t W, int two_rows, T* __restrict y,      \
-                     int64_t* __restrict ind, int64_t base, Py_ssize_t n) {                     \
-        const T* __restrict r1 = r0 + W;                                                        \
-        if (!two_rows && ind == NULL) {                                                         \
-            for (Py_ssize_t o = 0; o < n; o++) {                                                \
-                const T a = r0[2 * o], b = r0[2 * o + 1];                                       \
-                y[o] = ((b > a) | (b != b)) ? b : a;                                            \
-            }                                                                                   \
-            return;                                                                             \
-        }                                                                                       \
-        if (!two_rows) {                                                                        \
-            for (Py_ssize_t o = 0; o < n; o++) {                                                \
-                const T a = r0[2 * o], b = r0[2 * o + 1];                                       \
-                const int m = (b > a) | (b != b);                                               \
-                y[o] = m ? b : a;                                                               \
-                ind[o] = base + 2 * o + m;                                                      \
-            }                                                                                   \
-            return;                                                                             \
-        }                                                                                       \
-        for (Py_ssize_t o = 0; o < n; o++) {                                                    \
-            T best = r0[2 * o], v;                                                              \
-            int64_t off = 0;                                                                    \
-            int m;                                                                              \
-            v = r0[2 * o + 1]; m = (v > best) | (v != v); best = m ? v : best; off = m ? 1 : off; \
-            v = r1[2 * o];     m = (v > best) | (v != v); best = m ? v : best; off = m ? W : off; \
-            v = r1[2 * o + 1]; m = (v > best) | (v != v); best = m ? v : best;                  \
-            off = m ? W + 1 : off;                                                              \
-            y[o] = best;                                                                        \
-            if (ind != NULL) ind[o] = base + 2 * o + off;                                       \
-        }                                                                                       \
-    }                                                                                           \
-    /* Its gradient: every element of window o gets dy[o] where ind[o] points, else 0, one  \
-       store each.  Returns 0 (having written this row) when some index lies outside its own  \
-       window, which MaxPool never produces: the caller then redoes the plane by scattering. */ \
-    static int NAME##_grad(const T* __restrict dy, const int64_t* __restrict ind,              \
-                           T* __restrict r0, Py_ssize_t W, int two_rows, int64_t base,          \
-                           Py_ssize_t n) {                                                      \
-        T* __restrict r1 = r0 + W;                                                              \
-        uint64_t bad = 0;                                                                       \
-        if (!two_rows) {                                                                        \
-            for (Py_ssize_t o = 0; o < n; o++) {                                                \
-                const int64_t d = ind[o] - (base + 2 * o);                                      \
-                const T g = dy[o];                                                              \
-                r0[2 * o] = d == 0 ? g : 0;                                                     \
-                r0[2 * o + 1] = d == 1 ? g : 0;                                                 \
-                bad |= (uint64_t)d > 1;                                                         \
-            }                                                                                   \
-            return bad == 0;                                                                    \
-        }                                                                                       \
-        for (Py_ssize_t o = 0; o < n; o++) {                                                    \
-            const int64_t d = ind[o] - (base + 2 * o);                                          \
-            const T g = dy[o];                                                                  \
-            r0[2 * o] = d == 0 ? g : 0;                                                         \
-            r0[2 * o + 1] = d == 1 ? g : 0;                                                     \
-            r1[2 * o] = d == W ? g : 0;                                                         \
-            r1[2 * o + 1] = d == W + 1 ? g : 0;                                                 \
-            bad |= ((uint64_t)d > 1) & ((uint64_t)(d - W) > 1);                                 \
-        }                                                                                       \
-        return bad == 0;                                                                        \
-    }
-    MT_MAXPOOL_K2(mt_maxpool_k2_d, double)
-    /* MaxPool k = s = 2 along W, float32 with AVX-512: 16 outputs per step and the row's tail
-       in one masked step, so short rows (14 or 5 outputs in LeNet) never run scalar code. */
-    #if defined(__AVX512F__)
-    #include <immintrin.h>
-    #define MT_HAVE_AVX512_K2 1
-    static inline __mmask16 mt_head16(Py_ssize_t r) {
-        return r >= 16 ? (__mmask16)0xFFFF : r <= 0 ? (__mmask16)0 : (__mmask16)((1u << r) - 1);
-    }
-    /* even and odd lanes of the 32 floats p[0..2r) (r outputs) */
-    static inline void mt_load_pairs(const float* p, Py_ssize_t r, __m512* even, __m512* odd) {
-        const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-        const __m512 a = _mm512_maskz_loadu_ps(mt_head16(2 * r), p);
-        const __m512 b = _mm512_maskz_loadu_ps(mt_head16(2 * r - 16), p + 16);
-        *even = _mm512_permutex2var_ps(a, ie, b);
-        *odd = _mm512_permutex2var_ps(a, io, b);
-    }
-    /* p[2i] = even[i], p[2i + 1] = odd[i] for i < r */
-    static inline void mt_store_pairs(float* p, Py_ssize_t r, __m512 even, __m512 odd) {
-        const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
-        _mm512_mask_storeu_ps(p, mt_head16(2 * r), _mm512_permutex2var_ps(even, lo, odd));
-        _mm512_mask_storeu_ps(p + 16, mt_head16(2 * r - 16), _mm512_permutex2var_ps(even, hi, odd));
-    }
-    /* lanes where v wins over best: greater, or NaN */
-    static inline __mmask16 mt_wins(__m512 v, __m512 best) {
-        return _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    }
-    static void mt_maxpool_k2_avx512(const float* r0, Py_ssize_t W, int two_rows, float* y,
-                                     int64_t* ind, int64_t base, Py_ssize_t n) {
-        const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        for (Py_ssize_t o = 0; o < n; o += 16) {
-            const Py_ssize_t r = n - o;
-            const __mmask16 m = mt_head16(r);
-            __m512 best, v, e1, o1;
-            mt_load_pairs(r0 + 2 * o, r, &best, &v);
-            __mmask16 k = mt_wins(v, best);
-            best = _mm512_mask_mov_ps(best, k, v);
-            __m512i off = _mm512_maskz_mov_epi32(k, _mm512_set1_epi32(1));
-            if (two_rows) {
-                mt_load_pairs(r0 + W + 2 * o, r, &e1, &o1);
-                k = mt_wins(e1, best);
-                best = _mm512_mask_mov_ps(best, k, e1);
-                off = _mm512_mask_mov_epi32(off, k, _mm512_set1_epi32((int)W));
-                k = mt_wins(o1, best);
-                best = _mm512_mask_mov_ps(best, k, o1);
-                off = _mm512_mask_mov_epi32(off, k, _mm512_set1_epi32((int)W + 1));
-            }
-            _mm512_mask_storeu_ps(y + o, m, best);
-            if (ind != NULL) {
-                const __m512i rel = _mm512_add_epi32(off, lane2);
-                const __m512i b = _mm512_set1_epi64(base + 2 * o);
-                _mm512_mask_storeu_epi64(ind + o, (__mmask8)m,
-                    _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(rel))));
-                _mm512_mask_storeu_epi64(ind + o + 8, (__mmask8)(m >> 8),
-                    _mm512_add_epi64(b, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(rel, 1))));
-            }
-        }
-    }
-    /* lanes of the 16 indices ind[0..r) equal to base + 2 lane + d */
-    static inline __mmask16 mt_points(__m512i lo, __m512i hi, int64_t d) {
-        const __m512i vd = _mm512_set1_epi64(d);
-        return (__mmask16)(_mm512_cmpeq_epi64_mask(lo, vd) | ((unsigned)_mm512_cmpeq_epi64_mask(hi, vd) << 8));
-    }
-    static int mt_maxpool_k2_grad_avx512(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W,
-                                         int two_rows, int64_t base, Py_ssize_t n) {
-        const __m512i lane2 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
-        unsigned bad = 0;
-        for (Py_ssize_t o = 0; o < n; o += 16) {
-            const Py_ssize_t r = n - o;
-            const __mmask16 m = mt_head16(r);
-            const __m512 g = _mm512_maskz_loadu_ps(m, dy + o);
-            const __m512i b = _mm512_add_epi64(_mm512_set1_epi64(base + 2 * o), lane2);
-            /* offsets of the indices from their windows' first elements */
-            const __m512i lo = _mm512_sub_epi64(_mm512_maskz_loadu_epi64((__mmask8)m, ind + o), b);
-            const __m512i hi = _mm512_sub_epi64(_mm512_maskz_loadu_epi64((__mmask8)(m >> 8), ind + o + 8),
-                                                _mm512_add_epi64(b, _mm512_set1_epi64(16)));
-            const __mmask16 k0 = mt_points(lo, hi, 0), k1 = mt_points(lo, hi, 1);
-            __mmask16 hit = k0 | k1;
-            mt_store_pairs(r0 + 2 * o, r, _mm512_maskz_mov_ps(k0, g), _mm512_maskz_mov_ps(k1, g));
-            if (two_rows) {
-                const __mmask16 k2 = mt_points(lo, hi, W), k3 = mt_points(lo, hi, W + 1);
-                hit |= k2 | k3;
-                mt_store_pairs(r0 + W + 2 * o, r, _mm512_maskz_mov_ps(k2, g), _mm512_maskz_mov_ps(k3, g));
-            }
-            bad |= m & ~hit;
-        }
-        return bad == 0;
-    }
-    #endif
-
-    #ifndef MT_HAVE_AVX512_K2
-    MT_MAXPOOL_K2(mt_maxpool_k2_c_f, float)
-    #endif
-    /* MaxPool and MaxPoolGrad k = s = 2 along W, float32 with AVX2 (no AVX-512): 8 windows
-       per step, the last step moved back to end with the row (rows of 8 to 15 windows, as in
-       LeNet, take two steps and no scalar code); rows under 8 windows take the C loops.  Stores
-       stay unmasked: AVX2's masked stores are slow on AMD.  The gradient narrows the
-       indices' offsets from their windows to 32 bits (an offset whose high half is not zero
-       counts as outside). */
-    #if defined(__AVX2__) && !defined(MT_HAVE_AVX512_K2)
-    #include <immintrin.h>
-    #define MT_HAVE_AVX2_K2 1
-    /* even and odd elements of p[0..16) */
-    static inline void mt_load_pairs8(const float* p, __m256* even, __m256* odd) {
-        const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
-        *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
-        *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
-    }
-    /* lanes where v wins over best: greater, or NaN */
-    static inline __m256 mt_wins8(__m256 v, __m256 best) {
-        return _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    }
-    static void mt_maxpool_k2_avx2(const float* r0, Py_ssize_t W, int two_rows, float* y,
-                                   int64_t* ind, int64_t base, Py_ssize_t n) {
-        const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-        if (n < 8) {
-            mt_maxpool_k2_c_f(r0, W, two_rows, y, ind, base, n);
-            return;
-        }
-        for (Py_ssize_t o = 0; o < n; o += 8) {
-            o = o + 8 > n ? n - 8 : o;      /* the last step overlaps: equal values rewritten */
-            __m256 best, v, e1, o1;
-            mt_load_pairs8(r0 + 2 * o, &best, &v);
-            __m256 k = mt_wins8(v, best);
-            best = _mm256_blendv_ps(best, v, k);
-            __m256i off = _mm256_and_si256(_mm256_castps_si256(k), _mm256_set1_epi32(1));
-            if (two_rows) {
-                mt_load_pairs8(r0 + W + 2 * o, &e1, &o1);
-                k = mt_wins8(e1, best);
-                best = _mm256_blendv_ps(best, e1, k);
-                off = _mm256_blendv_epi8(off, _mm256_set1_epi32((int)W), _mm256_castps_si256(k));
-                k = mt_wins8(o1, best);
-                best = _mm256_blendv_ps(best, o1, k);
-                off = _mm256_blendv_epi8(off, _mm256_set1_epi32((int)W + 1), _mm256_castps_si256(k));
-            }
-            _mm256_storeu_ps(y + o, best);
-            if (ind != NULL) {
-                const __m256i rel = _mm256_add_epi32(off, lane2);
-                const __m256i b = _mm256_set1_epi64x(base + 2 * o);
-                _mm256_storeu_si256((__m256i*)(ind + o),
-                    _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(rel))));
-                _mm256_storeu_si256((__m256i*)(ind + o + 4),
-                    _mm256_add_epi64(b, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(rel, 1))));
-            }
-        }
-    }
-    /* p[0..16) = even[0], odd[0], even[1], odd[1], ... */
-    static inline void mt_store_pairs8(float* p, __m256 even, __m256 odd) {
-        const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
-        _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
-        _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-    static int mt_maxpool_k2_grad_avx2(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W,
-                                       int two_rows, int64_t base, Py_ssize_t n) {
-        const __m256i lane2 = _mm256_setr_epi64x(0, 2, 4, 6);
-        const __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_set1_epi32(1);
-        const __m256i tw = _mm256_set1_epi32((int)W), tw1 = _mm256_set1_epi32((int)W + 1);
-        __m256i bad = _mm256_setzero_si256();
-        if (n < 8)
-            return mt_maxpool_k2_c_f_grad(dy, ind, r0, W, two_rows, base, n);
-        for (Py_ssize_t o = 0; o < n; o += 8) {
-            o = o + 8 > n ? n - 8 : o;      /* the last step overlaps: equal values rewritten */
-            const __m256 g = _mm256_loadu_ps(dy + o);
-            const __m256i b = _mm256_add_epi64(_mm256_set1_epi64x(base + 2 * o), lane2);
-            const __m256i lo = _mm256_sub_epi64(_mm256_loadu_si256((const __m256i*)(ind + o)), b);
-            const __m256i hi = _mm256_sub_epi64(_mm256_loadu_si256((const __m256i*)(ind + o + 4)),
-                                                _mm256_add_epi64(b, _mm256_set1_epi64x(8)));
-            /* low and high 32-bit halves of the 8 offsets, in window order */
-            const __m256i d = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(
-                _mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi), 0x88)), 0xD8);
-            const __m256i high = _mm256_castps_si256(_mm256_shuffle_ps(
-                _mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi), 0xDD));
-            const __m256i k0 = _mm256_cmpeq_epi32(d, t0), k1 = _mm256_cmpeq_epi32(d, t1);
-            __m256i hit = _mm256_or_si256(k0, k1);
-            mt_store_pairs8(r0 + 2 * o, _mm256_and_ps(_mm256_castsi256_ps(k0), g),
-                            _mm256_and_ps(_mm256_castsi256_ps(k1), g));
-            if (two_rows) {
-                const __m256i k2 = _mm256_cmpeq_epi32(d, tw), k3 = _mm256_cmpeq_epi32(d, tw1);
-                hit = _mm256_or_si256(hit, _mm256_or_si256(k2, k3));
-                mt_store_pairs8(r0 + W + 2 * o, _mm256_and_ps(_mm256_castsi256_ps(k2), g),
-                                _mm256_and_ps(_mm256_castsi256_ps(k3), g));
-            }
-            bad = _mm256_or_si256(bad, _mm256_or_si256(high, _mm256_andnot_si256(hit, _mm256_set1_epi32(-1))));
-        }
-        return _mm256_testz_si256(bad, bad);
-    }
-    #endif
-    static void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind,
-                                int64_t base, Py_ssize_t n) {
-    #ifdef MT_HAVE_AVX512_K2
-        mt_maxpool_k2_avx512(r0, W, two_rows, y, ind, base, n);
-    #elif defined(MT_HAVE_AVX2_K2)
-        mt_maxpool_k2_avx2(r0, W, two_rows, y, ind, base, n);
-    #else
-        mt_maxpool_k2_c_f(r0, W, two_rows, y, ind, base, n);
-    #endif
-    }
-    static int mt_maxpool_k2_f_grad(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W,
-                                    int two_rows, int64_t base, Py_ssize_t n) {
-    #ifdef MT_HAVE_AVX512_K2
-        return mt_maxpool_k2_grad_avx512(dy, ind, r0, W, two_rows, base, n);
-    #elif defined(MT_HAVE_AVX2_K2)
-        return mt_maxpool_k2_grad_avx2(dy, ind, r0, W, two_rows, base, n);
-    #else
-        return mt_maxpool_k2_c_f_grad(dy, ind, r0, W, two_rows, base, n);
-    #endif
-    }
-    """
+cdef extern from "pool_rows.h":
     void mt_avg_plane_f(float* y, const float* x, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead, Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1, Py_ssize_t k, const float* scale) noexcept nogil
     void mt_avg_plane_d(double* y, const double* x, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, int mode, Py_ssize_t lead, Py_ssize_t ext, int direct, const Py_ssize_t* wt0, const Py_ssize_t* wt1, Py_ssize_t k, const double* scale) noexcept nogil
     void mt_avg_grad_plane_f(float* dx, const float* dy, float* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const float* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const float* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw, const float* post) noexcept nogil
     void mt_avg_grad_plane_d(double* dx, const double* dy, double* buf, const Py_ssize_t* ptr, const Py_ssize_t* rows, const double* w, Py_ssize_t nrows, Py_ssize_t W, Py_ssize_t OW, const double* cw, int spread, Py_ssize_t lead, Py_ssize_t ext, const Py_ssize_t* shift, Py_ssize_t kw, const double* post) noexcept nogil
+
+cdef extern from "maxpool_k2.h":
     void mt_maxpool_k2_f(const float* r0, Py_ssize_t W, int two_rows, float* y, int64_t* ind, int64_t base, Py_ssize_t n) noexcept nogil
     void mt_maxpool_k2_d(const double* r0, Py_ssize_t W, int two_rows, double* y, int64_t* ind, int64_t base, Py_ssize_t n) noexcept nogil
     int mt_maxpool_k2_f_grad(const float* dy, const int64_t* ind, float* r0, Py_ssize_t W, int two_rows, int64_t base, Py_ssize_t n) noexcept nogil
@@ -519,19 +48,19 @@ ctypedef fused real:
     float
     double
 
+include "thresholds.pxi"
+
 cdef enum:
-    MIN_PARALLEL = 16384       # elements of work below which the general loops stay on one thread
-    MIN_PARALLEL_FAST = 1 << 19    # the same for the streaming kernels (~50 us on one core)
     GAP = 80        # elements between per-thread buffers (see avg_pool_grad)
 
 
 cdef inline int _threads(Py_ssize_t work, Py_ssize_t planes, int num_threads,
-                         Py_ssize_t min_work=MIN_PARALLEL) noexcept nogil:
-    """Threads for `work` elements over `planes` planes: one below min_work, where waking a
-    second thread (10-20 us with passive OpenMP waiting) costs more than it saves."""
-    if work < min_work or planes < 2:
+                         Py_ssize_t min_work=MT_MIN_PARALLEL_GATHER) noexcept nogil:
+    """Threads for `work` elements over `planes` planes (ext/thresholds.h): one below
+    min_work, at most one per plane."""
+    if planes < 2:
         return 1
-    return <int>min(<Py_ssize_t>num_threads, planes)
+    return <int>min(<Py_ssize_t>threads_for(work, num_threads, min_work), planes)
 
 
 cdef inline void _add(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
@@ -632,7 +161,7 @@ def max_pool_grad(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, 
     written out of bounds; returns the flat position in dy of the first such index, or -1."""
     cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], p
     cdef Py_ssize_t D = in3[0], H = in3[1], W = in3[2]
-    cdef int nt = _threads(planes * (P + Q), planes, num_threads, MIN_PARALLEL_FAST)
+    cdef int nt = _threads(planes * (P + Q), planes, num_threads, MT_MIN_PARALLEL_STREAM)
     if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad: buffer shapes disagree")
     if D * H * W != P:
@@ -654,7 +183,7 @@ def max_pool_k2(const real[:, ::1] x, real[:, ::1] y, int64_t[:, ::1] indices, P
     max_pool's results (indices: None, or row-major over the whole tensor)."""
     cdef Py_ssize_t planes = x.shape[0], P = x.shape[1], Q = y.shape[1], OW, p, oh
     cdef bint with_ind = indices is not None
-    cdef int nt = _threads(planes * P, planes, num_threads, MIN_PARALLEL_FAST)
+    cdef int nt = _threads(planes * P, planes, num_threads, MT_MIN_PARALLEL_STREAM)
     if planes == 0 or Q == 0:
         return
     OW = Q // OH
@@ -681,7 +210,7 @@ def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[
     cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], OH, OW, p, oh, c, covered
     cdef int ok
     cdef real* row
-    cdef int nt = _threads(planes * (P + Q), planes, num_threads, MIN_PARALLEL_FAST)
+    cdef int nt = _threads(planes * (P + Q), planes, num_threads, MT_MIN_PARALLEL_STREAM)
     if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad_k2: buffer shapes disagree")
     if H * W != P or kh < 1 or kh > 2:
@@ -946,7 +475,7 @@ def avg_pool_rows(const real[:, ::1] x, real[:, ::1] y, const real[::1] scale,
                 raise ValueError("avg_pool_rows: a window leaves the row")
     if planes == 0 or OW == 0:
         return
-    nt = _threads(planes * (x.shape[1] + y.shape[1]), planes, num_threads, MIN_PARALLEL_FAST)
+    nt = _threads(planes * (x.shape[1] + y.shape[1]), planes, num_threads, MT_MIN_PARALLEL_STREAM)
     # per-thread plane buffers of nrows rows of ext; their margins stay zero (only
     # [lead, lead + W) of each row is ever written)
     scratch = np.zeros((nt, nrows * ext + GAP), dtype=np.float32 if real is float else np.float64)
@@ -995,7 +524,7 @@ def avg_pool_grad_rows(const real[:, ::1] dy, real[:, ::1] dx, const real[::1] w
         raise ValueError("avg_pool_grad_rows: a uniform scale needs the taps and one value per column")
     if planes == 0 or W == 0:
         return
-    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads, MIN_PARALLEL_FAST)
+    nt = _threads(planes * (dx.shape[1] + dy.shape[1]), planes, num_threads, MT_MIN_PARALLEL_STREAM)
     # per-thread plane buffers of nrows rows of ext; their margins stay zero (only
     # [lead, lead + OW) of each row is ever written)
     scratch = np.zeros((nt, nrows * ext + GAP), dtype=np.float32 if real is float else np.float64)

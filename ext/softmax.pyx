@@ -22,6 +22,7 @@ cdef extern from "fastmath.h":
     double _barrier_d "MT_ASSOC_BARRIER" (double x) noexcept nogil
 
 include "stream.pxi"
+include "thresholds.pxi"
 
 ctypedef fused real:
     float
@@ -29,7 +30,6 @@ ctypedef fused real:
 
 cdef enum:
     BLOCK = 64          # lanes of `inner` per task when inner > 1
-    MIN_PARALLEL = 32768
     ROW_EXPS = 2048     # longest LogSoftmax gradient row whose exps fit the stack buffer
     SUM_CHUNK = 256     # elements a gradient row's sum takes at a time (_softmax_grad_sum)
 
@@ -54,7 +54,7 @@ cdef inline real _log(real v) noexcept nogil:
 
 
 cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
-    return max(1, num_threads) if work >= MIN_PARALLEL else 1
+    return threads_for(work, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)
 
 
 # --------------------------------------------------------------------------- contiguous rows
@@ -165,9 +165,8 @@ cdef void _softmax_grad_rows(const real* dy, const real* y, real* dx, Py_ssize_t
                              Py_ssize_t rows, bint log_softmax, bint stream) noexcept nogil:
     """`rows` consecutive contiguous rows, pipelined: SUM_CHUNK elements at a time, a row's
     last pass (its inputs in L1) alternates with the next row's first pass (from memory or a
-    farther cache), so those loads never wait for a whole last pass.  SoftmaxGrad 4096x1000
-    float32, 2 threads, Intel KVM guest: 0.96-0.98 -> 0.88-0.90 ms in a C model of the loop,
-    94% -> 97-100% of STREAM Add in bench_pool_act (not streamed: its L3 is reported as 480 MB)."""
+    farther cache), so those loads never wait for a whole last pass (bench/RESULTS.md,
+    "Streaming stores", has what it gained)."""
     cdef Py_ssize_t r, k, c, m
     cdef real exps[2 * ROW_EXPS]          # this row's exps and the next row's (LOG_EXPS)
     cdef int form = _row_form(n, log_softmax)

@@ -2,10 +2,9 @@
    than the last-level cache is evicted before anyone reads it again, so the read-for-ownership
    that an ordinary store costs on every cache line is wasted bandwidth.  A streaming kernel
    computes one vector at a time in the GCC vector types below (the widest the compiler
-   targets) and stores it straight from the register with mt_stream_vf/vd.  Staging blocks in
-   an L1 buffer and streaming them from there lost most of the gain on Zen3 (ReluGrad over
-   48 MB, 2 threads: plain stores 1.28-1.66 ms, buffered 1.22-1.47, from registers 0.86-1.13).
-   A thread calls mt_stream_fence() once after its last streaming store.  When to stream is
+   targets) and stores it straight from the register with mt_stream_vf/vd: staging blocks in
+   an L1 buffer and streaming them from there loses most of the gain (bench/RESULTS.md,
+   "Streaming stores").  A thread calls mt_stream_fence() once after its last streaming store.  When to stream is
    decided in Python (minitrain/providers/cpu/streaming.py). */
 #ifndef MINITRAIN_STREAM_H
 #define MINITRAIN_STREAM_H

@@ -3,6 +3,8 @@
 Forward ops are differentiated into ONNX Runtime's gradient ops; every node runs a kernel looked
 up in a registry keyed by op type, domain, opset version, provider and dtype."""
 from . import errors, ops
+from .caches import cache_limit, clear_caches, set_cache_limit
+from .tensor_limit import max_tensor_bytes, set_max_tensor_bytes
 from .executor import Executor, run_node
 from .graph import DEFAULT_OPSETS, Graph, Node, Value
 from .registry import KernelDef, register_kernel, registered_kernels
@@ -14,5 +16,6 @@ __version__ = "0.1.0"
 
 __all__ = ["Graph", "Node", "Value", "DEFAULT_OPSETS", "Executor", "run_node", "KernelDef",
            "register_kernel", "registered_kernels", "errors", "ops", "get_num_threads",
-           "set_num_threads", "gradcheck", "gradcheck_graph", "data", "nn", "optim", "random",
+           "set_num_threads", "cache_limit", "set_cache_limit", "clear_caches", "max_tensor_bytes",
+           "set_max_tensor_bytes", "gradcheck", "gradcheck_graph", "data", "nn", "optim", "random",
            "training", "__version__"]

@@ -12,26 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import GraphError
-from .graph import Node
+from .graph import Node, UniqueNames
 from .inference import check_graph_node, infer_types, topological_order
 from .ops import get_gradient_builder
 from .ops.gradients import GradContext
 from .ops.schema import FLOAT_TYPES
-
-
-class _Names:
-    """Fresh value names, unique in the graph (kept in a set: no rescans of a large graph)."""
-
-    def __init__(self, graph):
-        self.used = graph.all_value_names() | {n.name for n in graph.nodes}
-
-    def __call__(self, base):
-        name, k = base, 0
-        while name in self.used:
-            k += 1
-            name = f"{base}_{k}"
-        self.used.add(name)
-        return name
 
 
 def _is_differentiable(builder, index):
@@ -76,7 +61,7 @@ def build_gradient_graph(graph, loss, wrt, *, stop_gradients=(), seeds=None):
             contributes.update(x for i, x in enumerate(node.inputs) if edge_open(node, i, x))
     needs_grad = requires & contributes
 
-    make_name = _Names(g)
+    make_name = UniqueNames(g.all_value_names() | {n.name for n in g.nodes}, start=1)
     contributions = {}
     for name in losses:
         if seeds and name in seeds:

@@ -5,6 +5,7 @@ attributes and picks the kernel from the registry; neither branches on the provi
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,6 +127,7 @@ class Executor:
         self.provider = self.providers[plan.providers[0]]
         self.profiler = NodeProfiler() if profile else None
         self.calls = 0
+        self._calls_lock = threading.Lock()     # run() may be called from several threads
         self.write_back = dict(write_back or {})
         self.state = state
         self.constants = {}
@@ -161,7 +163,8 @@ class Executor:
             values = self.execute(self.place_inputs(fed), dims, dims_key)
         if self.profiler is not None:
             self.profiler.end_run()
-        self.calls += 1
+        with self._calls_lock:
+            self.calls += 1
         if not to_host:
             return {name: values[name] for name in fetch}
         return {name: self._host(name, values[name]) for name in fetch}

@@ -48,6 +48,27 @@ class Node:
         self.attrs = dict(self.attrs)
 
 
+class UniqueNames:
+    """Fresh names, unique among `taken` (a set, grown with every name handed out): `base`
+    itself when free (unless always_suffix), else base_<n> with n from one counter that starts at
+    `start` and skips the names already taken.  Graphs, the graph builder of minitrain.nn and
+    autodiff all name values and nodes with it."""
+
+    def __init__(self, taken=None, start=0):
+        self.taken = set() if taken is None else taken
+        self._counter = itertools.count(start)
+
+    def __call__(self, base, always_suffix=False):
+        if not always_suffix and base not in self.taken:
+            self.taken.add(base)
+            return base
+        while True:
+            candidate = f"{base}_{next(self._counter)}"
+            if candidate not in self.taken:
+                self.taken.add(candidate)
+                return candidate
+
+
 class Graph:
     """A computation: nodes in any order (the scheduler sorts them), graph inputs fed at run
     time, initializers (parameters and constants) held by the graph, and graph outputs."""
@@ -61,15 +82,14 @@ class Graph:
         self.initializers = dict(initializers or {})
         self.opset_imports = {**DEFAULT_OPSETS, **(opset_imports or {})}
         self.value_info = {}   # name -> TensorType declared for intermediate values
-        self._counter = itertools.count()
-        self._names_taken = set()   # names seen by unique_name, grown as nodes are appended
+        self._names = UniqueNames()     # taken: the names seen so far, grown as nodes are appended
         self._nodes_seen = 0
 
     # ------------------------------------------------------------------ building
     def unique_name(self, base):
         """A value or node name not used anywhere in the graph yet (nodes are scanned once, as
         they are appended, so building a large graph stays linear)."""
-        taken = self._names_taken
+        taken = self._names.taken
         for node in self.nodes[self._nodes_seen:]:
             taken.add(node.name)
             taken.update(node.inputs)
@@ -77,11 +97,7 @@ class Graph:
         self._nodes_seen = len(self.nodes)
         taken.update(self.initializers)
         taken.update(v.name for v in self.inputs)
-        while True:
-            candidate = f"{base}_{next(self._counter)}"
-            if candidate not in taken:
-                taken.add(candidate)
-                return candidate
+        return self._names(base, always_suffix=True)
 
     def add_node(self, op_type, inputs, outputs=None, attrs=None, domain=ONNX_DOMAIN, name=None,
                  num_outputs=1):

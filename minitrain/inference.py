@@ -9,14 +9,14 @@ again by the scheduler, and the executor runs what the plan settled without chec
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from .caches import LRUCache, freeze
 from .errors import GraphError
 from .ops import get_schema, infer_node, resolve_attrs
-from .ops.schema import TensorType
+from .ops.schema import TensorType, trim_absent
 
 
 def topological_order(graph):
@@ -73,32 +73,21 @@ class CheckedNode:
     out_types: tuple
 
 
-_CHECKED = OrderedDict()
-_CHECKED_LIMIT = 8192
-
-
-def _freeze(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return (value.dtype.str, value.shape, value.tobytes())
-    return value
+_CHECKED = LRUCache("validated nodes", scale=8)     # a graph has one signature per node
 
 
 def check_node(op_type, domain, opset, attrs, input_types, wanted=None, node_name=None):
     """Validate a node against its schema (once per signature) and settle its CheckedNode.
     `wanted` lists the output names asked for (None: all of them)."""
-    while input_types and input_types[-1] is None:
-        input_types = input_types[:-1]
+    input_types = trim_absent(input_types)
     try:
-        key = (op_type, domain, opset, _freeze(sorted((attrs or {}).items())), tuple(input_types),
+        key = (op_type, domain, opset, freeze(attrs or {}), tuple(input_types),
                None if wanted is None else tuple(wanted))
         hash(key)
     except TypeError:
         key = None
     checked = _CHECKED.get(key) if key is not None else None
     if checked is not None:
-        _CHECKED.move_to_end(key)
         return checked
     sch = get_schema(op_type, domain, opset)
     resolved = resolve_attrs(sch, attrs, node_name)
@@ -112,9 +101,7 @@ def check_node(op_type, domain, opset, attrs, input_types, wanted=None, node_nam
         dtype = present[0].dtype if present else np.dtype(np.float32)
     checked = CheckedNode(sch, resolved, np.dtype(dtype), wanted, tuple(out_types))
     if key is not None:
-        _CHECKED[key] = checked
-        if len(_CHECKED) > _CHECKED_LIMIT:
-            _CHECKED.popitem(last=False)
+        _CHECKED.put(key, checked)
     return checked
 
 

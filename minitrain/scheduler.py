@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .caches import LRUCache
 from .errors import GraphError
 from .executor import BoundNode
 from .graph import Node
 from .inference import check_graph_node, initializer_type, topological_order
+from .ops.schema import describe_op
 from .providers import provider_list
 from .registry import find, lookup
+from .tensor_limit import check_tensor_bytes
 
 HOST = "cpu"
 
@@ -39,12 +42,14 @@ class Step:
     frees: tuple = ()
     provider: str = HOST
     bound: object = None
-    _shape_cache: dict = field(default_factory=dict, repr=False)
+    _shape_cache: LRUCache = field(default_factory=lambda: LRUCache("step output shapes"), repr=False,
+                                   compare=False)
 
     def output_shapes(self, dims, key=None):
         """Shapes of this node's outputs that the graph knows, with symbolic dims bound by
         `dims` (what the kernel would otherwise have to guess, e.g. a pooling gradient's dX);
-        `key` is the hashable form of dims, when the caller has it."""
+        `key` is the hashable form of dims, when the caller has it.  A shape beyond the tensor
+        limit fails here, before the kernel allocates (minitrain/tensor_limit.py)."""
         key = tuple(sorted(dims.items())) if key is None else key
         shapes = self._shape_cache.get(key)
         if shapes is None:
@@ -53,8 +58,10 @@ class Step:
                 if name and t is not None and t.shape is not None:
                     concrete = tuple(dims.get(d, d) if isinstance(d, str) else d for d in t.shape)
                     if all(isinstance(d, int) for d in concrete):
+                        check_tensor_bytes(describe_op(self.node.op_type, self.node.name), self.schema_outputs[i],
+                                           concrete, t.dtype, self.node.attrs)
                         shapes[self.schema_outputs[i]] = concrete
-            self._shape_cache[key] = shapes
+            self._shape_cache.put(key, shapes)
         return shapes
 
 

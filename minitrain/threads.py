@@ -1,7 +1,9 @@
 """How many OpenMP threads the CPU kernels use (default: OMP_NUM_THREADS, else all cores).
 
 Kernels pass this number to their parallel loops explicitly, so `set_num_threads` takes effect
-on the next kernel call without touching the OpenMP runtime's global state.  Kernels size
+on the next kernel call without touching the OpenMP runtime's global state.  Each kernel call
+reads it once (its per-thread scratch is sized by it), so a change from another Python thread
+never reaches a kernel already running.  Kernels size
 per-thread scratch by it, so it is bounded: above MAX_THREADS_PER_CORE threads per core, a
 warning says so and the count is clamped."""
 import os
@@ -35,14 +37,12 @@ _num_threads = _threads_from_env()
 
 # How long an idle OpenMP thread spins before it sleeps (libgomp reads this when the first
 # extension loads; an OMP_WAIT_POLICY or GOMP_SPINCOUNT of the user's wins).  Each kernel is
-# one parallel region, and waking a sleeping thread costs a region 38-84 us on a 2-vCPU KVM
-# guest (Intel, 2026-11-25), 10-20 us on another, against 1 us for a spinning one.  libgomp's
-# default, 300000 spins (3 ms at the ~10 ns of a spin there), starves the working threads when
-# another process holds a core: LeNet-5's step took 82 ms instead of 4 beside a busy loop.
-# 10000 spins (~0.1 ms there) bridge the gaps between a step's kernels: LeNet-5 4.3 -> 3.2 ms,
-# the 1D CNN 14.5 -> 10.4 ms with no load, 4.1 -> 7.1 and 21 -> 30 ms beside a busy loop
-# (OMP_WAIT_POLICY=PASSIVE, which never spins, is the setting for a machine known to be loaded).
-# Only libgomp reads GOMP_SPINCOUNT (LLVM's libomp would keep its own KMP_BLOCKTIME), and only
+# one parallel region, and waking a sleeping thread costs a region tens of microseconds where
+# a spinning one costs about one.  libgomp's default spin (about 3 ms) starves the working
+# threads when another process holds a core; SPIN_COUNT (about 0.1 ms) still bridges the gaps
+# between a training step's kernels.  OMP_WAIT_POLICY=PASSIVE, which never spins, is the
+# setting for a machine known to be loaded.  The measurements: bench/RESULTS.md ("OpenMP
+# wait policy").  Only libgomp reads GOMP_SPINCOUNT (LLVM's libomp would keep its own KMP_BLOCKTIME), and only
 # if it loads after this: torch's wheel ships a libgomp.so.1 too, and with torch imported
 # first, its copy serves both with libgomp's defaults.
 SPIN_COUNT = 10000

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from minitrain import run_node
+from minitrain.caches import LRUCache
 from minitrain.gradcheck import gradcheck
 from minitrain.providers.cpu import pool as cpu_pool
 from minitrain.providers import plan_cache
@@ -64,7 +65,7 @@ def flat_calls(monkeypatch):
         calls.append(src.shape)
         return kernel(src, *args)
     monkeypatch.setattr(cpu_pool, "_avg_flat", types.SimpleNamespace(window_sums=spy))
-    monkeypatch.setattr(plan_cache, "_PLANS", {})
+    monkeypatch.setattr(plan_cache, "_PLANS", LRUCache("test pooling plans"))
     return calls
 
 

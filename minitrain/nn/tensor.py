@@ -9,13 +9,12 @@ model (`conv1.weight`, `0.bias`).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import numbers
 
 import numpy as np
 
 from ..errors import GraphError
-from ..graph import Graph
+from ..graph import Graph, UniqueNames
 from ..inference import initializer_type
 from ..ops import get_schema, infer_node, resolve_attrs
 from ..ops.schema import TensorType
@@ -97,8 +96,8 @@ class GraphBuilder:
         self.state_updates = {}
         self._scope = []
         self._initializer_of = {}       # id(array) -> initializer name
-        self._counter = itertools.count()
         self._used = set()
+        self._unique = UniqueNames(self._used)
 
     # ------------------------------------------------------------------ values
     def input(self, name, dtype=np.float32, shape=None):
@@ -149,13 +148,6 @@ class GraphBuilder:
         prefix = self._scope[-1] if self._scope else ""
         return self._unique(f"{prefix}.{base}" if prefix else base)
 
-    def _unique(self, base):
-        name = base
-        while name in self._used:
-            name = f"{base}_{next(self._counter)}"
-        self._used.add(name)
-        return name
-
     @contextlib.contextmanager
     def scope(self, name, absolute=False):
         """Name the nodes built inside after a module: `name` is the module's qualified name
@@ -180,8 +172,6 @@ class GraphBuilder:
         resolved = resolve_attrs(sch, attrs, node_name)
         wanted = [sch.outputs[i] for i, o in enumerate(out_names) if o]
         input_types = [self.types[x] if x else None for x in inputs]
-        while input_types and input_types[-1] is None:
-            input_types.pop()
         _, out_types = infer_node(sch, input_types, resolved, node_name, wanted)
         self.graph.add_node(op_type, inputs, out_names, attrs or {}, domain, name=node_name)
         for name, t in zip(out_names, out_types):

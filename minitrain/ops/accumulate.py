@@ -6,7 +6,7 @@ micro-batches inside a compiled plan.
 **This op writes its first input in place**, like the optimizer updates: buffer += scale *
 value, and the output `accumulated` is the buffer itself (the same array, no copy), so a
 session's accumulation buffers stay where they live.  `scale` is an optional scalar of the
-element type (1 when absent), read from host memory.  The op has no gradient.
+element type (1 when absent).  The op has no gradient.
 
     InPlaceAccumulatorV2(buffer, value, [overwrite_flag]) -> updated_flag, [accumulated]
 
@@ -19,6 +19,7 @@ the optional `accumulated` is the buffer itself.
 import numpy as np
 
 from .schema import MS_DOMAIN, Input, schema
+from .shape_utils import shapes_differ
 
 
 @schema("InPlaceAccumulator", domain=MS_DOMAIN, inputs=["buffer", "value", Input("scale", optional=True)],
@@ -34,8 +35,7 @@ def infer_accumulator(ctx):
 
 def check_same_shape(ctx, what, buffer, value):
     """Fail unless `value` has the buffer's shape (dims compared where both are ints)."""
-    if buffer is not None and value is not None and (len(buffer) != len(value) or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(buffer, value))):
+    if shapes_differ(buffer, value):
         ctx.fail(f"input {what!r} has shape {tuple(value)}; the buffer has shape {tuple(buffer)}")
 
 

@@ -13,6 +13,7 @@ differentiates correctly for any alpha.
 """
 from .gradients import gradient
 from .schema import MS_DOMAIN, Attr, schema
+from .shape_utils import shapes_differ
 
 
 def same_as_first_input(ctx):
@@ -23,12 +24,7 @@ def same_as_first_input(ctx):
 def same_as_inputs(ctx):
     """Inference of an elementwise gradient (dY, X_or_Y): both inputs share one shape."""
     a, b = ctx.shape(0), ctx.shape(1)
-    if a is not None and b is not None and len(a) == len(b):
-        for x, y in zip(a, b):
-            if isinstance(x, int) and isinstance(y, int) and x != y:
-                ctx.fail(f"inputs {ctx.schema.inputs[0].name!r} {tuple(a)} and "
-                         f"{ctx.schema.inputs[1].name!r} {tuple(b)} must have the same shape")
-    elif a is not None and b is not None:
+    if shapes_differ(a, b):
         ctx.fail(f"inputs {ctx.schema.inputs[0].name!r} {tuple(a)} and "
                  f"{ctx.schema.inputs[1].name!r} {tuple(b)} must have the same shape")
     return [ctx.out(a if a is not None else b)]

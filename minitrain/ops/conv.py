@@ -9,6 +9,7 @@ live in conv_geometry.py, shared with the kernels.
 from .conv_geometry import conv_geometry, conv_transpose_geometry
 from .gradients import gradient
 from .schema import MS_DOMAIN, Attr, Input, schema
+from .shape_utils import shapes_differ
 
 CONV_ATTRS = {
     "auto_pad": Attr("string", "NOTSET"),
@@ -72,8 +73,7 @@ def _grad_inference(transposed):
             out_channels = geom.img_channels if transposed else geom.col_channels
             spatial = geom.img_spatial if transposed else geom.col_spatial
             expected = (x[0], out_channels) + tuple(spatial)
-            if dy is not None and (len(dy) != len(expected) or any(
-                    isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(dy, expected))):
+            if shapes_differ(dy, expected):
                 ctx.fail(f"input 'dY' has shape {tuple(dy)}, but the forward output of input 'X' {tuple(x)} "
                          f"and input 'W' {tuple(w)} with these attributes has shape {expected}")
         elif w is not None and not transposed:

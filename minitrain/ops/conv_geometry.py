@@ -19,8 +19,8 @@ The rules follow ONNX (and its reference implementation, onnx/reference/ops/op_c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
+from ..caches import bounded_cache, freeze
 from ..errors import OpAttributeError, ShapeError
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -238,11 +238,7 @@ def conv_transpose_geometry(who, x_shape, w_shape, attrs):
                         tuple(begin), tuple(end))
 
 
-def _freeze(attrs):
-    return tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in attrs.items()))
-
-
-@lru_cache(maxsize=1024)
+@bounded_cache("conv geometry")
 def _cached(kind, who, x_shape, w_shape, frozen):
     attrs = dict(frozen)
     fn = conv_geometry if kind == "conv" else conv_transpose_geometry
@@ -252,4 +248,4 @@ def _cached(kind, who, x_shape, w_shape, frozen):
 def geometry_for(kind, who, x_shape, w_shape, attrs):
     """conv_geometry / conv_transpose_geometry (kind "conv" or "transpose"), cached per shapes
     and attributes: kernels call this on every run."""
-    return _cached(kind, who, tuple(x_shape), tuple(w_shape), _freeze(attrs))
+    return _cached(kind, who, tuple(x_shape), tuple(w_shape), freeze(attrs))

@@ -4,14 +4,10 @@ import numpy as np
 from .elementwise import reduce_to_input
 from .gradients import gradient
 from .schema import Attr, Input, schema
-from .shape_utils import broadcast_shapes
+from .shape_utils import broadcast_shapes, dims_differ
 
 GEMM_ATTRS = {"transA": Attr("int", 0), "transB": Attr("int", 0),
               "alpha": Attr("float", 1.0), "beta": Attr("float", 1.0)}
-
-
-def _dims_match(a, b):
-    return not (isinstance(a, int) and isinstance(b, int) and a != b)
 
 
 def infer_gemm(ctx):
@@ -26,7 +22,7 @@ def infer_gemm(ctx):
         return [ctx.out(None)]
     m, k = (a[1], a[0]) if ctx.attrs["transA"] else a
     k2, n = (b[1], b[0]) if ctx.attrs["transB"] else b
-    if not _dims_match(k, k2):
+    if dims_differ(k, k2):
         ctx.fail(f"inner dimensions differ: A {tuple(a)} (transA={ctx.attrs['transA']}) and "
                  f"B {tuple(b)} (transB={ctx.attrs['transB']})")
     if ctx.input(2) is not None:
@@ -51,7 +47,7 @@ def infer_matmul(ctx):
         ctx.fail(f"MatMul needs operands of rank >= 1, got {tuple(a)} and {tuple(b)}")
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
-    if not _dims_match(a2[-1], b2[-2]):
+    if dims_differ(a2[-1], b2[-2]):
         ctx.fail(f"inner dimensions differ: A {tuple(a)} and B {tuple(b)}")
     batch = broadcast_shapes(ctx, [a2[:-2], b2[:-2]])
     out = tuple(batch) + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())

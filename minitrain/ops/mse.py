@@ -4,6 +4,7 @@ the prediction (the target is treated as data).  ONNX has no such op; ONNX Runti
 from Sub, Pow and ReduceMean: one node does it in one pass here."""
 from .gradients import gradient
 from .schema import MS_DOMAIN, Attr, schema
+from .shape_utils import shapes_differ
 
 MSE_ATTRS = {"reduction": Attr("string", "mean")}
 
@@ -11,8 +12,7 @@ MSE_ATTRS = {"reduction": Attr("string", "mean")}
 def _check(ctx, a, b):
     if ctx.attrs["reduction"] not in ("mean", "sum", "none"):
         ctx.attr_fail("reduction", "must be one of 'mean', 'sum', 'none'")
-    if a is not None and b is not None and (len(a) != len(b) or any(
-            isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b))):
+    if shapes_differ(a, b):
         ctx.fail(f"inputs 'prediction' {tuple(a)} and 'target' {tuple(b)} must have the same shape")
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from .gradients import gradient
 from .pool_geometry import check_pool_attrs, input_sizes_for, output_spatial
 from .schema import MS_DOMAIN, REQUIRED, Attr, Input, schema
+from .shape_utils import shapes_differ
 
 INDEX_TYPES = (np.int64,)
 
@@ -106,8 +107,7 @@ def infer_pool_grad(ctx):
     shape = check_pool_input(ctx, 0, "dY")
     if ctx.schema.op_type == "MaxPoolGrad":
         ind = ctx.shape(1)
-        if shape is not None and ind is not None and (len(ind) != len(shape) or any(
-                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(ind, shape))):
+        if shapes_differ(ind, shape):
             ctx.fail(f"input 'Indices' has shape {tuple(ind)}; it must match input 'dY' {tuple(shape)}")
     if shape is None or not all(isinstance(d, int) for d in shape[2:]):
         return [ctx.out(None)]
@@ -151,8 +151,7 @@ def _check_global_dy(ctx, dy, x):
     if dy is None or x is None:
         return
     expected = tuple(x[:2]) + (1,) * (len(x) - 2)
-    if len(dy) != len(x) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                for a, b in zip(dy, expected)):
+    if shapes_differ(dy, expected):
         ctx.fail(f"input 'dY' has shape {tuple(dy)}; global pooling of input 'X' {tuple(x)} gives {expected}")
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
 from ..errors import DTypeError, KernelNotFoundError, OpAttributeError, ShapeError
+from ..tensor_limit import check_tensor_bytes
+from .shape_utils import shapes_differ
 
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
@@ -273,8 +274,7 @@ class InferContext:
         shape = self.shape(i)
         if shape is None or expected is None:
             return
-        if len(shape) != len(expected) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                              for a, b in zip(shape, expected)):
+        if shapes_differ(shape, expected):
             name = self.schema.inputs[min(i, len(self.schema.inputs) - 1)].name
             self.fail(f"input {name!r} has shape {tuple(shape)}; expected {tuple(expected)} ({because})")
 
@@ -320,35 +320,27 @@ def check_inputs(ctx: InferContext):
     ctx.dtype = float_dtype
 
 
-def _physical_memory():
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 1 << 40
-
-
-# The largest tensor an op may produce: attributes (strides, pads, output_shape) can imply
-# outputs no machine holds, and planning or allocating them must fail with a clear error.
-MAX_TENSOR_BYTES = _physical_memory()
-
-
 def check_output_sizes(ctx, outs):
-    """Fail before any planning or allocation when an output would exceed MAX_TENSOR_BYTES."""
+    """Fail before any planning or allocation when an output would exceed the tensor limit
+    (minitrain/tensor_limit.py)."""
     for name, t in zip(ctx.schema.outputs, outs):
-        if t is None or not t.is_concrete or t.dtype is None:
-            continue
-        size = math.prod(t.shape) * t.dtype.itemsize
-        if size > MAX_TENSOR_BYTES:
-            given = {k: v for k, v in ctx.attrs.items() if v is not None}
-            ctx.fail(f"output {name!r} would have shape {t.shape}, {size} bytes, more than the "
-                     f"{MAX_TENSOR_BYTES} bytes allowed (minitrain.ops.schema.MAX_TENSOR_BYTES); "
-                     f"check the input shapes and the attributes {given}")
+        if t is not None and t.is_concrete and t.dtype is not None:
+            check_tensor_bytes(ctx.who, name, t.shape, t.dtype, ctx.attrs)
+
+
+def trim_absent(input_types):
+    """The input types without trailing absent (None) ones, as a tuple: an optional input left
+    out at the end is the same node as one not given."""
+    end = len(input_types)
+    while end and input_types[end - 1] is None:
+        end -= 1
+    return tuple(input_types[:end])
 
 
 def infer_node(sch: OpSchema, input_types, attrs, node_name=None, wanted_outputs=None):
     """Validate and infer output types; `attrs` must already be resolved.  Returns the
     InferContext (carrying the float dtype) and the list of output TensorTypes."""
-    ctx = InferContext(sch, input_types, attrs, node_name, wanted_outputs)
+    ctx = InferContext(sch, list(trim_absent(input_types)), attrs, node_name, wanted_outputs)
     check_inputs(ctx)
     outs = list(sch.infer(ctx))
     check_output_sizes(ctx, outs)

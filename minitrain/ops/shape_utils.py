@@ -1,4 +1,30 @@
-"""Shape arithmetic shared by inference functions; dims are ints or symbolic names (str)."""
+"""Shape arithmetic shared by inference functions and kernels; dims are ints or symbolic names
+(str)."""
+import math
+
+
+def dims_differ(a, b):
+    """Whether two dims are known to differ: both ints and unequal (a symbolic dim may be anything)."""
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def shapes_differ(a, b):
+    """Whether two shapes are known to differ: other ranks, or a pair of dims that differ; an
+    unknown shape (None) differs from nothing."""
+    if a is None or b is None:
+        return False
+    return len(a) != len(b) or any(dims_differ(x, y) for x, y in zip(a, b))
+
+
+def numel(dims):
+    """The product of concrete dims (1 for none), as a Python int."""
+    return math.prod(int(d) for d in dims)
+
+
+def split_planes(shape):
+    """(N * C, spatial size) of an (N, C, *spatial) shape: the (planes, plane) view of pooling
+    and normalisation kernels."""
+    return int(shape[0]) * int(shape[1]), numel(shape[2:])
 
 
 def broadcast_shapes(ctx, shapes):

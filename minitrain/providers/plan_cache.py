@@ -1,22 +1,15 @@
-"""A bounded cache of kernel plans (tables and launch geometry worked out from a node's shapes
-and attributes), shared by the providers' pooling kernels."""
+"""The cache of kernel plans (tables and launch geometry worked out from a node's shapes and
+attributes) that the providers' pooling kernels share: bounded, see minitrain/caches.py."""
+from ..caches import LRUCache, freeze
 
-_PLANS = {}
-_MAX_PLANS = 256
+_PLANS = LRUCache("pooling plans")
 
 
 def cached_plan(ctx, kind, signature, build):
     """build() -> plan, cached by (provider, kind, signature, attributes); errors are raised,
-    not cached; the cache is emptied when full."""
+    not cached; an attribute value that cannot be hashed skips the cache."""
     try:
-        key = (ctx.provider.name, kind, signature, tuple(sorted(
-            (k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in ctx.attrs.items())))
-        plan = _PLANS.get(key)
-    except TypeError:           # an unhashable attribute value: no caching
+        key = (ctx.provider.name, kind, signature, freeze(ctx.attrs))
+    except TypeError:
         return build()
-    if plan is None:
-        plan = build()
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
+    return _PLANS.get_or_build(key, build)

@@ -20,10 +20,11 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import blas as _blas
 
+from ..._ext.thresholds import THRESHOLDS
 from ...threads import get_num_threads
 
-# Below this many multiply-adds a GEMM runs on one BLAS thread.
-PARALLEL_GEMM_MACS = 1 << 23
+# Below this many multiply-adds a GEMM runs on one BLAS thread (ext/thresholds.h says why).
+PARALLEL_GEMM_MACS = THRESHOLDS["MIN_PARALLEL_GEMM_MACS"]
 
 
 class BlasThreads:

@@ -15,15 +15,16 @@ and the bias gradient is a per-channel sum.  Two implementations back them (`rou
     products instead.
 """
 import threading
-from functools import lru_cache
 
 import numpy as np
 
 from ..._ext import conv as _conv
 from ..._ext import conv_direct as _direct
+from ...caches import bounded_cache
 from ...errors import ShapeError
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
+from ...ops.shape_utils import numel
 from ...registry import register_kernel
 from ...threads import get_num_threads
 from .blas import blas_threads
@@ -52,14 +53,10 @@ def geo_array(geom):
                     dtype=np.int64)
 
 
-def _plane(shape):
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def _tile(geom, itemsize):
     """Columns per im2col tile: the scratch tile holds about TILE_BYTES."""
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
-    p = _plane(geom.col_spatial)
+    k = geom.img_channels // geom.group * numel(geom.kernel)
+    p = numel(geom.col_spatial)
     t = max(MIN_TILE, TILE_BYTES // max(1, k * itemsize))
     if t >= p:
         return p
@@ -130,9 +127,48 @@ def _balanced_batch(n, g, most, nt):
     return min(range(most, max(1, most // 2) - 1, -1), key=lambda b: (busiest(b), -b))
 
 
+# The plan of ext/conv_plan.h: these dtypes mirror its structs, checked against the build below.
+PLAN_HEAD = np.dtype([(name, np.int64) for name in (
+    "G", "C", "M", "Ud", "Uh", "Uw", "L", "B", "nph", "ID", "IH", "IW", "SD", "SH", "SW", "PD", "PH", "PW",
+    "nsub", "noff")])
+PLAN_SUB = np.dtype([(name, np.int64) for name in (
+    "Od", "Oh", "Ow", "Pext", "taps", "off_index", "w_index", "ycol", "ysd", "ysh", "ysw", "ybase")])
+
+
+def check_plan_layout(layout):
+    """Raise ImportError unless `layout` (conv_direct.plan_layout()) matches PLAN_HEAD and
+    PLAN_SUB field by field: names, byte offsets and sizes."""
+    for key, dtype in (("plan", PLAN_HEAD), ("sub", PLAN_SUB)):
+        size, fields = layout[key]
+        ours = [(name, dtype.fields[name][1]) for name in dtype.names]
+        if size != dtype.itemsize or [tuple(f) for f in fields] != ours:
+            raise ImportError(f"minitrain._ext.conv_direct lays out its {key} struct as {size} bytes {fields}; "
+                              f"providers/cpu/conv.py expects {dtype.itemsize} bytes {ours}: rebuild the extension")
+
+
+check_plan_layout(_direct.plan_layout())
+
+
+def plan_buffer(head, phases, subs, offsets):
+    """The plan's bytes: `head` (field -> value of PLAN_HEAD but the counts), phase triples,
+    sub-problem records (dicts of PLAN_SUB's fields), tap offsets; read-only, for the caches."""
+    sections = [np.zeros(1, PLAN_HEAD), np.asarray(phases, dtype=np.int64).reshape(-1, 3),
+                np.zeros(len(subs), PLAN_SUB), np.asarray(offsets, dtype=np.int64)]
+    sections[0][0] = tuple({**head, "nph": len(phases), "nsub": len(subs), "noff": len(offsets)}[name]
+                           for name in PLAN_HEAD.names)
+    sections[2][:] = [tuple(sub[name] for name in PLAN_SUB.names) for sub in subs]
+    buf = np.empty(sum(s.nbytes for s in sections), dtype=np.uint8)
+    start = 0
+    for section in sections:
+        buf[start:start + section.nbytes] = section.view(np.uint8).reshape(-1)
+        start += section.nbytes
+    buf.flags.writeable = False
+    return buf
+
+
 def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, slack, rows, nt,
                    block_rows=None):
-    """The int64 plan of conv_direct.pyx (see its docstring).  `subs`: (output grid, tap offsets,
+    """The plan of conv_direct.pyx (see ext/conv_plan.h).  `subs`: (output grid, tap offsets,
     w_index, placement) per sub-problem.  B samples per work item are chosen so that every
     thread gets items and, for kernel A, an item's scratch stays near DIRECT_BYTES (`rows`:
     output-grid rows per sample held in scratch); for kernel B (`block_rows`: dy rows one
@@ -143,22 +179,23 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     records, offsets = [], []
     for out, offs, w_index, placement in subs:
         pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
-        records.append(tuple(out) + (pext, len(offs), len(offsets), w_index) + tuple(placement))
+        records.append(dict(zip(("Od", "Oh", "Ow"), out), Pext=pext, taps=len(offs), off_index=len(offsets),
+                            w_index=w_index, **dict(zip(("ycol", "ysd", "ysh", "ysw", "ybase"), placement))))
         offsets.extend(offs)
     if block_rows is None:
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
-        b = max(1, min(n, -(-4096 // records[0][3]), (256 << 10) // (block_rows * length * itemsize),
+        b = max(1, min(n, -(-4096 // records[0]["Pext"]), (256 << 10) // (block_rows * length * itemsize),
                        (4 << 20) // ((c + rows) * length * itemsize)))
     if nt > 1:
         b = _balanced_batch(n, g, b, nt)
-    head = (g, c, m) + tuple(u) + (length, b, len(phases)) + tuple(img) + tuple(strides) + tuple(pads) \
-        + (len(subs),)
-    flat = head + tuple(x for ph in phases for x in ph) + tuple(x for r in records for x in r) + tuple(offsets)
-    return np.array(flat, dtype=np.int64), b, length
+    head = dict(zip(("G", "C", "M", "Ud", "Uh", "Uw", "L", "B"), (g, c, m, *u, length, b)),
+                **dict(zip(("ID", "IH", "IW"), img)), **dict(zip(("SD", "SH", "SW"), strides)),
+                **dict(zip(("PD", "PH", "PW"), pads)))
+    return plan_buffer(head, phases, records, offsets), b, length
 
 
-@lru_cache(maxsize=256)
+@bounded_cache("cpu conv direct_plan")
 def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
     tap (taps in W's order), one sub-problem."""
@@ -177,7 +214,7 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
                + (shifts[0][kd] * u[1] + shifts[1][kh]) * u[2] + shifts[2][kw]
                for kd in range(kernel[0]) for kh in range(kernel[1]) for kw in range(kernel[2])]
     g = geom.group
-    placement = (_plane(out), out[1] * out[2], out[2], 1, 0)
+    placement = (numel(out), out[1] * out[2], out[2], 1, 0)
     return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, u, _three(geom.img_spatial, 1, r),
                           strides, _three(geom.pads_begin, 0, r), phases, [(out, offsets, 0, placement)],
                           n, itemsize, slack, rows, nt, block_rows)
@@ -192,7 +229,7 @@ def _image_phases(size, stride, pad):
     return sorted({(i + pad) % stride for i in range(size)})
 
 
-@lru_cache(maxsize=256)
+@bounded_cache("cpu conv data_grad_plan")
 def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     """The data gradient of a convolution as kernel-A sub-problems, one per stride phase of the
     image (a single one at stride 1, where it is the convolution with the flipped kernel).  Along an axis, image points i with (i + pad) % stride == phi receive exactly
@@ -228,7 +265,7 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
         offsets = [((ud0 - a + pc[0]) * extent[1] + uh0 - b + pc[1]) * extent[2] + uw0 - e + pc[2]
                    for a in qd for b in qh for e in qw]
         i0 = [u0 * s + phi - p for u0, s, phi, p in zip((ud0, uh0, uw0), strides, (pd, ph, pw), pads)]
-        placement = (_plane(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
+        placement = (numel(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
                      (i0[0] * img[1] + i0[1]) * img[2] + i0[2])
         subs.append(((nd, nh, nw), offsets, w_index, placement))
         tap_lists.append([(kd * kernel[1] + kh) * kernel[2] + kw for kd in td for kh in th for kw in tw])
@@ -251,8 +288,8 @@ def direct_forward(img, w, bias, geom, nt):
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
     xbuf = _scratch(nt, c * b * length, img.dtype, "x")
     ybuf = _scratch(nt, rows * b * length, img.dtype, "y")
-    wp = _pack_weight_a(w, g, m, c, _plane(geom.kernel), mr)
-    coffs = _scratch(nt, c * _plane(geom.kernel), np.intp, "coff")
+    wp = _pack_weight_a(w, g, m, c, numel(geom.kernel), mr)
+    coffs = _scratch(nt, c * numel(geom.kernel), np.intp, "coff")
     _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                     out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, coffs, nt)
     return out
@@ -300,7 +337,7 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2)
     xbuf = _scratch(nt, c * b * length, img.dtype, "x")
     dybuf = _scratch(nt, rows * b * length, img.dtype, "y")
-    taps = _plane(geom.kernel)
+    taps = numel(geom.kernel)
     acc = np.zeros((nt, g * rows * c * taps), dtype=img.dtype)
     _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, bvariant, xbuf, dybuf, nt)
     if nt > 1:
@@ -323,7 +360,7 @@ def _gemm_setup(geom, items, nt, dtype):
     """(geometry array, tile width, OpenMP-over-items?, im2col scratch) for the GEMM path."""
     t = _tile(geom, np.dtype(dtype).itemsize)
     parallel = _schedule(items(t), nt)
-    k = geom.img_channels // geom.group * _plane(geom.kernel)
+    k = geom.img_channels // geom.group * numel(geom.kernel)
     scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, dtype)
     return geo_array(geom), t, parallel, scratch
 
@@ -335,7 +372,7 @@ def gemm_forward(img, w, bias, geom, nt):
     if out.size == 0:
         return out
     geo, t, parallel, scratch = _gemm_setup(
-        geom, lambda t: n * geom.group * -(-_plane(geom.col_spatial) // t), nt, img.dtype)
+        geom, lambda t: n * geom.group * -(-numel(geom.col_spatial) // t), nt, img.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.forward(img.reshape(-1), w.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                       out.reshape(-1), geo, n, t, scratch, parallel, nt)
@@ -362,8 +399,8 @@ def gemm_weight_grad(cols, img, w_shape, geom, nt):
     """conv_weight_grad by im2col tiles and GEMM; per-thread accumulators when parallel."""
     n = img.shape[0]
     geo, t, parallel, scratch = _gemm_setup(
-        geom, lambda t: n * geom.group * -(-_plane(geom.col_spatial) // t), nt, img.dtype)
-    acc = np.zeros((nt if parallel else 1, _plane(w_shape)), dtype=img.dtype)
+        geom, lambda t: n * geom.group * -(-numel(geom.col_spatial) // t), nt, img.dtype)
+    acc = np.zeros((nt if parallel else 1, numel(w_shape)), dtype=img.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
     if not parallel:
@@ -389,11 +426,11 @@ def check_blas_dims(geom, who):
     overflow BLAS's 32-bit ints: the channels per group, the im2col depth of either side
     (channels per group x kernel taps; the stride-1 data gradient convolves the other way) and
     the planes of both sides, which are also leading dimensions."""
-    g, taps = geom.group, _plane(geom.kernel)
+    g, taps = geom.group, numel(geom.kernel)
     dims = (("output channels per group", geom.col_channels // g),
             ("im2col depth (input channels per group x kernel taps)", geom.img_channels // g * taps),
             ("transposed im2col depth (output channels per group x kernel taps)", geom.col_channels // g * taps),
-            ("column plane", _plane(geom.col_spatial)), ("image plane", _plane(geom.img_spatial)))
+            ("column plane", numel(geom.col_spatial)), ("image plane", numel(geom.img_spatial)))
     for name, size in dims:
         if size > BLAS_INT_MAX:
             raise ShapeError(f"{who}: the {name} is {size}, beyond the {BLAS_INT_MAX} that BLAS's 32-bit "

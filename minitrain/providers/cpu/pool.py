@@ -17,7 +17,6 @@ Kernels, most specific first:
   AveragePoolGrad          along W stride 1, or kernel = stride without padding or dilation:
                            avg_pool_grad_rows; else the separable scatter passes.
 """
-import math
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from ..._ext import pool as _pool
 from ...errors import ShapeError
 from ...ops.pool_geometry import DimGeometry, input_sizes_for, pool_geometry
 from ...ops.schema import MS_DOMAIN
+from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ...threads import get_num_threads
 from ..plan_cache import cached_plan as _plan
@@ -112,11 +112,6 @@ def _k2_rows(dims):
     return 1 if plain(gh, 1) else 2 if plain(gh, 2) else 0
 
 
-def _planes(shape):
-    """(N * C, spatial size): the (planes, plane) view the kernels take."""
-    return int(shape[0]) * int(shape[1]), math.prod(int(d) for d in shape[2:])
-
-
 def _geometry(ctx, x_shape, what="input 'X'"):
     if not 3 <= len(x_shape) <= 5:
         ctx.fail(f"{what} has shape {tuple(x_shape)}; pooling needs (N, C, D1[, D2[, D3]])")
@@ -163,7 +158,7 @@ def max_pool(ctx):
     want_indices = ctx.wants("Indices")
     out_shape, k2, args = _plan(ctx, "MaxPool", (x.shape, want_indices),
                                 lambda: _max_pool_plan(ctx, x.shape, want_indices))
-    planes, size = _planes(x.shape)
+    planes, size = split_planes(x.shape)
     y = np.empty(out_shape, dtype=x.dtype)
     indices = np.empty(out_shape, dtype=np.int64) if want_indices else None
     if planes and size:
@@ -195,7 +190,7 @@ def max_pool_grad(ctx):
         ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match input 'dY' {dy.shape}")
     shape, k2, col_major, in3 = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
                                       lambda: _max_pool_grad_plan(ctx, dy))
-    planes, size = _planes(shape)
+    planes, size = split_planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes == 0 or size == 0:
         return {"dX": dx}
@@ -249,7 +244,7 @@ def average_pool(ctx):
     x = ctx.inputs[0]
     out_shape, kernel, args = _plan(ctx, "AveragePool", (x.shape, x.dtype.char),
                                     lambda: _average_pool_plan(ctx, x.shape, x.dtype))
-    planes, size = _planes(x.shape)
+    planes, size = split_planes(x.shape)
     y = np.empty(out_shape, dtype=x.dtype)
     if planes and size:
         kernel(x.reshape(planes, size), y.reshape(planes, y.size // planes), *args, get_num_threads())
@@ -330,7 +325,7 @@ def average_pool_grad(ctx):
     dy = ctx.inputs[0]
     shape, kernel, args = _plan(ctx, "AveragePoolGrad", (dy.shape, dy.dtype.char, ctx.output_shapes.get("dX")),
                                 lambda: _average_pool_grad_plan(ctx, dy))
-    planes, size = _planes(shape)
+    planes, size = split_planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
         kernel(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), *args, get_num_threads())
@@ -343,7 +338,7 @@ def _global(is_max):
         x = ctx.inputs[0]
         if not 3 <= x.ndim <= 5:
             ctx.fail(f"input 'X' has shape {x.shape}; pooling needs (N, C, D1[, D2[, D3]])")
-        planes, size = _planes(x.shape)
+        planes, size = split_planes(x.shape)
         if size == 0:
             ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
         y = np.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), dtype=x.dtype)
@@ -358,7 +353,7 @@ def global_average_pool_grad(ctx):
     expected = shape[:2] + (1,) * (len(shape) - 2)
     if not 3 <= len(shape) <= 5 or dy.shape != expected:
         ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {shape} gives {expected}")
-    planes, size = _planes(shape)
+    planes, size = split_planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
         _pool.global_avg_pool_grad(dy.reshape(planes), dx.reshape(planes, size), get_num_threads())
@@ -370,7 +365,7 @@ def global_max_pool_grad(ctx):
     expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
     if not 3 <= x.ndim <= 5 or dy.shape != expected:
         ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of input 'X' {x.shape} gives {expected}")
-    planes, size = _planes(x.shape)
+    planes, size = split_planes(x.shape)
     dx = np.empty_like(x)
     if planes and size:
         _pool.global_max_pool_grad(dy.reshape(planes), x.reshape(planes, size), dx.reshape(planes, size),

@@ -15,7 +15,7 @@ def axis_layout(shape, axis, coerce_2d):
     op coerces to 2-D (opset < 13), else the single axis."""
     rank = len(shape)
     axis = axis + rank if axis < 0 else axis
-    outer = math.prod(shape[:axis])       # math.prod: np.prod costs 2-3 us a call here
+    outer = math.prod(shape[:axis])       # math.prod: np.prod's call overhead outweighs this work
     if coerce_2d:
         return outer, math.prod(shape[axis:]), 1
     return outer, int(shape[axis]), math.prod(shape[axis + 1:])

@@ -5,20 +5,14 @@ the last-level cache.  Then the cache cannot hold the working set, the output is
 anyone reads it again, and an ordinary store wastes a read-for-ownership of every output line;
 a streaming store skips it.  Below that, the output (and the inputs) stay in cache between
 kernels, and streaming would push the output to memory only for the next kernel to read it
-back.  Measured with 2 threads on 2-core guests with a 32 MB L3, calling the kernel over and
-over (so no consumer gained from a cached output): Zen3, streaming from registers
-(ext/grad_stream.h), ReluGrad level with plain stores at 3-12 MB and 19-32% faster at 18-48 MB,
-SoftmaxGrad 12-29% faster throughout; Zen4, the earlier buffered streaming, 3-30% slower at
-3-12 MB and 15-25% faster at 36-48 MB.  LeNet-sized tensors (< 1 MB) never stream.  On an
-Intel guest whose sysfs reports a 480 MB L3 (2026-11-25) nothing streams by the rule, and forced
-streaming at 48 MB gained ReluGrad nothing and made SoftmaxGrad 30% slower (1.15-1.19 ms
-against 0.88): the rule's cache size is what keeps it off there.
+back.  Where a guest reports a last-level cache larger than the real one, nothing streams: the
+reported size is what the rule trusts.
 
 Only memory-bound kernels stream, the callers decide which: the gradients of Relu, LeakyRelu,
-Sigmoid, Tanh, Softmax and LogSoftmax (whose last pass reuses the exps of its first, 1.19x
-faster streamed on Zen3).  QuickGeluGrad, an exp per element, and the forward activations
-ran 0-25% slower streamed through a buffer at 48 MB (Zen4): their arithmetic, not the bus,
-set the pace.
+Sigmoid, Tanh, Softmax and LogSoftmax (whose last pass reuses the exps of its first).
+QuickGeluGrad, an exp per element, and the forward activations do not: their arithmetic, not
+the bus, sets their pace.  The measurements behind the rule: bench/RESULTS.md ("Streaming
+stores").
 
 The cache size comes from Linux's sysfs (the largest cache level of cpu0), then from
 sysconf, else DEFAULT_LLC_BYTES.  glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) is only the fallback:

@@ -21,13 +21,13 @@ deterministic.  The bias is conv_bias.py's.
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
 from ...ops.schema import MS_DOMAIN
+from ...ops.shape_utils import numel
 from ...registry import register_kernel
 from ..cpu.conv import geo_array
 from . import conv_search, cudnn, cudnn_backend
@@ -56,10 +56,6 @@ def geo_args(geom):
     return tuple(int(v) for v in geo_array(geom))
 
 
-def _plane(shape):
-    return math.prod(shape)
-
-
 class Sizes:
     """Per-group GEMM sizes of a geometry: G, m (column channels), c (image channels),
     K = c * taps (rows of a group's column matrix), P (column positions), image plane."""
@@ -68,10 +64,10 @@ class Sizes:
         self.g = geom.group
         self.m = geom.col_channels // geom.group
         self.c = geom.img_channels // geom.group
-        self.taps = _plane(geom.kernel)
+        self.taps = numel(geom.kernel)
         self.k = self.c * self.taps
-        self.p = _plane(geom.col_spatial)
-        self.plane = _plane(geom.img_spatial)
+        self.p = numel(geom.col_spatial)
+        self.plane = numel(geom.img_spatial)
 
 
 def _ptr(value, elements=0):

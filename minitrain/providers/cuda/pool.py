@@ -12,13 +12,13 @@ no atomics.  Other geometries scatter-add dY into a zeroed dX with atomics.  An 
 outside its (n, c) plane is skipped rather than reported: the CPU kernel raises a ShapeError
 for it, which here would cost a host synchronisation per call.
 """
-import math
 import weakref
 
 import numpy as np
 
 from ...ops.pool_geometry import DimGeometry, pool_geometry
 from ...ops.schema import MS_DOMAIN
+from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ..plan_cache import cached_plan as _plan
 from ..cpu.pool import dx_shape
@@ -52,10 +52,6 @@ def _geom(dims):
     """The PoolGeom struct's fields, in its order."""
     fields = ("size", "out", "kernel", "stride", "dilation", "pad_begin", "pad_end")
     return tuple(getattr(g, f) for f in fields for g in dims)
-
-
-def _planes(shape):
-    return int(shape[0]) * int(shape[1]), math.prod(int(d) for d in shape[2:])
 
 
 def _col_major(ctx):
@@ -200,7 +196,7 @@ def _global(is_max):
         x = ctx.inputs[0]
         if not 3 <= x.ndim <= 5:
             ctx.fail(f"input 'X' has shape {x.shape}; pooling needs (N, C, D1[, D2[, D3]])")
-        planes, size = _planes(x.shape)
+        planes, size = split_planes(x.shape)
         if size == 0:
             ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
         y = ctx.provider.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
@@ -216,7 +212,7 @@ def global_average_pool_grad(ctx):
     expected = shape[:2] + (1,) * (len(shape) - 2)
     if not 3 <= len(shape) <= 5 or dy.shape != expected:
         ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {shape} gives {expected}")
-    planes, size = _planes(shape)
+    planes, size = split_planes(shape)
     dx = ctx.provider.empty(shape, dy.dtype)
     if planes and size:
         _global_avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, size, dx.size)
@@ -228,7 +224,7 @@ def global_max_pool_grad(ctx):
     expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
     if not 3 <= x.ndim <= 5 or dy.shape != expected:
         ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {x.shape} gives {expected}")
-    planes, size = _planes(x.shape)
+    planes, size = split_planes(x.shape)
     dx = ctx.provider.empty(x.shape, x.dtype)
     if planes and size:
         _global_max_pool_grad.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), dy, x, dx,

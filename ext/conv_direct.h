@@ -1,0 +1,218 @@
+/* The direct convolution's SIMD microkernels and row helpers (ext/conv_direct.pyx): kernel A
+   (output rows from shifted taps) and kernel B (weight-gradient dot products), register
+   blocks sized for the compiler's vector width, float and double from one macro each. */
+#ifndef MINITRAIN_CONV_DIRECT_H
+#define MINITRAIN_CONV_DIRECT_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#define MT_VBYTES 64
+#elif defined(__AVX__)
+#define MT_VBYTES 32
+#else
+#define MT_VBYTES 16
+#endif
+typedef float mt_vf __attribute__((vector_size(MT_VBYTES)));
+typedef float mt_vfu __attribute__((vector_size(MT_VBYTES), aligned(4)));
+typedef double mt_vd __attribute__((vector_size(MT_VBYTES)));
+typedef double mt_vdu __attribute__((vector_size(MT_VBYTES), aligned(8)));
+/* Keep a loaded vector in a register: without this GCC folds the load into every FMA
+   that uses it, and unaligned loads split across cache lines then bound the loop. */
+#if defined(__x86_64__) || defined(__i386__)
+#define MT_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define MT_IN_REGISTER(v) ((void)0)
+#endif
+#define MT_VWF (MT_VBYTES / 4)
+#define MT_VWD (MT_VBYTES / 8)
+
+/* Kernel A microkernel: y[r, p] for r < mvalid, p in [p0, p1) stepping NV*VW, summing
+   over the nct (channel, tap) pairs i: x[p + coff[i]] times the MR weights wp[i*MR ..]. */
+#define MT_KA(NAME, T, V, VU, VW, MR, NV)                                                       \
+static void NAME(const T* restrict x, const ptrdiff_t* restrict coff, ptrdiff_t nct,            \
+                 const T* restrict wp, T* restrict y, ptrdiff_t ldy, ptrdiff_t p0,              \
+                 ptrdiff_t p1, ptrdiff_t mvalid)                                                \
+{                                                                                               \
+    for (ptrdiff_t p = p0; p < p1; p += (NV) * (VW)) {                                          \
+        V acc[MR][NV];                                                                          \
+        _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++)                                 \
+            _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++) acc[r][v] = (V){0};         \
+        const T* restrict wc = wp;                                                              \
+        const T* restrict xq = x + p;                                                           \
+        for (ptrdiff_t i = 0; i < nct; i++, wc += (MR)) {                                       \
+            const T* restrict xp = xq + coff[i];                                                \
+            V xv[NV];                                                                           \
+            _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                             \
+                xv[v] = *(const VU*)(xp + v * (VW));                                            \
+            _Pragma("GCC unroll 16") for (int r = 0; r < (MR); r++) {                           \
+                T w = wc[r];                                                                    \
+                _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                         \
+                    acc[r][v] += xv[v] * w;                                                     \
+            }                                                                                   \
+        }                                                                                       \
+        for (int r = 0; r < (MR); r++) {                                                        \
+            if (r >= mvalid) break;                                                             \
+            _Pragma("GCC unroll 16") for (int v = 0; v < (NV); v++)                             \
+                *(VU*)(y + r * ldy + p + v * (VW)) = acc[r][v];                                 \
+        }                                                                                       \
+    }                                                                                           \
+}
+
+/* Kernel B microkernel: out[r * ldo + t] += sum over samples b and p < plen of
+   dy[r, b * L + p] x[b * L + p + off[t]]. */
+#define MT_KB(NAME, T, V, VU, VW, MR2, TB)                                                      \
+static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,                      \
+                 const ptrdiff_t* restrict off, ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen,      \
+                 T* restrict out, ptrdiff_t ldo)                                                \
+{                                                                                               \
+    V acc[MR2][TB];                                                                             \
+    _Pragma("GCC unroll 16") for (int r = 0; r < (MR2); r++)                                    \
+        _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++) acc[r][t] = (V){0};             \
+    for (ptrdiff_t b = 0; b < nb; b++) {                                                        \
+        const T* restrict d0 = dy + b * L;                                                      \
+        const T* restrict x0 = x + b * L;                                                       \
+        for (ptrdiff_t p = 0; p < plen; p += (VW)) {                                            \
+            V xv[TB];                                                                           \
+            _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++) {                           \
+                xv[t] = *(const VU*)(x0 + p + off[t]);                                          \
+                MT_IN_REGISTER(xv[t]);                                                          \
+            }                                                                                   \
+            _Pragma("GCC unroll 16") for (int r = 0; r < (MR2); r++) {                          \
+                V d = *(const VU*)(d0 + r * ldd + p);                                           \
+                MT_IN_REGISTER(d);                                                              \
+                _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++)                         \
+                    acc[r][t] += d * xv[t];                                                     \
+            }                                                                                   \
+        }                                                                                       \
+    }                                                                                           \
+    for (int r = 0; r < (MR2); r++)                                                             \
+        for (int t = 0; t < (TB); t++) {                                                        \
+            T s = 0;                                                                            \
+            for (int i = 0; i < (VW); i++) s += acc[r][t][i];                                   \
+            out[r * ldo + t] += s;                                                              \
+        }                                                                                       \
+}
+
+/* Register blocks: AVX-512 has 32 vector registers, the others 16 (all of them used). */
+#if MT_VBYTES == 64
+#define MT_A_VARIANTS(X, T, V, VU, VW)                                                          \
+    X(T##_a8, T, V, VU, VW, 8, 3) X(T##_a6, T, V, VU, VW, 6, 4) X(T##_a4, T, V, VU, VW, 4, 6)   \
+    X(T##_a2, T, V, VU, VW, 2, 8) X(T##_a1, T, V, VU, VW, 1, 12)
+static const int mt_a_mr[5] = {8, 6, 4, 2, 1};
+static const int mt_a_nv[5] = {3, 4, 6, 8, 12};
+/* kernel B: row blocks of 8 with up to 3 taps, or single rows with up to 8 taps */
+#define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
+    X(T##_b8_1, T, V, VU, VW, 8, 1) X(T##_b8_2, T, V, VU, VW, 8, 2) X(T##_b8_3, T, V, VU, VW, 8, 3) \
+    X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
+    X(T##_b1_4, T, V, VU, VW, 1, 4) X(T##_b1_5, T, V, VU, VW, 1, 5) X(T##_b1_6, T, V, VU, VW, 1, 6) \
+    X(T##_b1_7, T, V, VU, VW, 1, 7) X(T##_b1_8, T, V, VU, VW, 1, 8)
+#define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0,                             \
+                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, T##_b1_5, T##_b1_6, T##_b1_7, T##_b1_8}
+static const int mt_b_rows[2] = {8, 1};
+static const int mt_b_tbmax[2] = {3, 8};
+#else
+#define MT_A_VARIANTS(X, T, V, VU, VW)                                                          \
+    X(T##_a8, T, V, VU, VW, 4, 3) X(T##_a6, T, V, VU, VW, 3, 3) X(T##_a4, T, V, VU, VW, 2, 5)   \
+    X(T##_a2, T, V, VU, VW, 2, 4) X(T##_a1, T, V, VU, VW, 1, 6)
+static const int mt_a_mr[5] = {4, 3, 2, 2, 1};
+static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
+#define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
+    X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) X(T##_b8_3, T, V, VU, VW, 4, 3) \
+    X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
+    X(T##_b1_4, T, V, VU, VW, 1, 4)
+#define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0,                             \
+                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0}
+static const int mt_b_rows[2] = {4, 1};
+static const int mt_b_tbmax[2] = {3, 4};
+#endif
+
+MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
+MT_A_VARIANTS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
+MT_B_VARIANTS(MT_KB, float, mt_vf, mt_vfu, MT_VWF)
+MT_B_VARIANTS(MT_KB, double, mt_vd, mt_vdu, MT_VWD)
+
+typedef void (*mt_ka_f)(const float*, const ptrdiff_t*, ptrdiff_t, const float*, float*, ptrdiff_t,
+                        ptrdiff_t, ptrdiff_t, ptrdiff_t);
+typedef void (*mt_ka_d)(const double*, const ptrdiff_t*, ptrdiff_t, const double*, double*, ptrdiff_t,
+                        ptrdiff_t, ptrdiff_t, ptrdiff_t);
+static const mt_ka_f mt_ka_float[5] = {float_a8, float_a6, float_a4, float_a2, float_a1};
+static const mt_ka_d mt_ka_double[5] = {double_a8, double_a6, double_a4, double_a2, double_a1};
+typedef void (*mt_kb_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
+                        ptrdiff_t, float*, ptrdiff_t);
+typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
+                        ptrdiff_t, double*, ptrdiff_t);
+static const mt_kb_f mt_kb_float[16] = MT_B_TABLE(float);
+static const mt_kb_d mt_kb_double[16] = MT_B_TABLE(double);
+
+static void mt_ka_call_float(int variant, const float* x, const ptrdiff_t* coff, ptrdiff_t nct,
+                             const float* wp, float* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
+                             ptrdiff_t mvalid)
+{ mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+static void mt_ka_call_double(int variant, const double* x, const ptrdiff_t* coff, ptrdiff_t nct,
+                              const double* wp, double* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
+                              ptrdiff_t mvalid)
+{ mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
+                             ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
+{ mt_kb_float[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
+static void mt_kb_call_double(int tb, const double* dy, ptrdiff_t ldd, const double* x, const ptrdiff_t* off,
+                              ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, double* out, ptrdiff_t ldo)
+{ mt_kb_double[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
+/* Row copies with restrict pointers, so that GCC vectorizes them. */
+/* Rows are short: plain vectorized loops, never memcpy/memset calls. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns"),             \
+                                      target("prefer-vector-width=512")))
+#else
+#define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+#define MT_ROWOPS(T)                                                                            \
+static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, ptrdiff_t n,    \
+                                        ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)           \
+{                                                                                               \
+    for (ptrdiff_t i = 0; i < lo; i++) row[i] = 0;                                              \
+    if (stride == 1) for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[i];                       \
+    else if (stride == 2) for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[2 * i];              \
+    else for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[i * stride];                          \
+    for (ptrdiff_t i = hi; i < n; i++) row[i] = 0;                                              \
+}                                                                                               \
+static MT_NO_LIBCALLS void T##_row_out(T* restrict dst, const T* restrict src, ptrdiff_t n,     \
+                                       ptrdiff_t stride, T bias)                                \
+{                                                                                               \
+    if (stride == 1) for (ptrdiff_t i = 0; i < n; i++) dst[i] = src[i] + bias;                  \
+    else if (stride == 2) for (ptrdiff_t i = 0; i < n; i++) dst[2 * i] = src[i] + bias;         \
+    else for (ptrdiff_t i = 0; i < n; i++) dst[i * stride] = src[i] + bias;                     \
+}                                                                                               \
+static MT_NO_LIBCALLS void T##_zero(T* restrict dst, ptrdiff_t n)                               \
+{                                                                                               \
+    for (ptrdiff_t i = 0; i < n; i++) dst[i] = 0;                                               \
+}                                                                                               \
+/* Two stride-2 phase rows in one pass: r0[i] = src[2i] on [lo0, hi0), r1[i] = src[2i+1]        \
+   on [lo1, hi1), zero elsewhere in r0[:n] and r1[:n]. */                                       \
+static MT_NO_LIBCALLS void T##_row_pack2(T* restrict r0, T* restrict r1, const T* restrict src, \
+                                         ptrdiff_t n, ptrdiff_t lo0, ptrdiff_t hi0,             \
+                                         ptrdiff_t lo1, ptrdiff_t hi1)                          \
+{                                                                                               \
+    ptrdiff_t lo = lo0 > lo1 ? lo0 : lo1, hi = hi0 < hi1 ? hi0 : hi1;                           \
+    if (hi < lo) hi = lo;                                                                       \
+    for (ptrdiff_t i = 0; i < lo; i++) {                                                        \
+        r0[i] = (i >= lo0 && i < hi0) ? src[2 * i] : 0;                                         \
+        r1[i] = (i >= lo1 && i < hi1) ? src[2 * i + 1] : 0;                                     \
+    }                                                                                           \
+    for (ptrdiff_t i = lo; i < hi; i++) { r0[i] = src[2 * i]; r1[i] = src[2 * i + 1]; }         \
+    for (ptrdiff_t i = hi; i < n; i++) {                                                        \
+        r0[i] = (i >= lo0 && i < hi0) ? src[2 * i] : 0;                                         \
+        r1[i] = (i >= lo1 && i < hi1) ? src[2 * i + 1] : 0;                                     \
+    }                                                                                           \
+}
+MT_ROWOPS(float)
+MT_ROWOPS(double)
+static int mt_vbytes(void) { return MT_VBYTES; }
+static int mt_a_mr_of(int v) { return mt_a_mr[v]; }
+static int mt_a_nv_of(int v) { return mt_a_nv[v]; }
+static int mt_b_rows_of(int v) { return mt_b_rows[v]; }
+static int mt_b_tbmax_of(int v) { return mt_b_tbmax[v]; }
+
+#endif
