@@ -24,7 +24,7 @@ from .conv import REDUCE_BLOCK, run_primitive
 
 FLOATS = (np.float16, np.float32, np.float64)
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
-BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqTiT")
+BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
 ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPqqqiT")
 SCE_WITH_GRAD = {(variant, suffix): Kernel("fused", f"sce_with_grad_{variant}_{suffix}", "PPPPPdPPPqqqqiiP")
                  for variant in ("warp", "thread") for suffix in loss.LABEL_SUFFIX.values()}
