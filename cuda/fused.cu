@@ -2,8 +2,8 @@
 // has two or three:
 //   bias_activation       y = act(y + beta * bias[b(i)]) in place: the epilogue of FusedGemm
 //                         (after a cuBLAS product) and of FusedConv (after the convolution)
-//   activation_grad_bias  dx = act'(dy, v) and db[c] = sum of dx over every axis but 1: one
-//                         block per channel, summed as cuda/conv.cu's bias_grad sums
+//   activation_grad_bias  dx = act'(dy, v) and db[c] = sum of dx over every axis but 1, the
+//                         channel's elements split over several blocks
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
@@ -44,20 +44,38 @@ __device__ void bias_activation_impl(T* y, const T* bias, int64_t n, int64_t out
     }
 }
 
-// dy, v, dx: (samples, channels, plane); one block per channel.
+// dy, v, dx: (samples, channels, plane).  Block (ch, s) of the grid (channels, splits) computes dx
+// over elements [s * chunk, (s + 1) * chunk) of channel ch and their sum into partial[ch * splits
+// + s]; the channel's last block to finish (counted in counter[ch], which it resets for the next
+// launch) adds the partial sums in the order s = 0, 1, ...: a fixed order, so db is reproducible.
 template <typename T>
-__device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db, int64_t samples, int64_t plane,
-                                          int64_t channels, int code, acc_t<T> alpha) {
-    const int64_t ch = blockIdx.x, n = samples * plane;
+__device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db, double* partial,
+                                          unsigned int* counter, int64_t samples, int64_t plane, int64_t channels,
+                                          int64_t chunk, int code, acc_t<T> alpha) {
+    const int64_t ch = blockIdx.x, n = samples * plane, begin = (int64_t)blockIdx.y * chunk;
+    const int64_t end = min(n, begin + chunk);
     acc_t<T> acc = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
         const int64_t i = ((j / plane) * channels + ch) * plane + j % plane;
         const T g = from_acc<T>(activation_grad(code, to_acc<T>(dy[i]), to_acc<T>(v[i]), alpha));
         dx[i] = g;
         acc += to_acc<T>(g);
     }
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) db[ch] = from_acc<T>(acc);
+    const double total = block_sum((double)acc);
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        partial[ch * gridDim.y + blockIdx.y] = total;
+        __threadfence();    // the partial sum is visible before the count says so
+        last = atomicAdd(counter + ch, 1u) == gridDim.y - 1;
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+        const volatile double* sums = partial + ch * gridDim.y;
+        double s = 0.0;
+        for (unsigned int k = 0; k < gridDim.y; ++k) s += sums[k];
+        db[ch] = from_acc<T>((acc_t<T>)s);
+        counter[ch] = 0;
+    }
 }
 
 // Row r = n * D + d holds the C scores x[n, :, d] (stride D), read by G lanes.  Writes the row's
@@ -125,10 +143,12 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
         bias_activation_impl<T>(y, bias, n, outer_div, outer_mod, outer_stride, inner_mod, inner_stride, beta, \
                                 code, alpha);                                                               \
     }                                                                                                        \
-    extern "C" __global__ void activation_grad_bias_##S(const T* dy, const T* v, T* dx, T* db,              \
-                                                        int64_t samples, int64_t plane, int64_t channels,  \
-                                                        int code, acc_t<T> alpha) {                         \
-        activation_grad_bias_impl<T>(dy, v, dx, db, samples, plane, channels, code, alpha);                 \
+    extern "C" __global__ void activation_grad_bias_##S(const T* dy, const T* v, T* dx, T* db, double* partial, \
+                                                        unsigned int* counter, int64_t samples, int64_t plane, \
+                                                        int64_t channels, int64_t chunk, int code,          \
+                                                        acc_t<T> alpha) {                                   \
+        activation_grad_bias_impl<T>(dy, v, dx, db, partial, counter, samples, plane, channels, chunk, code,   \
+                                     alpha);                                                                \
     }                                                                                                        \
     SCE_WITH_GRAD(T, S, int64_t, i64, warp, 32) SCE_WITH_GRAD(T, S, int64_t, i64, thread, 1)                 \
     SCE_WITH_GRAD(T, S, int32_t, i32, warp, 32) SCE_WITH_GRAD(T, S, int32_t, i32, thread, 1)

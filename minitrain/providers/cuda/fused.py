@@ -5,12 +5,14 @@ CPU's are (providers/cpu/fused.py):
     (Gemm + Relu unfused: C's broadcast, the product, the activation);
   * FusedConv: the convolution (through the algorithm search, without bias), then one launch
     adding the bias and applying the activation;
-  * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction);
+  * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction),
+    each channel's elements split over blocks that add up their sums in a fixed order;
   * SoftmaxCrossEntropyLossWithGrad: one launch for the rows' losses and d_logits, one for the
     loss's reduction (unfused: four), plus the weight sum first when weights or ignore_index
     make the mean's divisor unknown to the host.
 """
 import math
+import weakref
 
 import numpy as np
 
@@ -25,7 +27,8 @@ from .conv import REDUCE_BLOCK, run_primitive
 FLOATS = (np.float16, np.float32, np.float64)
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
 BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
-ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPqqqiT")
+ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqqqqiT")
+SPLIT_ELEMENTS = 2048       # elements of a channel per block of activation_grad_bias, at least
 SCE_WITH_GRAD = {(variant, suffix): Kernel("fused", f"sce_with_grad_{variant}_{suffix}", "PPPPPdPPPqqqqiiP")
                  for variant in ("warp", "thread") for suffix in loss.LABEL_SUFFIX.values()}
 
@@ -70,17 +73,38 @@ def fused_conv(ctx):
     return {"Y": y}
 
 
+_reduction_scratch = weakref.WeakKeyDictionary()
+
+
+def reduction_scratch(provider, channels, splits):
+    """The partial sums (float64) and the per-channel block counters (zero between launches)
+    of activation_grad_bias on `provider`, made once per (channels, splits)."""
+    per_provider = _reduction_scratch.setdefault(provider, {})
+    scratch = per_provider.get((channels, splits))
+    if scratch is None:
+        counter = provider.persistent_empty((channels,), np.uint32)
+        provider.fill_zero(counter)
+        scratch = per_provider[channels, splits] = (provider.persistent_empty((channels * splits,), np.float64), counter)
+    return scratch
+
+
 @register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
 def activation_grad_bias(ctx):
     dy, xy = ctx.inputs
-    dx = ctx.provider.empty(dy.shape, dy.dtype)
-    db = ctx.provider.empty((dy.shape[1],), dy.dtype)
+    prov = ctx.provider
+    dx = prov.empty(dy.shape, dy.dtype)
+    db = prov.empty((dy.shape[1],), dy.dtype)
     samples, channels = dy.shape[0], dy.shape[1]
     if dy.size == 0:
-        ctx.provider.fill_zero(db)
+        prov.fill_zero(db)
     else:
-        ACTIVATION_GRAD_BIAS.launch(ctx.provider, dy.dtype, (channels, 1, 1), (REDUCE_BLOCK, 1, 1), dy, xy, dx, db,
-                                    samples, dy.size // (samples * channels), channels,
+        per_channel = dy.size // channels
+        # enough blocks to fill the device, none with less than SPLIT_ELEMENTS elements
+        splits = max(1, min(-(-per_channel // SPLIT_ELEMENTS), -(-4 * prov.multiprocessors // channels)))
+        chunk = -(-per_channel // splits)
+        partial, counter = reduction_scratch(prov, channels, splits)
+        ACTIVATION_GRAD_BIAS.launch(prov, dy.dtype, (channels, splits, 1), (REDUCE_BLOCK, 1, 1), dy, xy, dx, db,
+                                    partial, counter, samples, per_channel // samples, channels, chunk,
                                     ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
     out = {"dX": dx}
     if ctx.wants("dB"):
