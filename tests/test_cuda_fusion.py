@@ -85,17 +85,28 @@ def cuda_params(spec, bench_train, fuse_on, optimizer, dtype, batches):
 
 
 @pytest.mark.parametrize("case", ["lenet5_b64", "cnn1d_b64"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_training_on_cuda_matches_unfused(case, dtype):
+@pytest.mark.parametrize("optimizer", [lambda: optim.SGD(0.05), lambda: optim.Adam(1e-3)], ids=["sgd", "adam"])
+def test_fused_training_on_cuda_matches_unfused(case, optimizer):
+    """float64: the fused parameters are the unfused ones to 1e-12.  float32: the fused CUDA
+    kernels round differently (a direct convolution adds its bias last, bias gradients sum in
+    another order), and over 20 steps a ReLU near its kink or Adam's normalisation of tiny
+    gradients can grow that; so the fused float32 run must stay as close to the float64 run
+    as the unfused float32 run is."""
     bench_train = bench_cases()
     spec = bench_train.CASES[case]
     data = bench_train.make_inputs(spec)
     batches = [(data["x"][i:i + 32], data["labels"][i:i + 32]) for i in (0, 32)]
-    tol = 1e-12 if dtype == np.float64 else 1e-5
-    for optimizer in (lambda: optim.SGD(0.05), lambda: optim.Adam(1e-3)):
-        _, plain = cuda_params(spec, bench_train, False, optimizer, dtype, batches)
-        session, fused = cuda_params(spec, bench_train, None, optimizer, dtype, batches)
-        assert session.fuse and "FusedConv" in op_counts(session.train_plan.graph)
-        assert all(step.provider == "cuda" for step in session.train_plan.steps)
-        for name in plain:
-            np.testing.assert_allclose(fused[name], plain[name], rtol=tol, atol=tol, err_msg=name)
+    runs = {}
+    for dtype in (np.float64, np.float32):
+        for fuse_on in (False, None):
+            session, params = cuda_params(spec, bench_train, fuse_on, optimizer, dtype, batches)
+            runs[dtype, fuse_on] = params
+            if fuse_on is None:
+                assert session.fuse and "FusedConv" in op_counts(session.train_plan.graph)
+                assert all(step.provider == "cuda" for step in session.train_plan.steps)
+    reference = runs[np.float64, False]
+    for name in reference:
+        np.testing.assert_allclose(runs[np.float64, None][name], reference[name], rtol=1e-12, atol=1e-12, err_msg=name)
+        unfused_error = np.max(np.abs(runs[np.float32, False][name] - reference[name]))
+        fused_error = np.max(np.abs(runs[np.float32, None][name] - reference[name]))
+        assert fused_error <= 2 * unfused_error + 1e-5, (name, fused_error, unfused_error)
