@@ -54,6 +54,11 @@ def graph_nodes(session):
     return captured[0].node_count if captured else None
 
 
+def device_name():
+    import pycuda.driver as driver
+    return driver.Context.get_device().name()
+
+
 def isa():
     try:
         with open("/proc/cpuinfo") as f:
@@ -82,7 +87,7 @@ def main():
         header += ["graph nodes unfused", "graph nodes fused"]
     header += ["ms/step unfused", "ms/step fused", "unfused/fused"]
     where = (f"{platform.processor() or platform.machine()}, {isa()}, {THREADS} threads" if device == "cpu"
-             else "CUDA, whole step captured")
+             else f"{device_name()}, whole step captured")
     text = "\n".join([f"# Fusion on a training step ({datetime.date.today()}, {device}: {where}, {rounds} rounds)",
                       "", markdown_table(header, rows), ""])
     print(text)
