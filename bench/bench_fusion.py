@@ -55,7 +55,7 @@ def graph_nodes(session):
 
 
 def device_name():
-    import pycuda.driver as driver
+    from pycuda import driver
     return driver.Context.get_device().name()
 
 

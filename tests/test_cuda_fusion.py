@@ -3,9 +3,16 @@ variant, float16/32/64), and fused training on CUDA against unfused training on 
 same parameters after 20 SGD and Adam steps of LeNet-5 and the 1D CNN of the benchmark."""
 import numpy as np
 import pytest
-
 from cuda_parity import DTYPES, check_parity
-from test_fusion import ACTS, SCE_CASES, bench_cases, fused_attrs, op_counts, sce_inputs, unfused_activation
+from test_fusion import (
+    ACTS,
+    SCE_CASES,
+    bench_cases,
+    fused_attrs,
+    op_counts,
+    sce_inputs,
+    unfused_activation,
+)
 
 import minitrain
 from minitrain import nn, optim
