@@ -10,7 +10,9 @@ fresh subprocess per framework: the peak RSS of the first 8 steps over the RSS b
 minitrain also tracemalloc's peak during one step and the plan's own estimate.
 
     python bench/bench_train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
-                                [--out bench/results/train.md]
+                                [--fuse] [--out bench/results/train.md]
+
+--fuse runs minitrain's plans fused (minitrain/fusion/; the CPU default is unfused).
     python bench/bench_train.py --device cuda      (see train_gpu.py)
 """
 import os
@@ -105,7 +107,8 @@ def torch_model(torch, case, model):
 def minitrain_step(case):
     minitrain.random.seed(0)
     model = minitrain_model(case)
-    session = TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(case.lr), input_shape=case.input_shape[1:])
+    session = TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(case.lr), input_shape=case.input_shape[1:],
+                              fuse=True if "--fuse" in sys.argv else None)
     data = make_inputs(case)
     return model, session, (lambda: session.train_step(data["x"], data["labels"]))
 

@@ -40,6 +40,7 @@ import numpy as np
 from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
+from ..fusion import fuse as fuse_graph
 from ..graph import Graph
 from ..nn.tensor import GraphBuilder
 from ..ops.schema import MS_DOMAIN
@@ -63,15 +64,18 @@ class TrainingSession:
     use_tf32: let float32 GEMMs and convolutions use TF32 on CUDA (off: strict FP32).
     capture: capture each plan's step into a CUDA Graph and replay it (on devices that have
     graphs; default on).
+    fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling;
+    None: on for a device other than the CPU.
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
-                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True):
+                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None):
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
         self._provider = get_provider(self.device).for_session(use_tf32=use_tf32)
         self.capture = bool(capture)
+        self.fuse = self.device != "cpu" if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)
         self.params = model.parameters()
         if not self.params:
@@ -89,8 +93,8 @@ class TrainingSession:
         self.grad_names = grads
         train_graph = self.grad_graph.copy()
         self.norm_name = optimizer.add_to_graph(train_graph, grads)
-        self.train_plan = schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
-                                                 *self.state_updates], self.providers)
+        self.train_plan = self._schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
+                                                       *self.state_updates])
         _check_update_runs_last(self.train_plan, set(self.params))
         self._train = self._executor(self.train_plan)
         self._grad = None        # forward + backward + accumulation, for accumulate(); built on first use
@@ -123,8 +127,15 @@ class TrainingSession:
         return Executor(plan, profile=profile, state=self.state, providers={self.device: self._provider},
                         capture=self.capture, write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
 
+    def _schedule(self, graph, fetch):
+        """The plan of `graph` for `fetch` on the session's providers, fused when `fuse` is on."""
+        if self.fuse:
+            graph = fuse_graph(graph, fetch, self.providers)
+        return schedule(graph, fetch, self.providers)
+
     def plan_description(self):
-        """The training plan, one line per node with the provider it runs on."""
+        """The training plan, one line per node with the provider it runs on (a fused node is
+        named after the nodes it replaces, joined by '+')."""
         return self.train_plan.describe()
 
     def pull(self):
@@ -163,7 +174,7 @@ class TrainingSession:
     def _eval_executor(self, with_loss):
         if with_loss not in self._eval:
             graph, out, loss, _ = self._build(training=False, with_loss=with_loss)
-            plan = schedule(graph, [out] + ([loss] if loss else []), self.providers)
+            plan = self._schedule(graph, [out] + ([loss] if loss else []))
             self._eval[with_loss] = (self._executor(plan), out, loss)
         return self._eval[with_loss]
 
@@ -261,11 +272,11 @@ class TrainingSession:
             accumulated.append(graph.add_node("InPlaceAccumulator", [buffers[param], grad_name, SCALE_INPUT],
                                               domain=MS_DOMAIN, name=f"accumulate.{param}"))
         fetch = [self.loss_name, self.output_name, *accumulated, *self.state_updates]
-        self._grad = self._executor(schedule(graph, fetch, self.providers))
+        self._grad = self._executor(self._schedule(graph, fetch))
         update = Graph(initializers={**self.params, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
                        name="update")
         norm = self.optimizer.add_to_graph(update, buffers)
-        self._update = (self._executor(schedule(update, [norm], self.providers)), norm)
+        self._update = (self._executor(self._schedule(update, [norm])), norm)
 
     def accumulate(self, inputs, targets, scale=1.0):
         """Forward and backward on a batch; add scale * gradients into the gradient buffers

@@ -1,0 +1,155 @@
+// Kernels of the fused ops (minitrain/ops/fused.py), each one launch where the unfused plan
+// has two or three:
+//   bias_activation       y = act(y + beta * bias[b(i)]) in place: the epilogue of FusedGemm
+//                         (after a cuBLAS product) and of FusedConv (after the convolution)
+//   activation_grad_bias  dx = act'(dy, v) and db[c] = sum of dx over every axis but 1, the
+//                         channel's elements split over several blocks
+//   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
+//                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
+//                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
+// The activation is a run-time code: 0 Relu, 1 Sigmoid, 2 Tanh, 3 LeakyRelu (alpha).
+#include "common.cuh"
+#include "activation.cuh"
+#include "block_sum.cuh"
+#include "cross_entropy_rows.cuh"
+
+template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha) {
+    switch (code) {
+        case 0: return Relu<A>{alpha}(x);
+        case 1: return Sigmoid<A>{alpha}(x);
+        case 2: return Tanh<A>{alpha}(x);
+        default: return LeakyRelu<A>{alpha}(x);
+    }
+}
+
+template <typename A> __device__ __forceinline__ A activation_grad(int code, A dy, A v, A alpha) {
+    switch (code) {
+        case 0: return ReluGrad<A>{alpha}(dy, v);
+        case 1: return SigmoidGrad<A>{alpha}(dy, v);
+        case 2: return TanhGrad<A>{alpha}(dy, v);
+        default: return LeakyReluGrad<A>{alpha}(dy, v);
+    }
+}
+
+// The bias element of y's element i: ((i / outer_div) % outer_mod) * outer_stride +
+// (i % inner_mod) * inner_stride (a Gemm's C broadcast to (m, n), or a Conv's bias[channel]).
+template <typename T>
+__device__ void bias_activation_impl(T* y, const T* bias, int64_t n, int64_t outer_div, int64_t outer_mod,
+                                     int64_t outer_stride, int64_t inner_mod, int64_t inner_stride, acc_t<T> beta,
+                                     int code, acc_t<T> alpha) {
+    GRID_STRIDE_LOOP(i, n) {
+        acc_t<T> v = to_acc<T>(y[i]);
+        if (bias) v += beta * to_acc<T>(bias[((i / outer_div) % outer_mod) * outer_stride + (i % inner_mod) * inner_stride]);
+        y[i] = from_acc<T>(activate(code, v, alpha));
+    }
+}
+
+// dy, v, dx: (samples, channels, plane).  Block (ch, s) of the grid (channels, splits) computes dx
+// over elements [s * chunk, (s + 1) * chunk) of channel ch and their sum into partial[ch * splits
+// + s]; the channel's last block to finish (counted in counter[ch], which it resets for the next
+// launch) adds the partial sums in the order s = 0, 1, ...: a fixed order, so db is reproducible.
+template <typename T>
+__device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db, double* partial,
+                                          unsigned int* counter, int64_t samples, int64_t plane, int64_t channels,
+                                          int64_t chunk, int code, acc_t<T> alpha) {
+    const int64_t ch = blockIdx.x, n = samples * plane, begin = (int64_t)blockIdx.y * chunk;
+    const int64_t end = min(n, begin + chunk);
+    acc_t<T> acc = 0;
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+        const int64_t i = ((j / plane) * channels + ch) * plane + j % plane;
+        const T g = from_acc<T>(activation_grad(code, to_acc<T>(dy[i]), to_acc<T>(v[i]), alpha));
+        dx[i] = g;
+        acc += to_acc<T>(g);
+    }
+    const double total = block_sum((double)acc);
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        partial[ch * gridDim.y + blockIdx.y] = total;
+        __threadfence();    // the partial sum is visible before the count says so
+        last = atomicAdd(counter + ch, 1u) == gridDim.y - 1;
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+        const volatile double* sums = partial + ch * gridDim.y;
+        double s = 0.0;
+        for (unsigned int k = 0; k < gridDim.y; ++k) s += sums[k];
+        db[ch] = from_acc<T>((acc_t<T>)s);
+        counter[ch] = 0;
+    }
+}
+
+// Row r = n * D + d holds the C scores x[n, :, d] (stride D), read by G lanes.  Writes the row's
+// weighted loss (to loss_none[r], or to partial[r] with its weight in partial[rows + r]) and
+// d_logits = (softmax - onehot(label)) * coef, coef = weight * dY[r] (reduction 0: none),
+// weight * dY (1: sum) or weight * dY / wsum (2: mean; wsum from sce_weight_sum, or `divisor`
+// when no row can weigh other than 1).
+template <typename T, typename L, int G>
+__device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights, const T* dy, const double* wsum,
+                                   double divisor, T* dx, T* loss_none, double* partial, int64_t rows, int64_t C,
+                                   int64_t D, int64_t ignore_index, int has_ignore, int reduction,
+                                   unsigned long long* bad) {
+    typedef acc_t<T> A;
+    A scale = 0;
+    if (reduction != 0) scale = reduction == 2 ? (A)((double)to_acc<T>(dy[0]) / (wsum ? wsum[0] : divisor)) : to_acc<T>(dy[0]);
+    const int lane = threadIdx.x % G;
+    const int64_t first = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x / G;
+    for (int64_t r = first; r < rows; r += step) {
+        const int64_t n = r / D, d = r - n * D;
+        const T* xr = x + n * C * D + d;
+        T* gr = dx + n * C * D + d;
+        A mx = -INFINITY;
+        for (int64_t c = lane; c < C; c += G) {
+            const A v = to_acc<T>(xr[c * D]);
+            mx = v > mx ? v : mx;
+        }
+        mx = group_max<G>(mx);
+        A s = 0;
+        for (int64_t c = lane; c < C; c += G) s += exp(to_acc<T>(xr[c * D]) - mx);
+        const A lse = mx + log(group_sum<G>(s));
+        const int64_t label = row_label(labels, r, C, ignore_index, has_ignore, bad, lane == 0);
+        const A w = class_weight(weights, label);
+        const A coef = w * (reduction == 0 ? to_acc<T>(dy[r]) : scale);
+        for (int64_t c = lane; c < C; c += G) {
+            const A g = exp(to_acc<T>(xr[c * D]) - lse) * coef;
+            gr[c * D] = from_acc<T>(c == label ? g - coef : g);
+        }
+        if (lane == 0) {
+            const A loss = label < 0 ? A(0) : -(to_acc<T>(xr[label * D]) - lse) * w;
+            if (loss_none) {
+                loss_none[r] = from_acc<T>(loss);
+            } else {
+                partial[r] = (double)loss;
+                partial[rows + r] = (double)w;
+            }
+        }
+    }
+}
+
+#define SCE_WITH_GRAD(T, S, L, LS, VARIANT, G)                                                              \
+    extern "C" __global__ void sce_with_grad_##VARIANT##_##LS##_##S(                                       \
+        const T* x, const L* labels, const T* weights, const T* dy, const double* wsum, double divisor,     \
+        T* dx, T* loss_none, double* partial, int64_t rows, int64_t C, int64_t D, int64_t ignore_index,     \
+        int has_ignore, int reduction, unsigned long long* bad) {                                           \
+        sce_with_grad_impl<T, L, G>(x, labels, weights, dy, wsum, divisor, dx, loss_none, partial, rows, C, \
+                                    D, ignore_index, has_ignore, reduction, bad);                           \
+    }
+
+#define FUSED(T, S)                                                                                          \
+    extern "C" __global__ void bias_activation_##S(T* y, const T* bias, int64_t n, int64_t outer_div,       \
+                                                   int64_t outer_mod, int64_t outer_stride, int64_t inner_mod, \
+                                                   int64_t inner_stride, acc_t<T> beta, int code,           \
+                                                   acc_t<T> alpha) {                                        \
+        bias_activation_impl<T>(y, bias, n, outer_div, outer_mod, outer_stride, inner_mod, inner_stride, beta, \
+                                code, alpha);                                                               \
+    }                                                                                                        \
+    extern "C" __global__ void activation_grad_bias_##S(const T* dy, const T* v, T* dx, T* db, double* partial, \
+                                                        unsigned int* counter, int64_t samples, int64_t plane, \
+                                                        int64_t channels, int64_t chunk, int code,          \
+                                                        acc_t<T> alpha) {                                   \
+        activation_grad_bias_impl<T>(dy, v, dx, db, partial, counter, samples, plane, channels, chunk, code,   \
+                                     alpha);                                                                \
+    }                                                                                                        \
+    SCE_WITH_GRAD(T, S, int64_t, i64, warp, 32) SCE_WITH_GRAD(T, S, int64_t, i64, thread, 1)                 \
+    SCE_WITH_GRAD(T, S, int32_t, i32, warp, 32) SCE_WITH_GRAD(T, S, int32_t, i32, thread, 1)
+MT_FOR_FLOATS(FUSED)

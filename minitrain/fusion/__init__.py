@@ -1,0 +1,32 @@
+"""Fusion: a rewrite of a whole graph (forward, loss, gradient and optimizer nodes) into one
+with fewer nodes, before it is scheduled.  `fuse(graph, fetch, providers)` returns a new graph
+and never changes what the fetched values are.
+
+Each rule (one module each, applied in RULES order) replaces a pattern of nodes by one fused
+node of minitrain/ops/fused.py, and only where
+
+  * the provider that would run each replaced node (the first of `providers` with a kernel
+    for it) is the one that runs the fused node, so nothing moves between devices;
+  * no value that disappears is fetched, a graph output, or read by a node outside the pattern
+    (a rule may rewire such a reader only where the result is the same, as ReluGrad reading
+    Relu's output instead of its input).
+"""
+from __future__ import annotations
+
+from ..inference import infer_types, topological_order
+from . import activation, activation_grad_bias, softmax_cross_entropy
+from .rewrite import Rewrite
+
+RULES = (softmax_cross_entropy, activation, activation_grad_bias)
+
+
+def fuse(graph, fetch=None, providers=("cpu",)):
+    """A copy of `graph` with the fusion rules applied (see the module docstring): the same
+    values for `fetch` (default: the graph outputs) on the ordered `providers`."""
+    rewrite = Rewrite(graph, graph.outputs if fetch is None else fetch, providers)
+    for rule in RULES:
+        rule.apply(rewrite)
+        rewrite.refresh()
+    topological_order(rewrite.graph)    # the rewrite made no cycle
+    infer_types(rewrite.graph)          # and every fused node is valid
+    return rewrite.graph

@@ -1,0 +1,62 @@
+"""The state of one fusion pass: the graph being rewritten and what the rules ask about it."""
+from __future__ import annotations
+
+from ..graph import Node
+from ..inference import check_graph_node, infer_types
+from ..ops.fused import FUSED_DOMAIN
+from ..providers import provider_list
+from ..registry import find
+
+
+class Rewrite:
+    """The graph being rewritten, with what the rules ask about it: types, producers and
+    readers of values, the values that must stay, and which provider runs a node."""
+
+    def __init__(self, graph, fetch, providers):
+        self.graph = graph.copy()
+        self.graph.opset_imports.setdefault(FUSED_DOMAIN, 1)
+        self.providers = tuple(provider_list(providers))
+        self.kept = set(fetch) | set(graph.outputs)
+        self.types = infer_types(self.graph)
+        self.refresh()
+
+    def refresh(self):
+        """Recompute producers and readers after a rule has changed the nodes."""
+        self.producers = self.graph.producers()
+        self.readers = self.graph.consumers()
+
+    def readers_of(self, name):
+        return self.readers.get(name, [])
+
+    def constant(self, name):
+        """The initializer called `name`, or None."""
+        return self.graph.initializers.get(name)
+
+    def dtype_of(self, node):
+        """The element type a node runs in (its schema's float type)."""
+        return check_graph_node(self.graph, node, self.types).dtype
+
+    def provider_for(self, op_type, domain, dtype):
+        """The first provider with a kernel for this op and dtype, or None."""
+        opset = self.graph.opset(domain)
+        return next((p for p in self.providers if find(op_type, domain, opset, p, dtype)), None)
+
+    def same_provider(self, nodes, op_type, domain):
+        """Whether the fused op (op_type, domain) runs where every one of `nodes` runs."""
+        dtype = self.dtype_of(nodes[0])
+        target = self.provider_for(op_type, domain, dtype)
+        return target is not None and all(
+            self.provider_for(n.op_type, n.domain, self.dtype_of(n)) == target for n in nodes)
+
+    def replace(self, old, new):
+        """Put `new` (a Node, or None to drop it) where `old` was in the node list."""
+        index = next(i for i, n in enumerate(self.graph.nodes) if n is old)
+        if new is None:
+            del self.graph.nodes[index]
+        else:
+            self.graph.nodes[index] = new
+
+
+def fused_node(op_type, domain, inputs, outputs, attrs, parts):
+    """The node replacing `parts`, named after them so that a plan shows what it holds."""
+    return Node(op_type, inputs, outputs, attrs, domain, "+".join(p.name for p in parts))

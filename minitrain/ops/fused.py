@@ -1,0 +1,95 @@
+"""Fused ops: what the fusion pass (minitrain/fusion/) writes in place of several nodes.
+
+ONNX Runtime's com.microsoft ops where it has one, with its names and attributes:
+
+    FusedGemm(A, B, C?)   Y = act(alpha op(A) op(B) + beta C); activation, activation_alpha
+    FusedConv(X, W, B?)   Y = act(Conv(X, W, B)); activation, activation_params
+
+and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
+
+    ActivationGradBias(dY, X_or_Y) -> dX, dB
+        dX = the activation's gradient (ReluGrad, SigmoidGrad, ...: what it reads is that op's
+        second input), dB = dX summed over every axis but axis 1: the bias gradient of the
+        Gemm or Conv that the activation follows, in the same pass.
+    SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
+        SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
+        dY, in one pass over the scores (no log_prob kept between them).
+
+Activations: Relu, Sigmoid, Tanh and LeakyRelu (alpha from activation_alpha, or
+activation_params[0] on FusedConv, as in ONNX Runtime).
+"""
+from .activation import same_as_inputs
+from .conv import CONV_ATTRS, _forward_inference
+from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
+from .math import GEMM_ATTRS, infer_gemm
+from .schema import MS_DOMAIN, REQUIRED, Attr, Input, schema
+
+FUSED_DOMAIN = "ai.minitrain.fused"
+# activation -> its gradient op (com.microsoft), which the CPU and CUDA kernels name by the
+# activation's lower-case name
+ACTIVATIONS = {"Relu": "ReluGrad", "Sigmoid": "SigmoidGrad", "Tanh": "TanhGrad", "LeakyRelu": "LeakyReluGrad"}
+KERNEL_NAMES = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "LeakyRelu": "leaky_relu"}
+LEAKY_DEFAULT = 0.01
+
+ACTIVATION_ATTRS = {"activation": Attr("string", REQUIRED), "activation_alpha": Attr("float", LEAKY_DEFAULT)}
+
+
+def check_activation(ctx):
+    """The activation attribute names one of ACTIVATIONS."""
+    if ctx.attrs["activation"] not in ACTIVATIONS:
+        ctx.attr_fail("activation", f"is not supported; use one of {sorted(ACTIVATIONS)}")
+
+
+def activation_alpha(attrs):
+    """The activation's alpha (LeakyRelu's slope) from a fused op's resolved attributes."""
+    params = attrs.get("activation_params")
+    if params:
+        return float(params[0])
+    return float(attrs.get("activation_alpha", LEAKY_DEFAULT))
+
+
+@schema("FusedGemm", domain=MS_DOMAIN, inputs=["A", "B", Input("C", optional=True)],
+        attrs={**GEMM_ATTRS, **ACTIVATION_ATTRS, "activation_beta": Attr("float"), "activation_gamma": Attr("float")})
+def infer_fused_gemm(ctx):
+    """Gemm's output, the activation applied."""
+    check_activation(ctx)
+    return infer_gemm(ctx)
+
+
+_conv_inference = _forward_inference(False)
+
+
+@schema("FusedConv", domain=MS_DOMAIN, inputs=["X", "W", Input("B", optional=True)],
+        attrs={**CONV_ATTRS, "activation": Attr("string", REQUIRED), "activation_params": Attr("floats")})
+def infer_fused_conv(ctx):
+    """Conv's output, the activation applied."""
+    check_activation(ctx)
+    return _conv_inference(ctx)
+
+
+@schema("ActivationGradBias", domain=FUSED_DOMAIN, inputs=["dY", "X"], outputs=["dX", "dB"],
+        attrs=ACTIVATION_ATTRS, optional_outputs=("dB",))
+def infer_activation_grad_bias(ctx):
+    """dX like dY; dB (C,), C = dY's axis 1."""
+    check_activation(ctx)
+    ctx.require_rank(0, range(2, 9), "dY")
+    dx = same_as_inputs(ctx)[0]
+    shape = ctx.shape(0)
+    return [dx, ctx.out(None if shape is None else (shape[1],))]
+
+
+@schema("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN,
+        inputs=["scores", Input("labels", types=LABEL_TYPES), "dY", Input("weights", optional=True)],
+        outputs=["output", "d_logits"], attrs=SCE_ATTRS)
+def infer_sce_with_grad(ctx):
+    """output: the loss (a scalar, or the labels' shape for reduction 'none'); d_logits like
+    scores; dY has the loss's shape."""
+    check_sce(ctx, 0, 1)
+    check_class_weights(ctx, 3, 0)
+    if ctx.attrs["reduction"] == "none":
+        ctx.require_shape(2, ctx.shape(1), "the labels' shape, as the loss of reduction 'none'")
+        loss_shape = ctx.shape(1)
+    else:
+        ctx.require_scalar(2, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
+        loss_shape = ()
+    return [ctx.out(loss_shape), ctx.out(ctx.shape(0))]

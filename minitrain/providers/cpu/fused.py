@@ -1,0 +1,56 @@
+"""CPU kernels of the fused ops (minitrain/ops/fused.py): the unfused kernels' own code run in
+one call, the activation applied in place, so a fused plan gives the unfused plan's bits."""
+import numpy as np
+
+from ..._ext import activation as _act
+from ...ops.fused import FUSED_DOMAIN, KERNEL_NAMES, activation_alpha
+from ...ops.schema import MS_DOMAIN
+from ...registry import KernelContext, register_kernel
+from ...threads import get_num_threads
+from .conv import bias_grad, conv_kernel
+from .loss import softmax_cross_entropy, softmax_cross_entropy_grad
+from .math import gemm
+from .streaming import should_stream
+
+
+def activate_in_place(ctx, y):
+    """y = act(y) for the fused op's activation."""
+    flat = y.reshape(-1)
+    _act.forward(KERNEL_NAMES[ctx.attrs["activation"]], flat, flat, activation_alpha(ctx.attrs), get_num_threads())
+    return y
+
+
+@register_kernel("FusedGemm", domain=MS_DOMAIN)
+def fused_gemm(ctx):
+    return {"Y": activate_in_place(ctx, np.ascontiguousarray(gemm(ctx)["Y"]))}
+
+
+@register_kernel("FusedConv", domain=MS_DOMAIN)
+def fused_conv(ctx):
+    return {"Y": activate_in_place(ctx, conv_kernel(ctx)["Y"])}
+
+
+@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN)
+def activation_grad_bias(ctx):
+    dy, xy = ctx.inputs
+    dx = np.empty_like(dy)
+    _act.backward(KERNEL_NAMES[ctx.attrs["activation"]], dy.reshape(-1), xy.reshape(-1), dx.reshape(-1),
+                  activation_alpha(ctx.attrs), get_num_threads(), should_stream(dy, xy, dx))
+    out = {"dX": dx}
+    if ctx.wants("dB"):     # SumToShape's sum for a Gemm's (N, C), ConvGrad's for (N, C, ...)
+        out["dB"] = np.sum(dx, axis=0) if dx.ndim == 2 else bias_grad(dx)
+    return out
+
+
+def _part(ctx, op_type, inputs, wanted):
+    """The context of one of the unfused kernels that a fused kernel runs."""
+    return KernelContext(op_type, ctx.node_name, inputs, ctx.attrs, wanted, {}, ctx.dtype, ctx.provider)
+
+
+@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN)
+def softmax_cross_entropy_with_grad(ctx):
+    scores, labels, dy, weights = (ctx.inputs + [None])[:4]
+    forward = softmax_cross_entropy(_part(ctx, ctx.op_type, [scores, labels, weights], ("output", "log_prob")))
+    grad = softmax_cross_entropy_grad(_part(ctx, ctx.op_type, [dy, forward["log_prob"], labels, weights],
+                                            ("d_logits",)))
+    return {"output": forward["output"], "d_logits": grad["d_logits"]}

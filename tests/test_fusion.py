@@ -1,0 +1,299 @@
+"""The fusion pass (minitrain/fusion/) and the fused ops (minitrain/ops/fused.py) on the CPU:
+each fused op against the unfused nodes it replaces, its gradients against finite differences,
+the rules' conditions (fetched values stay, providers must match), and whole training runs:
+the fused plan gives the unfused plan's parameters after 20 SGD and Adam steps."""
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import minitrain
+from minitrain import nn, optim, run_node
+from minitrain.errors import OpAttributeError
+from minitrain.fusion import fuse
+from minitrain.fusion.rewrite import Rewrite
+from minitrain.ops.fused import ACTIVATIONS, FUSED_DOMAIN
+from minitrain.training import TrainingSession
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MS = "com.microsoft"
+ACTS = [("Relu", None), ("Sigmoid", None), ("Tanh", None), ("LeakyRelu", 0.2)]
+
+
+def unfused_activation(y, act, alpha):
+    return run_node(act, [y], attrs=None if alpha is None else {"alpha": alpha})[0]
+
+
+def fused_attrs(act, alpha, key="activation_alpha"):
+    attrs = {"activation": act}
+    if alpha is not None:
+        attrs[key] = [alpha] if key == "activation_params" else alpha
+    return attrs
+
+
+# ------------------------------------------------------------------------------ fused ops
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("c_shape", [None, (5,), (1, 5), (4, 1), (4, 5)])
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_gemm_is_gemm_then_activation(act, alpha, c_shape, trans, dtype, rng):
+    a = rng.standard_normal((3, 4) if trans[0] else (4, 3)).astype(dtype)
+    b = rng.standard_normal((5, 3) if trans[1] else (3, 5)).astype(dtype)
+    inputs = [a, b] + ([rng.standard_normal(c_shape).astype(dtype)] if c_shape else [])
+    gemm = {"transA": trans[0], "transB": trans[1], "alpha": 0.7, "beta": 1.5}
+    expected = unfused_activation(run_node("Gemm", inputs, attrs=gemm)[0], act, alpha)
+    got = run_node("FusedGemm", inputs, attrs={**gemm, **fused_attrs(act, alpha)}, domain=MS)[0]
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 3, 9), (4, 3, 3), {"pads": [1, 1]}),
+    ((2, 2, 7, 6), (6, 1, 3, 3), {"group": 2, "strides": [2, 1]}),
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_conv_is_conv_then_activation(act, alpha, x_shape, w_shape, attrs, bias, rng):
+    inputs = [rng.standard_normal(x_shape), rng.standard_normal(w_shape)]
+    if bias:
+        inputs.append(rng.standard_normal(w_shape[0]))
+    expected = unfused_activation(run_node("Conv", inputs, attrs=attrs)[0], act, alpha)
+    got = run_node("FusedConv", inputs, attrs={**attrs, **fused_attrs(act, alpha, "activation_params")}, domain=MS)[0]
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("shape", [(6, 5), (3, 4, 7), (2, 3, 4, 5)])
+def test_activation_grad_bias_is_gradient_then_bias_sum(act, alpha, shape, rng):
+    dy, z = rng.standard_normal(shape), rng.standard_normal(shape)
+    marker = z if act == "Relu" else unfused_activation(z, act, alpha)
+    attrs = None if alpha is None else {"alpha": alpha}
+    dx = run_node(ACTIVATIONS[act], [dy, marker], attrs=attrs, domain=MS)[0]
+    if len(shape) == 2:
+        db = run_node("SumToShape", [dx, np.array([shape[1]])], domain=MS)[0]
+    else:
+        w = np.zeros((shape[1], 2) + (1,) * (len(shape) - 2))
+        db = run_node("ConvGrad", [dx, np.zeros((shape[0], 2) + shape[2:]), w], domain=MS, outputs=["dB"])[0]
+    got_dx, got_db = run_node("ActivationGradBias", [dy, marker], attrs=fused_attrs(act, alpha), domain=FUSED_DOMAIN)
+    np.testing.assert_array_equal(got_dx, dx)
+    np.testing.assert_array_equal(got_db, db)
+
+
+SCE_CASES = [
+    ({"reduction": "mean"}, (6, 5), False),
+    ({"reduction": "sum"}, (6, 5), False),
+    ({"reduction": "none"}, (6, 5), False),
+    ({"reduction": "mean", "ignore_index": 2}, (6, 5), True),
+    ({"reduction": "mean"}, (3, 4, 2, 3), True),
+    ({"reduction": "none", "ignore_index": 0}, (3, 4, 5), False),
+]
+
+
+def sce_inputs(rng, shape, weighted, label_dtype=np.int64):
+    scores = rng.standard_normal(shape)
+    labels = rng.integers(0, shape[1], size=(shape[0],) + shape[2:]).astype(label_dtype)
+    weights = rng.uniform(0.5, 2, size=shape[1]) if weighted else None
+    return scores, labels, weights
+
+
+@pytest.mark.parametrize("attrs,shape,weighted", SCE_CASES)
+@pytest.mark.parametrize("label_dtype", [np.int64, np.int32])
+def test_sce_with_grad_is_loss_then_gradient(attrs, shape, weighted, label_dtype, rng):
+    scores, labels, weights = sce_inputs(rng, shape, weighted, label_dtype)
+    dy = np.array(0.75) if attrs["reduction"] != "none" else rng.standard_normal(labels.shape)
+    loss, log_prob = run_node("SoftmaxCrossEntropyLoss", [scores, labels, weights], attrs=attrs)
+    d_logits = run_node("SoftmaxCrossEntropyLossGrad", [dy, log_prob, labels, weights], attrs=attrs, domain=MS)[0]
+    inputs = [scores, labels, dy] + ([weights] if weighted else [])
+    got_loss, got_grad = run_node("SoftmaxCrossEntropyLossWithGrad", inputs, attrs=attrs, domain=FUSED_DOMAIN)
+    np.testing.assert_array_equal(got_loss, loss)
+    np.testing.assert_array_equal(got_grad, d_logits)
+
+
+# ------------------------------------------------------------------------------ gradients
+def numeric_gradient(f, x, eps=1e-6):
+    """Central differences of the scalar f at x (float64)."""
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        keep = x[i]
+        x[i] = keep + eps
+        up = f(x)
+        x[i] = keep - eps
+        down = f(x)
+        x[i] = keep
+        grad[i] = (up - down) / (2 * eps)
+    return grad
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5)])
+def test_activation_grad_bias_against_finite_differences(act, alpha, shape, rng):
+    """dX and dB are the gradients of sum(dY * act(Z + b)) in Z and b (b along axis 1)."""
+    z, dy = rng.standard_normal(shape), rng.standard_normal(shape)
+    z[np.abs(z) < 1e-3] = 0.5        # away from Relu's kink
+    b = rng.standard_normal(shape[1]) * 0.1
+    along = (1, -1) + (1,) * (len(shape) - 2)
+
+    def loss_z(zz):
+        return float(np.sum(dy * unfused_activation(zz + b.reshape(along), act, alpha)))
+
+    def loss_b(bb):
+        return float(np.sum(dy * unfused_activation(z + bb.reshape(along), act, alpha)))
+    pre = z + b.reshape(along)
+    marker = pre if act == "Relu" else unfused_activation(pre, act, alpha)
+    dx, db = run_node("ActivationGradBias", [dy, marker], attrs=fused_attrs(act, alpha), domain=FUSED_DOMAIN)
+    np.testing.assert_allclose(dx, numeric_gradient(loss_z, z.copy()), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(db, numeric_gradient(loss_b, b.copy()), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("attrs,shape,weighted", SCE_CASES)
+def test_sce_with_grad_against_finite_differences(attrs, shape, weighted, rng):
+    """d_logits is dY times the gradient of the fused op's own loss output."""
+    scores, labels, weights = sce_inputs(rng, shape, weighted)
+    dy = np.array(0.75) if attrs["reduction"] != "none" else rng.standard_normal(labels.shape)
+    extra = [weights] if weighted else []
+
+    def loss(s):
+        return float(np.sum(dy * run_node("SoftmaxCrossEntropyLossWithGrad", [s, labels, dy] + extra, attrs=attrs,
+                                          domain=FUSED_DOMAIN)[0]))
+    d_logits = run_node("SoftmaxCrossEntropyLossWithGrad", [scores, labels, dy] + extra, attrs=attrs,
+                        domain=FUSED_DOMAIN)[1]
+    np.testing.assert_allclose(d_logits, numeric_gradient(loss, scores.copy()), rtol=1e-6, atol=1e-8)
+
+
+# ------------------------------------------------------------------------------ bad input
+def test_unknown_activation_is_refused(rng):
+    a = rng.standard_normal((2, 2))
+    with pytest.raises(OpAttributeError, match=r"FusedGemm.*'activation'='Gelu'"):
+        run_node("FusedGemm", [a, a], attrs={"activation": "Gelu"}, domain=MS)
+    with pytest.raises(OpAttributeError, match=r"ActivationGradBias.*required attribute 'activation'"):
+        run_node("ActivationGradBias", [a, a], domain=FUSED_DOMAIN)
+
+
+def test_sce_with_grad_checks_the_seed_shape(rng):
+    scores, labels, _ = sce_inputs(rng, (4, 3), False)
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropyLossWithGrad.*'dY'.*scalar"):
+        run_node("SoftmaxCrossEntropyLossWithGrad", [scores, labels, np.ones(4)], domain=FUSED_DOMAIN)
+
+
+# ------------------------------------------------------------------------------ the rules
+def mlp_session(fuse_on=False, **kwargs):
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Relu(), nn.Linear(8, 3))
+    return TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(0.1), input_shape=(6,), fuse=fuse_on, **kwargs)
+
+
+def op_counts(graph):
+    counts = {}
+    for node in graph.nodes:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def test_fuse_rewrites_a_copy():
+    session = mlp_session()
+    graph = session.train_plan.graph
+    before = [(n.op_type, list(n.inputs), list(n.outputs)) for n in graph.nodes]
+    fused = fuse(graph, session.train_plan.fetch)
+    assert [(n.op_type, list(n.inputs), list(n.outputs)) for n in graph.nodes] == before
+    counts = op_counts(fused)
+    assert counts["FusedGemm"] == 1 and counts["ActivationGradBias"] == 1
+    assert counts["SoftmaxCrossEntropyLossWithGrad"] == 1
+    assert not {"Relu", "ReluGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"} & set(counts)
+    relu_input = next(n for n in graph.nodes if n.op_type == "Relu").outputs[0]
+    assert relu_input in {x for n in fused.nodes if n.op_type == "ActivationGradBias" for x in n.inputs}
+
+
+def test_fetched_values_are_never_fused_away():
+    session = mlp_session()
+    graph = session.train_plan.graph
+    gemm_out = next(n for n in graph.nodes if n.op_type == "Relu").inputs[0]
+    log_prob = next(n for n in graph.nodes if n.op_type == "SoftmaxCrossEntropyLoss").outputs[1]
+    grad = next(n for n in graph.nodes if n.op_type == "ReluGrad").outputs[0]
+    counts = op_counts(fuse(graph, session.train_plan.fetch + [gemm_out, log_prob, grad]))
+    assert "FusedGemm" not in counts and "SoftmaxCrossEntropyLossWithGrad" not in counts
+    assert counts["ActivationGradBias"] == 1         # its dX is still produced, so it may fuse
+
+
+def test_no_fusion_across_providers(monkeypatch):
+    """A fused op whose kernel is on another provider than the nodes it replaces is not used."""
+    session = mlp_session()
+    real = Rewrite.provider_for
+
+    def fused_elsewhere(self, op_type, domain, dtype):
+        return "cuda" if op_type.startswith("Fused") or domain == FUSED_DOMAIN else real(self, op_type, domain, dtype)
+    monkeypatch.setattr(Rewrite, "provider_for", fused_elsewhere)
+    fused = fuse(session.train_plan.graph, session.train_plan.fetch)
+    assert len(fused.nodes) == len(session.train_plan.graph.nodes)
+
+
+def test_session_fuses_on_request_and_shows_it():
+    assert not mlp_session().fuse
+    session = mlp_session(fuse_on=True)
+    assert "FusedGemm" in session.plan_description()
+    assert "0.Gemm+1.Relu" in session.plan_description()
+
+
+# ------------------------------------------------------------------------------ training
+def bench_cases():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        bench_train = importlib.import_module("bench_train")
+    finally:
+        sys.path.pop(0)
+    return bench_train
+
+
+def train(make_model, loss, optimizer, input_shape, batches, fuse_on, dtype=np.float32, steps=20):
+    minitrain.random.seed(0)
+    model = make_model().to_dtype(dtype)
+    session = TrainingSession(model, loss, optimizer(), input_shape=input_shape, fuse=fuse_on)
+    for step in range(steps):
+        x, y = batches[step % len(batches)]
+        session.train_step(x.astype(dtype), y)
+    session.pull()
+    return session, {k: np.array(v) for k, v in model.parameters().items()}
+
+
+def assert_same_training(make_model, loss, input_shape, batches, dtype, fused_ops):
+    for optimizer in (lambda: optim.SGD(0.05), lambda: optim.Adam(1e-3)):
+        _, plain = train(make_model, loss, optimizer, input_shape, batches, False, dtype)
+        session, fused = train(make_model, loss, optimizer, input_shape, batches, True, dtype)
+        assert fused_ops <= set(op_counts(session.train_plan.graph))
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        for name in plain:
+            np.testing.assert_allclose(fused[name], plain[name], rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("case", ["lenet5_b64", "cnn1d_b64"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bench_models_train_the_same_fused(case, dtype):
+    bench_train = bench_cases()
+    spec = bench_train.CASES[case]
+    data = bench_train.make_inputs(spec)
+    batches = [(data["x"][i:i + 8], data["labels"][i:i + 8]) for i in range(0, 32, 8)]
+    assert_same_training(lambda: bench_train.minitrain_model(spec), nn.CrossEntropyLoss(), spec.input_shape[1:],
+                         batches, dtype, {"FusedConv", "ActivationGradBias", "SoftmaxCrossEntropyLossWithGrad"})
+
+
+def example(name):
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
+@pytest.mark.parametrize("name,input_shape,loss,fused_ops", [
+    ("lenet_digits", (1, 8, 8), nn.CrossEntropyLoss(), {"FusedGemm", "SoftmaxCrossEntropyLossWithGrad"}),
+    ("cnn1d_mnist1d", (1, 40), nn.CrossEntropyLoss(), {"SoftmaxCrossEntropyLossWithGrad"}),
+    ("convtranspose_autoencoder", (1, 8, 8), nn.MSELoss(), {"FusedConv", "ActivationGradBias"}),
+])
+def test_example_models_train_the_same_fused(name, input_shape, loss, fused_ops, rng):
+    batches = []
+    for _ in range(2):
+        x = rng.standard_normal((6,) + input_shape).astype(np.float32)
+        y = x if isinstance(loss, nn.MSELoss) else rng.integers(0, 10, size=6)
+        batches.append((x, y))
+    assert_same_training(example(name).build_model, loss, input_shape, batches, np.float64, fused_ops)
