@@ -157,7 +157,7 @@ def average_pool(ctx):
     if not x.size:
         return {"Y": y}
     if whole:
-        planes, size = _planes(x.shape)
+        planes, size = split_planes(x.shape)
         _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes, size, 0)
     else:
         _avg_pool.launch_elements(ctx.provider, x.dtype, y.size, x, y, y.size, uniform, *geom, include_pad)
@@ -177,7 +177,7 @@ def average_pool_grad(ctx):
     if not (dy.size and dx.size):
         return {"dX": dx}
     if whole:
-        _global_avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, _planes(shape)[1], dx.size)
+        _global_avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, split_planes(shape)[1], dx.size)
     else:
         _avg_pool_grad.launch_elements(ctx.provider, dy.dtype, dx.size, dy, dx, dx.size, uniform, *geom,
                                        include_pad)
