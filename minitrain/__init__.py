@@ -3,6 +3,7 @@
 Forward ops are differentiated into ONNX Runtime's gradient ops; every node runs a kernel looked
 up in a registry keyed by op type, domain, opset version, provider and dtype."""
 from . import errors, ops
+from ._ext import cpu_info
 from .executor import Executor, run_node
 from .graph import DEFAULT_OPSETS, Graph, Node, Value
 from .registry import KernelDef, register_kernel, registered_kernels
@@ -15,4 +16,4 @@ __version__ = "0.1.0"
 __all__ = ["Graph", "Node", "Value", "DEFAULT_OPSETS", "Executor", "run_node", "KernelDef",
            "register_kernel", "registered_kernels", "errors", "ops", "get_num_threads",
            "set_num_threads", "gradcheck", "gradcheck_graph", "data", "nn", "optim", "random",
-           "training", "__version__"]
+           "training", "cpu_info", "__version__"]
