@@ -119,18 +119,22 @@ def test_this_process_runs_the_chosen_level_under_the_plain_names():
 
 
 def run_level(level, *args):
-    """Run python with MINITRAIN_CPU_LEVEL=level in the repository root (capturing its output)."""
+    """Run python with MINITRAIN_CPU_LEVEL=level (capturing its output), in the directory that
+    holds the minitrain under test, so that the child imports the same build (a checkout's or an
+    installed wheel's)."""
     env = dict(os.environ, MINITRAIN_CPU_LEVEL=level)
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    home = os.path.dirname(os.path.dirname(os.path.abspath(minitrain.__file__)))
+    return subprocess.run([sys.executable, *args], cwd=home, env=env, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("level", dispatch.LEVELS)
 def test_core_kernel_checks_at_each_level(level):
     if level not in minitrain.cpu_info().runnable:
         pytest.skip(f"this CPU or build cannot run {level}")
-    shown = run_level(level, "-c", "import minitrain; print(minitrain.cpu_info().level)")
-    assert shown.returncode == 0 and shown.stdout.split() == [level], shown.stderr
-    result = run_level(level, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CORE_CHECKS)
+    shown = run_level(level, "-c", "import minitrain; print(minitrain.__file__, minitrain.cpu_info().level)")
+    assert shown.returncode == 0 and shown.stdout.split() == [minitrain.__file__, level], shown.stderr
+    checks = [os.path.join(ROOT, check) for check in CORE_CHECKS]
+    result = run_level(level, "-m", "pytest", "-q", "-p", "no:cacheprovider", *checks)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
