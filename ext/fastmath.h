@@ -20,9 +20,11 @@ static inline float mt_expf(float x) {
     const float xin = x;
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
-    /* n = round(x / ln2), then r = x - n ln2 in two steps (Cody-Waite), which -ffast-math must
-       not merge into one (that cost up to 60 ulp): fused ops with FMA hardware, a
-       reassociation barrier without.  With FMA, n comes from adding the shifter
+    /* n = round(x / ln2), then r = x - n ln2 to more bits than a float ln2 has: with FMA
+       hardware in two fused steps (Cody-Waite), which -ffast-math must not merge into one (that
+       cost up to 60 ulp); without, in one step in double, which leaves nothing to reassociate
+       (GCC 12's vectorizer drops a reassociation barrier between two float steps).
+       With FMA, n comes from adding the shifter
        1.5 * 2^23 + 127, whose sum keeps n + 127 in its low mantissa bits, 2^n's exponent field
        once shifted into place: no rounding or integer conversion. */
 #if defined(__FMA__)
@@ -36,8 +38,7 @@ static inline float mt_expf(float x) {
     bits <<= 23;
 #else
     const float n = __builtin_rintf(x * 1.44269504088896341f);
-    float r = MT_ASSOC_BARRIER(x - n * 0.693359375f);
-    r = r + n * 2.12194440e-4f;
+    const float r = (float)((double)x - (double)n * 0.6931471805599453);
     uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
 #endif
     float p = 1.9875691500E-4f;

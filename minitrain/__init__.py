@@ -3,6 +3,7 @@
 Forward ops are differentiated into ONNX Runtime's gradient ops; every node runs a kernel looked
 up in a registry keyed by op type, domain, opset version, provider and dtype."""
 from . import errors, ops
+from ._ext import cpu_info
 from .caches import cache_limit, clear_caches, set_cache_limit
 from .tensor_limit import max_tensor_bytes, set_max_tensor_bytes
 from .executor import Executor, run_node
@@ -18,4 +19,4 @@ __all__ = ["Graph", "Node", "Value", "DEFAULT_OPSETS", "Executor", "run_node", "
            "register_kernel", "registered_kernels", "errors", "ops", "get_num_threads",
            "set_num_threads", "cache_limit", "set_cache_limit", "clear_caches", "max_tensor_bytes",
            "set_max_tensor_bytes", "gradcheck", "gradcheck_graph", "data", "nn", "optim", "random",
-           "training", "__version__"]
+           "training", "cpu_info", "__version__"]
