@@ -31,8 +31,9 @@ def _compare(name, analytic, numeric, rtol, atol):
             f"at {tuple(int(i) for i in where)}: analytic {analytic[where]:.6g}, numeric {numeric[where]:.6g}")
 
 
-def _numeric_gradient(loss_of, arrays, index, eps):
-    """Central differences of the scalar loss_of(arrays) with respect to arrays[index]."""
+def numeric_gradient(loss_of, arrays, index=0, eps=1e-6):
+    """Central differences of the scalar loss_of(arrays) with respect to arrays[index]
+    (changed in place while it runs, restored after)."""
     x = arrays[index]
     grad = np.zeros_like(x)
     flat, gflat = x.reshape(-1), grad.reshape(-1)
@@ -113,7 +114,7 @@ def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, e
         return sum(float(np.sum(directions[k] * y)) for k, y in enumerate(forward(arrs)) if k in directions)
     results = {}
     for i in wrt:
-        numeric = _numeric_gradient(loss_of, arrays, i, eps)
+        numeric = numeric_gradient(loss_of, arrays, i, eps)
         grad_name = grads[input_names[i]]
         got = analytic.get(grad_name) if grad_name else None
         _compare(f"{op_type} input #{i}", got, numeric, rtol, atol)
@@ -157,7 +158,7 @@ def gradcheck_graph(graph, feeds, wrt, *, loss=None, eps=1e-6, rtol=1e-4, atol=1
         return float(np.sum(direction * executor.run(values)[loss]))
     results = {}
     for name in wrt:
-        numeric = _numeric_gradient(loss_of, arrays, names.index(name), eps)
+        numeric = numeric_gradient(loss_of, arrays, names.index(name), eps)
         got = analytic.get(grads[name]) if grads[name] else None
         _compare(name, got, numeric, rtol, atol)
         results[name] = (got, numeric)
