@@ -22,6 +22,18 @@ template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)(n);     \
          i += (int64_t)blockDim.x * gridDim.x)
 
+// i = p * n + q: 32-bit division whenever i allows it.
+__device__ __forceinline__ void split_index(int64_t i, int n, int64_t& p, int& q) {
+    if (i <= INT32_MAX) {
+        const unsigned u = (unsigned)i, v = u / (unsigned)n;
+        p = v;
+        q = (int)(u - v * (unsigned)n);
+    } else {
+        p = i / n;
+        q = (int)(i - p * n);
+    }
+}
+
 // MT_FOR_FLOATS(M) expands M(T, suffix) for the three element types: a .cu file defines a
 // macro that writes one extern "C" __global__ wrapper calling its template, then passes it here.
 #define MT_FOR_FLOATS(M) M(__half, f16) M(float, f32) M(double, f64)

@@ -4,6 +4,9 @@
 //                         (after a cuBLAS product) and of FusedConv (after the convolution)
 //   activation_grad_bias  dx = act'(dy, v) and db[c] = sum of dx over every axis but 1, the
 //                         channel's elements split over several blocks
+//   max_pool_activation_grad_bias
+//                         the same, dy being MaxPoolGrad's dX for windows that tile the plane,
+//                         found from the MaxPool's input and dY rather than read
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
@@ -12,6 +15,7 @@
 #include "activation.cuh"
 #include "block_sum.cuh"
 #include "cross_entropy_rows.cuh"
+#include "pool_window.cuh"
 
 template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha) {
     switch (code) {
@@ -44,23 +48,12 @@ __device__ void bias_activation_impl(T* y, const T* bias, int64_t n, int64_t out
     }
 }
 
-// dy, v, dx: (samples, channels, plane).  Block (ch, s) of the grid (channels, splits) computes dx
-// over elements [s * chunk, (s + 1) * chunk) of channel ch and their sum into partial[ch * splits
-// + s]; the channel's last block to finish (counted in counter[ch], which it resets for the next
-// launch) adds the partial sums in the order s = 0, 1, ...: a fixed order, so db is reproducible.
+// Block (ch, s) of a (channels, splits) grid has added its share of channel ch's bias gradient
+// into acc: the block's sum goes to partial[ch * splits + s]; the channel's last block to finish
+// (counted in counter[ch], which it resets for the next launch) adds the partial sums in the
+// order s = 0, 1, ...: a fixed order, so db is reproducible.  Every thread calls it.
 template <typename T>
-__device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db, double* partial,
-                                          unsigned int* counter, int64_t samples, int64_t plane, int64_t channels,
-                                          int64_t chunk, int code, acc_t<T> alpha) {
-    const int64_t ch = blockIdx.x, n = samples * plane, begin = (int64_t)blockIdx.y * chunk;
-    const int64_t end = min(n, begin + chunk);
-    acc_t<T> acc = 0;
-    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
-        const int64_t i = ((j / plane) * channels + ch) * plane + j % plane;
-        const T g = from_acc<T>(activation_grad(code, to_acc<T>(dy[i]), to_acc<T>(v[i]), alpha));
-        dx[i] = g;
-        acc += to_acc<T>(g);
-    }
+__device__ void finish_channel_sum(acc_t<T> acc, int64_t ch, T* db, double* partial, unsigned int* counter) {
     const double total = block_sum((double)acc);
     __shared__ bool last;
     if (threadIdx.x == 0) {
@@ -76,6 +69,63 @@ __device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db,
         db[ch] = from_acc<T>((acc_t<T>)s);
         counter[ch] = 0;
     }
+}
+
+// dy, v, dx: (samples, channels, plane).  Block (ch, s) computes dx over elements
+// [s * chunk, (s + 1) * chunk) of channel ch, and their sum.
+template <typename T>
+__device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db, double* partial,
+                                          unsigned int* counter, int64_t samples, int plane, int64_t channels,
+                                          int64_t chunk, int code, acc_t<T> alpha) {
+    const int64_t ch = blockIdx.x, n = samples * plane, begin = (int64_t)blockIdx.y * chunk;
+    const int64_t end = min(n, begin + chunk);
+    acc_t<T> acc = 0;
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+        int64_t sample;
+        int q;
+        split_index(j, plane, sample, q);
+        const int64_t i = (sample * channels + ch) * plane + q;
+        const T g = from_acc<T>(activation_grad(code, to_acc<T>(dy[i]), to_acc<T>(v[i]), alpha));
+        dx[i] = g;
+        acc += to_acc<T>(g);
+    }
+    finish_channel_sum<T>(acc, ch, db, partial, counter);
+}
+
+// The same for MaxPoolGrad's dX as the incoming gradient, the MaxPool's windows tiling the plane
+// of x (its input, read by the gradient too): block (ch, s) takes windows [s * chunk, (s + 1) *
+// chunk) of channel ch, a thread a window: its maximum found again in x (tile_argmax), then dx
+// over the window's box, dy of the window at the maximum and 0 elsewhere, through the
+// activation's gradient.  Elements outside every window are not written (zeroed before).
+template <typename T, int R>
+__device__ void max_pool_activation_grad_bias_impl(const T* dy, const T* x, T* dx, T* db, double* partial,
+                                                   unsigned int* counter, int64_t samples, int64_t channels,
+                                                   int64_t chunk, int code, acc_t<T> alpha, PoolGeom g) {
+    typedef acc_t<T> A;
+    const int P = plane_size(g), Q = out_size(g), H = g.size[1], W = g.size[2];
+    const int64_t ch = blockIdx.x, n = samples * Q, begin = (int64_t)blockIdx.y * chunk;
+    const int64_t end = min(n, begin + chunk);
+    A acc = 0;
+    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+        int64_t sample;
+        int q;
+        split_index(j, Q, sample, q);
+        const int64_t p = sample * channels + ch;
+        const T* xp = x + p * P;
+        T* dxp = dx + p * P;
+        const int first = tile_start<R>(q, g);
+        const int best = tile_argmax(xp, first, g);
+        const A d = to_acc<T>(dy[p * Q + q]);
+        for (int a = 0; a < g.kernel[0]; ++a)
+            for (int b = 0; b < g.kernel[1]; ++b)
+                for (int c = 0; c < g.kernel[2]; ++c) {
+                    const int k = first + (a * H + b) * W + c;
+                    const T gk = from_acc<T>(activation_grad(code, k == best ? d : A(0), to_acc<T>(xp[k]), alpha));
+                    dxp[k] = gk;
+                    acc += to_acc<T>(gk);
+                }
+    }
+    finish_channel_sum<T>(acc, ch, db, partial, counter);
 }
 
 // Row r = n * D + d holds the C scores x[n, :, d] (stride D), read by G lanes.  Writes the row's
@@ -135,6 +185,15 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
                                     D, ignore_index, has_ignore, reduction, bad);                           \
     }
 
+// R: how many of the three padded spatial axes are real (tile_start)
+#define MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, R)                                                                \
+    extern "C" __global__ void max_pool_activation_grad_bias_r##R##_##S(                                     \
+        const T* dy, const T* x, T* dx, T* db, double* partial, unsigned int* counter, int64_t samples,      \
+        int64_t channels, int64_t chunk, int code, acc_t<T> alpha, PoolGeom g) {                            \
+        max_pool_activation_grad_bias_impl<T, R>(dy, x, dx, db, partial, counter, samples, channels, chunk,   \
+                                                 code, alpha, g);                                           \
+    }
+
 #define FUSED(T, S)                                                                                          \
     extern "C" __global__ void bias_activation_##S(T* y, const T* bias, int64_t n, int64_t outer_div,       \
                                                    int64_t outer_mod, int64_t outer_stride, int64_t inner_mod, \
@@ -144,12 +203,14 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
                                 code, alpha);                                                               \
     }                                                                                                        \
     extern "C" __global__ void activation_grad_bias_##S(const T* dy, const T* v, T* dx, T* db, double* partial, \
-                                                        unsigned int* counter, int64_t samples, int64_t plane, \
+                                                        unsigned int* counter, int64_t samples, int plane,  \
                                                         int64_t channels, int64_t chunk, int code,          \
                                                         acc_t<T> alpha) {                                   \
         activation_grad_bias_impl<T>(dy, v, dx, db, partial, counter, samples, plane, channels, chunk, code,   \
                                      alpha);                                                                \
     }                                                                                                        \
+    MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, 1) MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, 2)                            \
+    MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, 3)                                                                   \
     SCE_WITH_GRAD(T, S, int64_t, i64, warp, 32) SCE_WITH_GRAD(T, S, int64_t, i64, thread, 1)                 \
     SCE_WITH_GRAD(T, S, int32_t, i32, warp, 32) SCE_WITH_GRAD(T, S, int32_t, i32, thread, 1)
 MT_FOR_FLOATS(FUSED)

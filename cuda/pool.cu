@@ -4,10 +4,12 @@
 // 1-D and 2-D pooling arrive as 3-D with leading unit axes (PoolGeom, filled by
 // minitrain/providers/cuda/pool.py from ops/pool_geometry.py).  Indices are flattened over the
 // whole N * C * spatial tensor, row-major or (storage_order = 1) column-major within a plane,
-// as ext/pool.pyx writes them; the first maximum of a window wins, a NaN wins over any number
-// and a later NaN over an earlier one.
+// as ext/pool.pyx writes them; pool_window.cuh's window_argmax says which element of a window
+// is its maximum.
 //
 //   max_pool / avg_pool        one thread per output, looping over the window's valid taps.
+//   max_pool_tiles_r1|r2|r3    max_pool where the windows tile the input (kernel = stride, no
+//                              padding or dilation), for 1, 2 or 3 real spatial axes.
 //   avg_pool_grad              one thread per dX element, gathering from the windows over it:
 //                              deterministic, no atomics; one product when every window
 //                              counts the same.
@@ -20,49 +22,7 @@
 //   max_pool_grad_scatter      the other geometries: atomic scatter-add into a zeroed dX.
 // An index outside its (n, c) plane is skipped: nothing is written out of bounds.
 #include "common.cuh"
-
-struct PoolGeom {
-    int size[3], out[3], kernel[3], stride[3], dilation[3], pad[3], pad_end[3];
-};
-
-__device__ __forceinline__ int plane_size(const PoolGeom& g) { return g.size[0] * g.size[1] * g.size[2]; }
-__device__ __forceinline__ int out_size(const PoolGeom& g) { return g.out[0] * g.out[1] * g.out[2]; }
-
-// i = p * n + q: 32-bit division whenever i allows it.
-__device__ __forceinline__ void split_index(int64_t i, int n, int64_t& p, int& q) {
-    if (i <= INT32_MAX) {
-        const unsigned u = (unsigned)i, v = u / (unsigned)n;
-        p = v;
-        q = (int)(u - v * (unsigned)n);
-    } else {
-        p = i / n;
-        q = (int)(i - p * n);
-    }
-}
-
-// (c0, c1, c2) coordinates of position q of a (n0, n1, n2) box, row-major.
-__device__ __forceinline__ void coords(int q, const int* n, int* c) {
-    c[2] = q % n[2];
-    q /= n[2];
-    c[1] = q % n[1];
-    c[0] = q / n[1];
-}
-
-// The taps [t0, t1) of window o along axis a that land inside the input; start is its first
-// tap.  Windows always start inside the padded input, before its end.
-__device__ __forceinline__ void valid_taps(const PoolGeom& g, int a, int o, int& start, int& t0, int& t1) {
-    const int d = g.dilation[a];
-    start = o * g.stride[a] - g.pad[a];
-    if (d == 1) {
-        t0 = max(0, -start);
-        t1 = max(t0, min(g.kernel[a], g.size[a] - start));
-        return;
-    }
-    t0 = start < 0 ? (-start + d - 1) / d : 0;
-    const int last = g.size[a] - 1 - start;
-    t1 = last >= 0 ? min(g.kernel[a], last / d + 1) : 0;
-    t1 = max(t0, t1);
-}
+#include "pool_window.cuh"
 
 // Taps of window o along axis a that AveragePool counts: inside the padded input
 // (count_include_pad) or inside the input.
@@ -98,40 +58,45 @@ __device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v
 // ------------------------------------------------------------------------------- MaxPool
 template <typename T>
 __device__ void max_pool_impl(const T* x, T* y, int64_t* ind, int64_t total, PoolGeom g, int col_major) {
-    const int P = plane_size(g), Q = out_size(g), H = g.size[1], W = g.size[2];
+    const int P = plane_size(g), Q = out_size(g);
     GRID_STRIDE_LOOP(i, total) {
         int64_t p;
-        int q, o[3], s[3], t0[3], t1[3];
+        int q, o[3];
         split_index(i, Q, p, q);
         coords(q, g.out, o);
-        for (int a = 0; a < 3; ++a) valid_taps(g, a, o[a], s[a], t0[a], t1[a]);
         const T* xp = x + p * P;
-        int best_k = -1;
-        acc_t<T> best = 0;
-        for (int a = t0[0]; a < t1[0]; ++a) {
-            const int pd = s[0] + a * g.dilation[0];
-            for (int b = t0[1]; b < t1[1]; ++b) {
-                const int row = (pd * H + s[1] + b * g.dilation[1]) * W + s[2];
-                for (int c = t0[2]; c < t1[2]; ++c) {
-                    const int k = row + c * g.dilation[2];
-                    const acc_t<T> v = to_acc(xp[k]);
-                    if (best_k < 0 || v > best || v != v) {
-                        best = v;
-                        best_k = k;
-                    }
-                }
-            }
-        }
+        const int best_k = window_argmax(xp, g, o);
         y[i] = xp[best_k];
         if (ind != nullptr) ind[i] = p * P + (col_major ? row_to_col(best_k, g) : best_k);
     }
 }
 
+// The same for windows that tile the plane, with less index arithmetic (R: tile_start's).
+template <typename T, int R>
+__device__ void max_pool_tiles_impl(const T* x, T* y, int64_t* ind, int64_t total, PoolGeom g, int col_major) {
+    const int P = plane_size(g), Q = out_size(g);
+    GRID_STRIDE_LOOP(i, total) {
+        int64_t p;
+        int q;
+        split_index(i, Q, p, q);
+        const T* xp = x + p * P;
+        const int best_k = tile_argmax(xp, tile_start<R>(q, g), g);
+        y[i] = xp[best_k];
+        if (ind != nullptr) ind[i] = p * P + (col_major ? row_to_col(best_k, g) : best_k);
+    }
+}
+
+#define MAX_POOL_TILES(T, S, R)                                                                          \
+    extern "C" __global__ void max_pool_tiles_r##R##_##S(const T* x, T* y, int64_t* ind, int64_t total,   \
+                                                         PoolGeom g, int col_major) {                    \
+        max_pool_tiles_impl<T, R>(x, y, ind, total, g, col_major);                                       \
+    }
 #define MAX_POOL(T, S)                                                                                 \
     extern "C" __global__ void max_pool_##S(const T* x, T* y, int64_t* ind, int64_t total, PoolGeom g,   \
                                             int col_major) {                                           \
         max_pool_impl<T>(x, y, ind, total, g, col_major);                                              \
-    }
+    }                                                                                                  \
+    MAX_POOL_TILES(T, S, 1) MAX_POOL_TILES(T, S, 2) MAX_POOL_TILES(T, S, 3)
 MT_FOR_FLOATS(MAX_POOL)
 
 // ------------------------------------------------------------------------------- MaxPoolGrad

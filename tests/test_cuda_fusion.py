@@ -6,11 +6,13 @@ import pytest
 from cuda_parity import DTYPES, check_parity
 from test_fusion import (
     ACTS,
+    POOL_CASES,
     SCE_CASES,
     bench_cases,
     fused_attrs,
     op_counts,
     sce_inputs,
+    tied_activations,
     unfused_activation,
 )
 
@@ -58,6 +60,17 @@ def test_activation_grad_bias(act, alpha, shape, dtype, rng):
     dy, z = rng.standard_normal(shape), rng.standard_normal(shape)
     marker = z if act == "Relu" else unfused_activation(z, act, alpha)
     check_parity("ActivationGradBias", [dy, marker], fused_attrs(act, alpha), domain=FUSED_DOMAIN, dtypes=[dtype])
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("shape,kernel", POOL_CASES + [((64, 6, 28, 28), [2, 2]), ((64, 16, 1024), [2])])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_pool_activation_grad(act, alpha, shape, kernel, dtype, rng):
+    """Ties inside windows included: CUDA picks the maximum the CPU's MaxPool picks."""
+    x = tied_activations(rng, shape, act, alpha)
+    pooled = tuple(shape[:2]) + tuple(s // k for s, k in zip(shape[2:], kernel))
+    check_parity("MaxPoolActivationGrad", [rng.standard_normal(pooled), x],
+                 {"kernel_shape": kernel, **fused_attrs(act, alpha)}, domain=FUSED_DOMAIN, dtypes=[dtype])
 
 
 @pytest.mark.parametrize("attrs,shape,weighted", SCE_CASES + [({"reduction": "mean"}, (1024, 10), False)])

@@ -82,6 +82,70 @@ def test_activation_grad_bias_is_gradient_then_bias_sum(act, alpha, shape, rng):
     np.testing.assert_array_equal(got_db, db)
 
 
+# (X shape, kernel_shape): 1-D to 3-D, sizes the windows do not cover (a tail that gets 0)
+POOL_CASES = [((2, 3, 8), [2]), ((2, 3, 9, 7), [2, 2]), ((1, 2, 6, 6), [3, 2]), ((2, 2, 4, 5, 4), [2, 2, 2])]
+
+
+def pool_then_gradient(dy, x, kernel, act, alpha, marker=None):
+    """MaxPool's Indices, MaxPoolGrad, the activation's gradient reading `marker` (default x)
+    and the bias sum: the nodes MaxPoolActivationGrad replaces."""
+    pool_attrs = {"kernel_shape": kernel, "strides": kernel}
+    indices = run_node("MaxPool", [x], attrs=pool_attrs, outputs=["Indices"])[0]
+    pooled = run_node("MaxPoolGrad", [dy, indices], attrs=pool_attrs, output_shapes={"dX": x.shape})[0]
+    grad = run_node(ACTIVATIONS[act], [pooled, x if marker is None else marker],
+                    attrs=None if alpha is None else {"alpha": alpha}, domain=MS)[0]
+    return grad, grad.sum(axis=(0,) + tuple(range(2, x.ndim)))
+
+
+def tied_activations(rng, shape, act, alpha):
+    """An activation's output with many exact ties inside windows (zeros of a Relu among them)."""
+    return unfused_activation(rng.integers(-2, 3, size=shape).astype(np.float64), act, alpha)
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("shape,kernel", POOL_CASES)
+def test_max_pool_activation_grad_is_pool_grad_then_gradient(act, alpha, shape, kernel, rng):
+    x = tied_activations(rng, shape, act, alpha)
+    pooled = run_node("MaxPool", [x], attrs={"kernel_shape": kernel, "strides": kernel})[0]
+    dy = rng.standard_normal(pooled.shape)
+    dx, db = run_node("MaxPoolActivationGrad", [dy, x], attrs={"kernel_shape": kernel, **fused_attrs(act, alpha)},
+                      domain=FUSED_DOMAIN)
+    expected_dx, expected_db = pool_then_gradient(dy, x, kernel, act, alpha)
+    np.testing.assert_array_equal(dx, expected_dx)
+    np.testing.assert_allclose(db, expected_db, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("shape,kernel", POOL_CASES[:2])
+def test_max_pool_activation_grad_against_finite_differences(act, alpha, shape, kernel, rng):
+    """dX and dB are the gradients of sum(dY * MaxPool(act(Z + b))) in Z and b."""
+    z = rng.standard_normal(shape)
+    z[np.abs(z) < 1e-3] = 0.5        # away from Relu's kink
+    b = rng.standard_normal(shape[1]) * 0.1
+    along = (1, -1) + (1,) * (len(shape) - 2)
+    pool_attrs = {"kernel_shape": kernel, "strides": kernel}
+    dy = rng.standard_normal(run_node("MaxPool", [z], attrs=pool_attrs)[0].shape)
+
+    def loss(zz, bb):
+        return float(np.sum(dy * run_node("MaxPool", [unfused_activation(zz + bb.reshape(along), act, alpha)],
+                                          attrs=pool_attrs)[0]))
+    x = unfused_activation(z + b.reshape(along), act, alpha)
+    dx, db = run_node("MaxPoolActivationGrad", [dy, x], attrs={"kernel_shape": kernel, **fused_attrs(act, alpha)},
+                      domain=FUSED_DOMAIN)
+    np.testing.assert_allclose(dx, numeric_gradient(lambda a: loss(a[0], b), [z.copy()]), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(db, numeric_gradient(lambda a: loss(z, a[0]), [b.copy()]), rtol=1e-6, atol=1e-8)
+
+
+def test_max_pool_activation_grad_checks_dy_against_x(rng):
+    x = rng.standard_normal((2, 3, 8, 8))
+    attrs = {"kernel_shape": [2, 2], "activation": "Relu"}
+    with pytest.raises(ValueError, match=r"MaxPoolActivationGrad.*'dY' has shape \(2, 3, 3, 4\).*\(2, 3, 4, 4\)"):
+        run_node("MaxPoolActivationGrad", [np.ones((2, 3, 3, 4)), x], attrs=attrs, domain=FUSED_DOMAIN)
+    with pytest.raises(OpAttributeError, match=r"MaxPoolActivationGrad.*'kernel_shape'=\(2,\) must have one entry"):
+        run_node("MaxPoolActivationGrad", [np.ones((2, 3, 4, 4)), x], attrs={"kernel_shape": [2], "activation": "Relu"},
+                 domain=FUSED_DOMAIN)
+
+
 SCE_CASES = [
     ({"reduction": "mean"}, (6, 5), False),
     ({"reduction": "sum"}, (6, 5), False),
@@ -215,6 +279,35 @@ def test_no_fusion_across_providers(monkeypatch):
     assert len(fused.nodes) == len(session.train_plan.graph.nodes)
 
 
+def conv_pool_session(pool_attrs, pooled_features=36):
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Relu(), nn.MaxPool2d(**pool_attrs), nn.Flatten(),
+                          nn.Linear(pooled_features, 3))
+    return TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(0.1), input_shape=(1, 8, 8))
+
+
+def test_max_pool_gradient_fuses_where_windows_tile_and_indices_go():
+    session = conv_pool_session({"kernel_size": 2})
+    fused = fuse(session.train_plan.graph, session.train_plan.fetch)
+    counts = op_counts(fused)
+    assert counts["MaxPoolActivationGrad"] == 1 and "MaxPoolGrad" not in counts and "ReluGrad" not in counts
+    pool = next(n for n in fused.nodes if n.op_type == "MaxPool")
+    assert pool.outputs[1:] == [""]
+    grad = next(n for n in fused.nodes if n.op_type == "MaxPoolActivationGrad")
+    assert grad.inputs[1] == pool.inputs[0] and len(grad.outputs) == 2     # reads X; gives the conv's dB
+
+
+def test_max_pool_gradient_stays_for_overlapping_windows_or_fetched_indices():
+    session = conv_pool_session({"kernel_size": 3, "stride": 2}, 16)
+    assert "MaxPoolActivationGrad" not in op_counts(fuse(session.train_plan.graph, session.train_plan.fetch))
+    session = conv_pool_session({"kernel_size": 2})
+    graph = session.train_plan.graph
+    indices = next(n for n in graph.nodes if n.op_type == "MaxPool").outputs[1]
+    fused = fuse(graph, session.train_plan.fetch + [indices])
+    assert op_counts(fused)["MaxPoolActivationGrad"] == 1
+    assert next(n for n in fused.nodes if n.op_type == "MaxPool").outputs[1] == indices
+
+
 def test_session_fuses_on_request_and_shows_it():
     assert not mlp_session().fuse
     session = mlp_session(fuse_on=True)
@@ -261,7 +354,8 @@ def test_bench_models_train_the_same_fused(case, dtype):
     data = bench_train.make_inputs(spec)
     batches = [(data["x"][i:i + 8], data["labels"][i:i + 8]) for i in range(0, 32, 8)]
     assert_same_training(lambda: bench_train.minitrain_model(spec), nn.CrossEntropyLoss(), spec.input_shape[1:],
-                         batches, dtype, {"FusedConv", "ActivationGradBias", "SoftmaxCrossEntropyLossWithGrad"})
+                         batches, dtype, {"FusedConv", "ActivationGradBias", "MaxPoolActivationGrad",
+                                              "SoftmaxCrossEntropyLossWithGrad"})
 
 
 def example(name):

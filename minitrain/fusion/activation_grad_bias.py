@@ -14,7 +14,15 @@ FUSED = "ActivationGradBias"
 GRADIENTS = {grad: act for act, grad in ACTIVATIONS.items()}
 
 
-def _bias_reader(rewrite, dx):
+def gradient_attrs(grad):
+    """The fused op's activation attributes for the activation gradient node `grad`."""
+    attrs = {"activation": GRADIENTS[grad.op_type]}
+    if grad.op_type == "LeakyReluGrad":
+        attrs["activation_alpha"] = float(grad.attrs.get("alpha", 0.01))
+    return attrs
+
+
+def bias_reader(rewrite, dx):
     """The (node, dB name) reducing dx to a bias gradient, or None."""
     shape = rewrite.types[dx].shape
     for reader in rewrite.readers_of(dx):
@@ -28,22 +36,26 @@ def _bias_reader(rewrite, dx):
     return None
 
 
+def take_over_bias(rewrite, fused, reader):
+    """Let `fused` give the bias gradient in place of `reader` (found by bias_reader): a
+    SumToShape goes, a ConvGrad stays without its dB."""
+    if reader.op_type == "SumToShape":
+        rewrite.replace(reader, None)
+    else:
+        fused.name += ".dB"
+        reader.outputs[2] = ""
+
+
 def apply(rewrite):
     for grad in [n for n in rewrite.graph.nodes if n.op_type in GRADIENTS and n.domain == MS_DOMAIN]:
-        found = _bias_reader(rewrite, grad.outputs[0])
+        found = bias_reader(rewrite, grad.outputs[0])
         if found is None:
             continue
         reader, db = found
         if not rewrite.same_provider([grad, reader], FUSED, FUSED_DOMAIN):
             continue
-        attrs = {"activation": GRADIENTS[grad.op_type]}
-        if grad.op_type == "LeakyReluGrad":
-            attrs["activation_alpha"] = float(grad.attrs.get("alpha", 0.01))
-        fused = fused_node(FUSED, FUSED_DOMAIN, grad.inputs, [grad.outputs[0], db], attrs, [grad, reader])
-        fused.name += ".dB" if reader.op_type == "ConvGrad" else ""     # the ConvGrad stays, minus dB
+        fused = fused_node(FUSED, FUSED_DOMAIN, grad.inputs, [grad.outputs[0], db], gradient_attrs(grad),
+                           [grad, reader])
         rewrite.replace(grad, fused)
-        if reader.op_type == "SumToShape":
-            rewrite.replace(reader, None)
-        else:
-            reader.outputs[2] = ""
+        take_over_bias(rewrite, fused, reader)
         rewrite.refresh()

@@ -11,6 +11,11 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         dX = the activation's gradient (ReluGrad, SigmoidGrad, ...: what it reads is that op's
         second input), dB = dX summed over every axis but axis 1: the bias gradient of the
         Gemm or Conv that the activation follows, in the same pass.
+    MaxPoolActivationGrad(dY, X) -> dX, dB
+        ActivationGradBias of MaxPoolGrad's dX, for a MaxPool whose windows tile its input X
+        (kernel_shape = strides, no padding or dilation, floor rounding): the gradient reads X
+        (the activation's output that the MaxPool pooled), and each window's maximum is found
+        again in X, as MaxPool found it, instead of read from Indices.
     SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
         SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
         dY, in one pass over the scores (no log_prob kept between them).
@@ -22,6 +27,8 @@ from .activation import same_as_inputs
 from .conv import CONV_ATTRS, _forward_inference
 from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
 from .math import GEMM_ATTRS, infer_gemm
+from .pool import check_pool_input
+from .pool_geometry import output_spatial
 from .schema import MS_DOMAIN, REQUIRED, Attr, Input, schema
 
 FUSED_DOMAIN = "ai.minitrain.fused"
@@ -76,6 +83,28 @@ def infer_activation_grad_bias(ctx):
     dx = same_as_inputs(ctx)[0]
     shape = ctx.shape(0)
     return [dx, ctx.out(None if shape is None else (shape[1],))]
+
+
+def max_pool_tiles(kernel_shape):
+    """MaxPool's attributes for windows that tile the input: strides = kernel_shape."""
+    return {"kernel_shape": list(kernel_shape), "strides": list(kernel_shape)}
+
+
+@schema("MaxPoolActivationGrad", domain=FUSED_DOMAIN, inputs=["dY", "X"], outputs=["dX", "dB"],
+        attrs={"kernel_shape": Attr("ints", REQUIRED), **ACTIVATION_ATTRS}, optional_outputs=("dB",))
+def infer_max_pool_activation_grad(ctx):
+    """dX like X; dB (C,); dY is X pooled by the kernel_shape tiles."""
+    check_activation(ctx)
+    shape = check_pool_input(ctx, 1, "X")
+    if shape is None:
+        return [ctx.out(None), ctx.out(None)]
+    if len(ctx.attrs["kernel_shape"]) != len(shape) - 2:
+        ctx.attr_fail("kernel_shape", f"must have one entry per spatial axis of input 'X' {tuple(shape)}")
+    if all(isinstance(d, int) for d in shape[2:]):
+        tiles = output_spatial(max_pool_tiles(ctx.attrs["kernel_shape"]), shape[2:],
+                               lambda message, error: ctx.fail(message, error), "input 'X'")
+        ctx.require_shape(0, tuple(shape[:2]) + tuple(tiles), "input 'X' pooled by kernel_shape tiles")
+    return [ctx.out(shape), ctx.out((shape[1],))]
 
 
 @schema("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN,

@@ -3,13 +3,14 @@ one call, the activation applied in place, so a fused plan gives the unfused pla
 import numpy as np
 
 from ..._ext import activation as _act
-from ...ops.fused import FUSED_DOMAIN, KERNEL_NAMES, activation_alpha
+from ...ops.fused import FUSED_DOMAIN, KERNEL_NAMES, activation_alpha, max_pool_tiles
 from ...ops.schema import MS_DOMAIN
 from ...registry import KernelContext, register_kernel
 from ...threads import get_num_threads
 from .conv import bias_grad, conv_kernel
 from .loss import softmax_cross_entropy, softmax_cross_entropy_grad
 from .math import gemm
+from .pool import max_pool, max_pool_grad
 from .streaming import should_stream
 
 
@@ -42,9 +43,19 @@ def activation_grad_bias(ctx):
     return out
 
 
-def _part(ctx, op_type, inputs, wanted):
+def _part(ctx, op_type, inputs, wanted, attrs=None, output_shapes=None):
     """The context of one of the unfused kernels that a fused kernel runs."""
-    return KernelContext(op_type, ctx.node_name, inputs, ctx.attrs, wanted, {}, ctx.dtype, ctx.provider)
+    return KernelContext(op_type, ctx.node_name, inputs, ctx.attrs if attrs is None else attrs, wanted,
+                         output_shapes or {}, ctx.dtype, ctx.provider)
+
+
+@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN)
+def max_pool_activation_grad(ctx):
+    dy, x = ctx.inputs
+    tiles = max_pool_tiles(ctx.attrs["kernel_shape"])
+    indices = max_pool(_part(ctx, ctx.op_type, [x], ("Y", "Indices"), tiles))["Indices"]
+    pooled_grad = max_pool_grad(_part(ctx, ctx.op_type, [dy, indices], ("dX",), tiles, {"dX": x.shape}))["dX"]
+    return activation_grad_bias(_part(ctx, ctx.op_type, [pooled_grad, x], ctx.wanted))
 
 
 @register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN)

@@ -7,6 +7,9 @@ CPU's are (providers/cpu/fused.py):
     adding the bias and applying the activation;
   * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction),
     each channel's elements split over blocks that add up their sums in a fixed order;
+  * MaxPoolActivationGrad: the same launch, each element's incoming gradient taken from the
+    window over it (its maximum found again in X) rather than from MaxPoolGrad's dX, so the
+    forward MaxPool writes no Indices and no dX of MaxPoolGrad goes through memory;
   * SoftmaxCrossEntropyLossWithGrad: one launch for the rows' losses and d_logits, one for the
     loss's reduction (unfused: four), plus the weight sum first when weights or ignore_index
     make the mean's divisor unknown to the host.
@@ -17,18 +20,22 @@ import weakref
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
-from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha
+from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha, max_pool_tiles
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from . import loss
+from ..plan_cache import cached_plan
+from . import loss, pool
 from .compiler import BLOCK, Kernel
 from .conv import REDUCE_BLOCK, run_primitive
 
 FLOATS = (np.float16, np.float32, np.float64)
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
 BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
-ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqqqqiT")
-SPLIT_ELEMENTS = 2048       # elements of a channel per block of activation_grad_bias, at least
+ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
+MAX_POOL_ACTIVATION_GRAD_BIAS = {    # by the count of spatial axes
+    rank: Kernel("fused", f"max_pool_activation_grad_bias_r{rank}", "PPPPPPqqqiT" + pool.GEOM) for rank in (1, 2, 3)}
+SPLIT_ELEMENTS = 2048       # items (elements, windows) of a channel per block of the bias-gradient kernels, at least
+BLOCKS_PER_MULTIPROCESSOR = 8   # of those kernels, when the channels have items enough
 SCE_WITH_GRAD = {(variant, suffix): Kernel("fused", f"sce_with_grad_{variant}_{suffix}", "PPPPPdPPPqqqqiiP")
                  for variant in ("warp", "thread") for suffix in loss.LABEL_SUFFIX.values()}
 
@@ -88,28 +95,62 @@ def reduction_scratch(provider, channels, splits):
     return scratch
 
 
+def channel_split(ctx, channels, items):
+    """(grid, chunk, partial sums, counters) for a kernel whose block (ch, s) takes `chunk` of
+    channel ch's `items` and adds up their bias gradient: enough blocks to fill the device,
+    none with less than SPLIT_ELEMENTS items."""
+    prov = ctx.provider
+    splits = max(1, min(-(-items // SPLIT_ELEMENTS), -(-BLOCKS_PER_MULTIPROCESSOR * prov.multiprocessors // channels)))
+    return (channels, splits, 1), -(-items // splits), *reduction_scratch(prov, channels, splits)
+
+
+def gradient_outputs(ctx, dx, db):
+    return {"dX": dx, "dB": db} if ctx.wants("dB") else {"dX": dx}
+
+
 @register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
 def activation_grad_bias(ctx):
-    dy, xy = ctx.inputs
+    dy, v = ctx.inputs
     prov = ctx.provider
-    dx = prov.empty(dy.shape, dy.dtype)
-    db = prov.empty((dy.shape[1],), dy.dtype)
-    samples, channels = dy.shape[0], dy.shape[1]
+    dx, db = prov.empty(v.shape, v.dtype), prov.empty((v.shape[1],), v.dtype)
+    if v.size == 0:
+        prov.fill_zero(db)
+        return gradient_outputs(ctx, dx, db)
+    samples, channels = v.shape[0], v.shape[1]
+    plane = v.size // (samples * channels)
+    if plane > np.iinfo(np.int32).max:
+        ctx.fail(f"input 'dY' {tuple(v.shape)} has {plane} elements per (sample, channel); at most 2**31 - 1 here")
+    grid, chunk, partial, counter = channel_split(ctx, channels, samples * plane)
+    ACTIVATION_GRAD_BIAS.launch(prov, v.dtype, grid, (REDUCE_BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples,
+                                plane, channels, chunk, ACTIVATION_CODES[ctx.attrs["activation"]],
+                                activation_alpha(ctx.attrs))
+    return gradient_outputs(ctx, dx, db)
+
+
+@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+def max_pool_activation_grad(ctx):
+    dy, x = ctx.inputs
+    prov = ctx.provider
+
+    def build():
+        dims = pool.pool_dims(ctx, x.shape, attrs=max_pool_tiles(ctx.attrs["kernel_shape"]))
+        covered = all(g.out * g.kernel == g.size for g in dims)
+        return tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:]), pool.geom_fields(dims), covered
+    pooled, geom, covered = cached_plan(ctx, "MaxPoolActivationGrad", x.shape, build)
+    if dy.shape != pooled:
+        ctx.fail(f"input 'dY' has shape {dy.shape}; input 'X' {x.shape} pooled by kernel_shape tiles is {pooled}")
+    dx, db = prov.empty(x.shape, x.dtype), prov.empty((x.shape[1],), x.dtype)
     if dy.size == 0:
         prov.fill_zero(db)
-    else:
-        per_channel = dy.size // channels
-        # enough blocks to fill the device, none with less than SPLIT_ELEMENTS elements
-        splits = max(1, min(-(-per_channel // SPLIT_ELEMENTS), -(-4 * prov.multiprocessors // channels)))
-        chunk = -(-per_channel // splits)
-        partial, counter = reduction_scratch(prov, channels, splits)
-        ACTIVATION_GRAD_BIAS.launch(prov, dy.dtype, (channels, splits, 1), (REDUCE_BLOCK, 1, 1), dy, xy, dx, db,
-                                    partial, counter, samples, per_channel // samples, channels, chunk,
-                                    ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
-    out = {"dX": dx}
-    if ctx.wants("dB"):
-        out["dB"] = db
-    return out
+        return gradient_outputs(ctx, dx, db)
+    if not covered:
+        prov.fill_zero(dx)
+    samples, channels = x.shape[0], x.shape[1]
+    grid, chunk, partial, counter = channel_split(ctx, channels, dy.size // channels)
+    MAX_POOL_ACTIVATION_GRAD_BIAS[x.ndim - 2].launch(
+        prov, x.dtype, grid, (REDUCE_BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
+        ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs), *geom)
+    return gradient_outputs(ctx, dx, db)
 
 
 @register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)

@@ -6,9 +6,10 @@ CPU's `dx_shape`), pads 1-D and 2-D pooling to 3-D with leading unit axes and pa
 kernels as one PoolGeom struct; that depends only on the shapes and attributes, so it is kept
 per signature in a small cache, as the CPU side does.
 
-MaxPoolGrad takes `max_pool_grad_tiles` when the windows tile the input (kernel = stride, no
-padding or dilation: k = s = 2 among them): one thread per window writes its whole box, with
-no atomics.  Other geometries scatter-add dY into a zeroed dX with atomics.  An Indices value
+MaxPool and MaxPoolGrad take their `_tiles` kernels when the windows tile the input (kernel =
+stride, no padding or dilation: k = s = 2 among them): MaxPool with less index arithmetic, and
+MaxPoolGrad with one thread per window writing its whole box, no atomics.  Other geometries
+scatter-add dY into a zeroed dX with atomics.  An Indices value
 outside its (n, c) plane is skipped rather than reported: the CPU kernel raises a ShapeError
 for it, which here would cost a host synchronisation per call.
 """
@@ -29,6 +30,7 @@ GEOM = "i" * 21     # struct PoolGeom: size, out, kernel, stride, dilation, pad,
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 
 _max_pool = Kernel("pool", "max_pool", "PPPq" + GEOM + "i")
+_max_pool_tiles = {rank: Kernel("pool", f"max_pool_tiles_r{rank}", "PPPq" + GEOM + "i") for rank in (1, 2, 3)}
 _max_pool_grad_tiles = Kernel("pool", "max_pool_grad_tiles", "PPPPq" + GEOM + "i")
 _max_pool_grad_scatter = Kernel("pool", "max_pool_grad_scatter", "PPPq" + GEOM + "i")
 _avg_pool = Kernel("pool", "avg_pool", "PPqT" + GEOM + "i")
@@ -40,15 +42,16 @@ _global_max_pool_grad = Kernel("pool", "global_max_pool_grad", "PPPqq")
 _scratch = weakref.WeakKeyDictionary()      # provider -> max_pool_grad_tiles' two counters
 
 
-def _dims(ctx, shape, what="input 'X'"):
-    """The per-axis geometry of pooling `shape`, padded to three axes with unit ones."""
+def pool_dims(ctx, shape, what="input 'X'", attrs=None):
+    """The per-axis geometry of pooling `shape` (by ctx's attributes, or `attrs`), padded to
+    three axes with unit ones."""
     if not 3 <= len(shape) <= 5:
         ctx.fail(f"{what} has shape {tuple(shape)}; pooling needs (N, C, D1[, D2[, D3]])")
-    dims = pool_geometry(ctx.attrs, shape[2:], ctx.fail, what)
+    dims = pool_geometry(ctx.attrs if attrs is None else attrs, shape[2:], ctx.fail, what)
     return (_UNIT,) * (3 - len(dims)) + tuple(dims)
 
 
-def _geom(dims):
+def geom_fields(dims):
     """The PoolGeom struct's fields, in its order."""
     fields = ("size", "out", "kernel", "stride", "dilation", "pad_begin", "pad_end")
     return tuple(getattr(g, f) for f in fields for g in dims)
@@ -63,22 +66,23 @@ def max_pool(ctx):
     x = ctx.inputs[0]
 
     def build():
-        dims = _dims(ctx, x.shape)
-        return tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:]), _geom(dims)
-    out_shape, geom = _plan(ctx, "MaxPool", x.shape, build)
+        dims = pool_dims(ctx, x.shape)
+        kernel = _max_pool_tiles[x.ndim - 2] if tiles(dims) else _max_pool
+        return tuple(x.shape[:2]) + tuple(g.out for g in dims[5 - x.ndim:]), geom_fields(dims), kernel
+    out_shape, geom, kernel = _plan(ctx, "MaxPool", x.shape, build)
     want_indices = ctx.wants("Indices")
     y = ctx.provider.empty(out_shape, x.dtype)
     indices = ctx.provider.empty(out_shape, np.int64) if want_indices else None
-    if x.size:
-        _max_pool.launch_elements(ctx.provider, x.dtype, y.size, x, y, 0 if indices is None else indices, y.size,
-                                  *geom, _col_major(ctx))
+    if y.size:
+        kernel.launch_elements(ctx.provider, x.dtype, y.size, x, y, 0 if indices is None else indices, y.size,
+                               *geom, _col_major(ctx))
     result = {"Y": y}
     if want_indices:
         result["Indices"] = indices
     return result
 
 
-def _tiles(dims):
+def tiles(dims):
     """Whether the windows tile the input: kernel = stride, no padding or dilation on every axis."""
     return all(g.kernel == g.stride and g.dilation == 1 and g.pad_begin == 0 and g.out * g.kernel <= g.size
                for g in dims)
@@ -99,16 +103,16 @@ def max_pool_grad(ctx):
 
     def build():
         shape = dx_shape(ctx, dy)
-        dims = _dims(ctx, shape, "dX")
+        dims = pool_dims(ctx, shape, "dX")
         covered = all(g.out * g.kernel == g.size for g in dims)
-        return shape, _geom(dims), _tiles(dims), covered
-    shape, geom, tiles, covered = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")), build)
+        return shape, geom_fields(dims), tiles(dims), covered
+    shape, geom, tiled, covered = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")), build)
     provider = ctx.provider
     dx = provider.empty(shape, dy.dtype)
-    if not (tiles and covered):
+    if not (tiled and covered):
         provider.fill_zero(dx)
     if dy.size and dx.size:
-        if tiles:
+        if tiled:
             _max_pool_grad_tiles.launch_elements(provider, dy.dtype, dy.size, dy, indices, dx,
                                                  _tile_scratch(provider), dy.size, *geom, _col_major(ctx))
         else:
@@ -133,9 +137,9 @@ def _uniform_weight(dims, include_pad):
 
 
 def _average_geometry(ctx, shape, what):
-    dims = _dims(ctx, shape, what)
+    dims = pool_dims(ctx, shape, what)
     include_pad = int(ctx.attrs.get("count_include_pad", 0) == 1)
-    return dims, _geom(dims), include_pad, _uniform_weight(dims, include_pad)
+    return dims, geom_fields(dims), include_pad, _uniform_weight(dims, include_pad)
 
 
 def _whole_plane(dims):
