@@ -72,6 +72,21 @@ def test_a_new_batch_size_captures_a_second_graph_and_stays_correct():
         assert np.array_equal(params[name], plain[name]), name
 
 
+def test_device_and_host_feeds_mix_in_a_captured_run():
+    """Batches fed as device tensors skip the staging; mixed with host batches the run equals
+    the uncaptured host-fed one."""
+    data = batches(64, 8)
+    _, plain = params_after(session(False), data)
+    captured = session(True)
+    provider = captured._provider
+    mixed = [(provider.from_numpy(x) if i % 3 else x, provider.from_numpy(y) if i % 2 else y)
+             for i, (x, y) in enumerate(data)]
+    _, params = params_after(captured, mixed)
+    assert captured._train.graphs.stats["replays"] == 5
+    for name in plain:
+        assert np.array_equal(params[name], plain[name]), name
+
+
 def test_a_checkpoint_of_a_captured_run_resumes_bitwise(tmp_path):
     data = batches(64, 20)
     first = session(True)

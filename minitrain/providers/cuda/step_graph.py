@@ -11,8 +11,8 @@ wait for the GPU.
 Inputs travel through pinned host buffers, double-buffered: run k writes its batch into pinned
 buffer k % 2, copies it on a side stream into device staging k % 2 (overlapping step k - 1 on
 the GPU), and the main stream copies staging into the graph's input tensors just before the
-launch.  Host values a kernel needs afresh every execution (a Dropout seed: `uploaded`) ride
-along the same way.
+launch; inputs fed as device tensors are copied into them directly.  Host values a kernel needs
+afresh every execution (a Dropout seed: `uploaded`) ride along the same way.
 
 A plan is not captured when a node runs on another provider or reads a per-run input from host
 memory; a capture that fails (an allocation sequence that differs from the recorded one, an
@@ -185,7 +185,7 @@ class _Staging:
             self.copy_stream.wait_for_event(self.consumed[p])
         self.used[p] = True
         host, device, stream = self.host[p], self.device[p], self.provider.stream
-        on_device = []
+        from_host, on_device = [], []
         for (source, tensor), offset in zip(self.targets, self.offsets):
             value = fed[source] if isinstance(source, str) else source()
             if self.provider.is_native(value):
@@ -193,11 +193,15 @@ class _Staging:
             else:
                 flat = np.ascontiguousarray(value, tensor.dtype).reshape(-1).view(np.uint8)
                 host[offset:offset + flat.size] = flat
-        driver.memcpy_htod_async(device.gpudata, host, self.copy_stream)
+                from_host.append((tensor, offset))
+        base = int(device.gpudata)
+        if from_host:       # one copy over the span of the host-fed values
+            first = from_host[0][1]
+            last = from_host[-1][1] + from_host[-1][0].nbytes
+            driver.memcpy_htod_async(base + first, host[first:last], self.copy_stream)
         self.copied[p].record(self.copy_stream)
         stream.wait_for_event(self.copied[p])
-        base = int(device.gpudata)
-        for (_, tensor), offset in zip(self.targets, self.offsets):
+        for tensor, offset in from_host:
             if tensor.nbytes:
                 driver.memcpy_dtod_async(tensor.gpudata, base + offset, tensor.nbytes, stream)
         for tensor, value in on_device:
