@@ -22,8 +22,9 @@ from minitrain.training import TrainingSession
 from cases import MODEL_CASES, make_inputs, with_batch
 
 
-SPIN_CYCLES = 100_000_000   # torch.cuda._sleep's hold: 50 ms or more at the H100's clocks
-HOST_STEPS = 6      # steps queued behind a held GPU: fewer than the fetch ring's slots, so none waits
+HOLD_SECONDS = 0.01
+SPIN_CYCLES = 20_000_000    # torch.cuda._sleep's hold: about HOLD_SECONDS at the H100's clocks
+HOST_STEPS = 2      # steps queued behind a held GPU: minitrain's double-buffered inputs let the host run 2 ahead
 
 
 def _device_ms(stream_events, step, steps, rounds):
@@ -42,10 +43,11 @@ def _device_ms(stream_events, step, steps, rounds):
 
 
 def _host_ms(hold, synchronize, step, rounds):
-    """Median over rounds of the host milliseconds per step (Python and launches): HOST_STEPS
-    steps queued while a spin kernel holds the GPU, so that the host never waits for it."""
+    """Median over rounds (5 per round asked) of the host milliseconds per step (Python and
+    launches): HOST_STEPS steps queued while a spin kernel holds the GPU, so that the host never
+    waits for it."""
     times = []
-    for _ in range(rounds):
+    for _ in range(5 * rounds):
         synchronize()
         hold()
         begin = time.perf_counter()
@@ -74,8 +76,8 @@ def minitrain_times(case, tf32, minitrain_model, steps, rounds):
     for _ in range(5):
         session.train_step(x, y)
     device_ms = _device_ms(events, lambda: session.train_step(x, y, wait=False), steps, rounds)
-    host_ms = _host_ms(lambda: provider.hold(0.05), provider.synchronize, lambda: session.train_step(x, y, wait=False),
-                       rounds)
+    host_ms = _host_ms(lambda: provider.hold(HOLD_SECONDS), provider.synchronize,
+                       lambda: session.train_step(x, y, wait=False), rounds)
     host_batch_ms = _device_ms(events, lambda: session.train_step(data["x"], data["labels"], wait=False), steps, rounds)
     graphs = session._train.graphs
     arena = sum(a for a, _ in graphs.memory().values()) if graphs else 0
