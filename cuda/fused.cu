@@ -41,9 +41,19 @@ template <typename T>
 __device__ void bias_activation_impl(T* y, const T* bias, int64_t n, int64_t outer_div, int64_t outer_mod,
                                      int64_t outer_stride, int64_t inner_mod, int64_t inner_stride, acc_t<T> beta,
                                      int code, acc_t<T> alpha) {
+    const bool narrow = n <= INT32_MAX;     // every index and divisor fits 32 bits: cheaper division
     GRID_STRIDE_LOOP(i, n) {
         acc_t<T> v = to_acc<T>(y[i]);
-        if (bias) v += beta * to_acc<T>(bias[((i / outer_div) % outer_mod) * outer_stride + (i % inner_mod) * inner_stride]);
+        if (bias) {
+            int64_t b;
+            if (narrow) {
+                const unsigned u = (unsigned)i;
+                b = (u / (unsigned)outer_div % (unsigned)outer_mod) * outer_stride + u % (unsigned)inner_mod * inner_stride;
+            } else {
+                b = ((i / outer_div) % outer_mod) * outer_stride + (i % inner_mod) * inner_stride;
+            }
+            v += beta * to_acc<T>(bias[b]);
+        }
         y[i] = from_acc<T>(activate(code, v, alpha));
     }
 }

@@ -303,10 +303,16 @@ __device__ void avg_pool_grad_impl(const T* dy, T* dx, int64_t total, acc_t<T> u
 MT_FOR_FLOATS(AVG_POOL)
 
 // ------------------------------------------------------------------------------- global pooling
+// Every lane of the warp gets the combination of the warp's v.
+template <typename A, typename F> __device__ __forceinline__ A warp_reduce(A v, F combine) {
+    for (int k = 16; k > 0; k >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, k));
+    return v;
+}
+
 // One block per plane (grid-stride over planes); blockDim is a multiple of 32, at most 1024.
 template <typename A, typename F> __device__ A block_reduce(A v, F combine) {
     __shared__ A partial[32];
-    for (int k = 16; k > 0; k >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, k));
+    v = warp_reduce(v, combine);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     __syncthreads();    // partial[] may still be read by the previous call
     if (lane == 0) partial[warp] = v;
@@ -331,6 +337,24 @@ __device__ void global_pool_impl(const T* x, T* y, int64_t planes, int64_t P, in
         else
             v = block_reduce(v, [](A a, A b) { return a + b; });
         if (threadIdx.x == 0) y[p] = from_acc<T>(is_max ? v : v / A(P));
+    }
+}
+
+// The same with a warp per plane, for short planes (several planes to a block).
+template <typename T>
+__device__ void global_pool_warps_impl(const T* x, T* y, int64_t planes, int64_t P, int is_max) {
+    typedef acc_t<T> A;
+    const int lane = threadIdx.x % 32, per_block = blockDim.x / 32;
+    const int64_t step = (int64_t)gridDim.x * per_block;
+    for (int64_t p = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; p < planes; p += step) {
+        const T* xp = x + p * P;
+        A v = is_max ? -INFINITY : A(0);
+        for (int64_t i = lane; i < P; i += 32) v = is_max ? max_or_nan(v, to_acc(xp[i])) : v + to_acc(xp[i]);
+        if (is_max)
+            v = warp_reduce(v, [](A a, A b) { return max_or_nan(a, b); });
+        else
+            v = warp_reduce(v, [](A a, A b) { return a + b; });
+        if (lane == 0) y[p] = from_acc<T>(is_max ? v : v / A(P));
     }
 }
 
@@ -393,6 +417,9 @@ __device__ void global_max_pool_grad_impl(const T* dy, const T* x, T* dx, int64_
 #define GLOBAL_POOL(T, S)                                                                                       \
     extern "C" __global__ void global_pool_##S(const T* x, T* y, int64_t planes, int64_t P, int is_max) {         \
         global_pool_impl<T>(x, y, planes, P, is_max);                                                           \
+    }                                                                                                           \
+    extern "C" __global__ void global_pool_warps_##S(const T* x, T* y, int64_t planes, int64_t P, int is_max) {   \
+        global_pool_warps_impl<T>(x, y, planes, P, is_max);                                                     \
     }                                                                                                           \
     extern "C" __global__ void global_avg_pool_grad_##S(const T* dy, T* dx, int64_t P, int64_t total) {           \
         global_avg_pool_grad_impl<T>(dy, dx, P, total);                                                         \

@@ -190,7 +190,8 @@ def test_max_pool_grad_skips_indices_outside_their_plane(kernel, stride, rng):
 
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
-@pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 3, 4), (2, 3, 2, 3, 4), (3, 2, 70, 70), (1, 1, 5000)])
+@pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 3, 4), (2, 3, 2, 3, 4), (64, 33, 256), (3, 2, 70, 70),
+                                   (1, 1, 5000)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_global_pooling_and_gradient(op, shape, dtype, rng):
     x = distinct(rng, shape)

@@ -36,6 +36,8 @@ _max_pool_grad_scatter = Kernel("pool", "max_pool_grad_scatter", "PPPq" + GEOM +
 _avg_pool = Kernel("pool", "avg_pool", "PPqT" + GEOM + "i")
 _avg_pool_grad = Kernel("pool", "avg_pool_grad", "PPqT" + GEOM + "i")
 _global_pool = Kernel("pool", "global_pool", "PPqqi")
+_global_pool_warps = Kernel("pool", "global_pool_warps", "PPqqi")
+WARP_PLANE = 256        # planes up to this size are reduced a warp each, several to a block
 _global_avg_pool_grad = Kernel("pool", "global_avg_pool_grad", "PPqq")
 _global_max_pool_grad = Kernel("pool", "global_max_pool_grad", "PPPqq")
 
@@ -162,7 +164,7 @@ def average_pool(ctx):
         return {"Y": y}
     if whole:
         planes, size = split_planes(x.shape)
-        _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes, size, 0)
+        global_pool(ctx, x, y, planes, size, False)
     else:
         _avg_pool.launch_elements(ctx.provider, x.dtype, y.size, x, y, y.size, uniform, *geom, include_pad)
     return {"Y": y}
@@ -189,6 +191,17 @@ def average_pool_grad(ctx):
 
 
 # --------------------------------------------------------------------------- global pooling
+def global_pool(ctx, x, y, planes, size, is_max):
+    """y[p] = the mean or the maximum of plane p of x: a warp per plane for short planes, a block
+    per plane for long ones."""
+    if size <= WARP_PLANE:
+        per_block = 8
+        _global_pool_warps.launch(ctx.provider, x.dtype, (min(-(-planes // per_block), 65535 * 16), 1, 1),
+                                  (32 * per_block, 1, 1), x, y, planes, size, int(is_max))
+    else:
+        _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes, size, int(is_max))
+
+
 def _plane_launch(planes, size):
     """(grid, block) of the one-block-per-plane kernels: a block as wide as the plane needs."""
     threads = 32 if size <= 256 else 128 if size <= 4096 else 256
@@ -205,8 +218,7 @@ def _global(is_max):
             ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
         y = ctx.provider.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
         if planes:
-            _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes,
-                                size, int(is_max))
+            global_pool(ctx, x, y, planes, size, is_max)
         return {"Y": y}
     return kernel
 
