@@ -169,7 +169,7 @@ static void mt_kb_call_double(int tb, const double* dy, ptrdiff_t ldd, const dou
 #define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #endif
 #define MT_ROWOPS(T)                                                                            \
-static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, ptrdiff_t n,    \
+static MT_NO_LIBCALLS void T##_row_pack_loops(T* restrict row, const T* restrict src, ptrdiff_t n,    \
                                         ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)           \
 {                                                                                               \
     for (ptrdiff_t i = 0; i < lo; i++) row[i] = 0;                                              \
@@ -178,7 +178,7 @@ static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, 
     else for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[i * stride];                          \
     for (ptrdiff_t i = hi; i < n; i++) row[i] = 0;                                              \
 }                                                                                               \
-static MT_NO_LIBCALLS void T##_row_out(T* restrict dst, const T* restrict src, ptrdiff_t n,     \
+static MT_NO_LIBCALLS void T##_row_out_loops(T* restrict dst, const T* restrict src, ptrdiff_t n,     \
                                        ptrdiff_t stride, T bias)                                \
 {                                                                                               \
     if (stride == 1) for (ptrdiff_t i = 0; i < n; i++) dst[i] = src[i] + bias;                  \
@@ -191,7 +191,7 @@ static MT_NO_LIBCALLS void T##_zero(T* restrict dst, ptrdiff_t n)               
 }                                                                                               \
 /* Two stride-2 phase rows in one pass: r0[i] = src[2i] on [lo0, hi0), r1[i] = src[2i+1]        \
    on [lo1, hi1), zero elsewhere in r0[:n] and r1[:n]. */                                       \
-static MT_NO_LIBCALLS void T##_row_pack2(T* restrict r0, T* restrict r1, const T* restrict src, \
+static MT_NO_LIBCALLS void T##_row_pack2_loops(T* restrict r0, T* restrict r1, const T* restrict src, \
                                          ptrdiff_t n, ptrdiff_t lo0, ptrdiff_t hi0,             \
                                          ptrdiff_t lo1, ptrdiff_t hi1)                          \
 {                                                                                               \
@@ -209,6 +209,112 @@ static MT_NO_LIBCALLS void T##_row_pack2(T* restrict r0, T* restrict r1, const T
 }
 MT_ROWOPS(float)
 MT_ROWOPS(double)
+
+/* The row copies of float with AVX-512: one masked load and store per 16 points (a row of the
+   grid is a few dozen points, so the loops' scalar heads and tails would cost as much as the
+   copy); a stride-2 gather takes the even lanes of two masked loads.  Masked-off lanes are
+   neither read nor written. */
+#if MT_VBYTES == 64 && defined(__AVX512F__)
+#include <immintrin.h>
+/* Lanes j of a 16-lane block starting at point i with lo <= i + j < hi; branch-free, since
+   the bounds change from row to row and mispredicted branches would cost more than the copy. */
+static inline __mmask16 mt_lanes(ptrdiff_t i, ptrdiff_t lo, ptrdiff_t hi)
+{
+    ptrdiff_t a = lo - i, b = hi - i;
+    a = a < 0 ? 0 : a;
+    a = a > 16 ? 16 : a;
+    b = b < 0 ? 0 : b;
+    b = b > 16 ? 16 : b;
+    return (__mmask16)(_bzhi_u32(0xFFFFu, (unsigned)b) & ~_bzhi_u32(0xFFFFu, (unsigned)a));
+}
+static inline void float_row_pack(float* restrict row, const float* restrict src, ptrdiff_t n,
+                                  ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)
+{
+    if (stride == 1) {
+        for (ptrdiff_t i = 0; i < n; i += 16)
+            _mm512_mask_storeu_ps(row + i, mt_lanes(i, 0, n),
+                                  _mm512_maskz_loadu_ps(mt_lanes(i, lo, hi), src + i));
+    } else if (stride == 2) {
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        for (ptrdiff_t i = 0; i < n; i += 16) {
+            __mmask16 m = mt_lanes(i, lo, hi);
+            uint32_t wide = _pdep_u32(m, 0x55555555u);            /* lane j -> element 2j */
+            __m512 a = _mm512_maskz_loadu_ps((__mmask16)(wide & 0xFFFFu), src + 2 * i);
+            __m512 b = _mm512_maskz_loadu_ps((__mmask16)(wide >> 16), src + 2 * i + 16);
+            _mm512_mask_storeu_ps(row + i, mt_lanes(i, 0, n), _mm512_permutex2var_ps(a, even, b));
+        }
+    } else {
+        float_row_pack_loops(row, src, n, lo, hi, stride);
+    }
+}
+static void float_row_pack2(float* restrict r0, float* restrict r1, const float* restrict src, ptrdiff_t n,
+                            ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
+{
+    float_row_pack(r0, src, n, lo0, hi0, 2);
+    float_row_pack(r1, src + 1, n, lo1, hi1, 2);
+}
+static void float_row_out(float* restrict dst, const float* restrict src, ptrdiff_t n, ptrdiff_t stride,
+                          float bias)
+{
+    if (stride != 1) {
+        float_row_out_loops(dst, src, n, stride, bias);
+        return;
+    }
+    const __m512 b = _mm512_set1_ps(bias);
+    for (ptrdiff_t i = 0; i < n; i += 16) {
+        __mmask16 m = mt_lanes(i, 0, n);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + i), b));
+    }
+}
+#else
+static void float_row_pack(float* restrict row, const float* restrict src, ptrdiff_t n, ptrdiff_t lo,
+                           ptrdiff_t hi, ptrdiff_t stride)
+{ float_row_pack_loops(row, src, n, lo, hi, stride); }
+static void float_row_out(float* restrict dst, const float* restrict src, ptrdiff_t n, ptrdiff_t stride,
+                          float bias)
+{ float_row_out_loops(dst, src, n, stride, bias); }
+static void float_row_pack2(float* restrict r0, float* restrict r1, const float* restrict src, ptrdiff_t n,
+                            ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
+{ float_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
+#endif
+/* One image row into the KU rows (dstride apart) of the width-unrolled grid:
+   dst[kw * dstride + i] = src[i * stride + kw * dw - pad] where that column lies in [0, width),
+   else 0, for i < n. */
+#define MT_ROW_UNROLL(T)                                                                        \
+static void T##_row_unroll(T* restrict dst, ptrdiff_t dstride, const T* restrict src,           \
+                           ptrdiff_t width, ptrdiff_t ku, ptrdiff_t n, ptrdiff_t stride,        \
+                           ptrdiff_t dw, ptrdiff_t pad)                                         \
+{                                                                                               \
+    for (ptrdiff_t kw = 0; kw < ku; kw++) {                                                     \
+        ptrdiff_t shift = kw * dw - pad;                                                        \
+        ptrdiff_t lo = 0, hi = 0;           /* divisions only for strides past 2 */              \
+        if (stride == 1) {                                                                      \
+            lo = shift < 0 ? -shift : 0;                                                        \
+            hi = width - shift;                                                                 \
+        } else if (stride == 2) {                                                               \
+            lo = shift < 0 ? (1 - shift) >> 1 : 0;                                              \
+            hi = width - 1 - shift >= 0 ? ((width - 1 - shift) >> 1) + 1 : 0;                   \
+        } else {                                                                                \
+            lo = shift < 0 ? (stride - 1 - shift) / stride : 0;                                 \
+            hi = width - 1 - shift >= 0 ? (width - 1 - shift) / stride + 1 : 0;                 \
+        }                                                                                       \
+        if (hi < 0) hi = 0;                                                                     \
+        if (hi > n) hi = n;                                                                     \
+        if (lo > hi) lo = hi;                                                                   \
+        T##_row_pack(dst + kw * dstride, src + shift, n, lo, hi, stride);                       \
+    }                                                                                           \
+}
+static void double_row_pack(double* restrict row, const double* restrict src, ptrdiff_t n, ptrdiff_t lo,
+                            ptrdiff_t hi, ptrdiff_t stride)
+{ double_row_pack_loops(row, src, n, lo, hi, stride); }
+static void double_row_out(double* restrict dst, const double* restrict src, ptrdiff_t n, ptrdiff_t stride,
+                           double bias)
+{ double_row_out_loops(dst, src, n, stride, bias); }
+static void double_row_pack2(double* restrict r0, double* restrict r1, const double* restrict src, ptrdiff_t n,
+                             ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
+{ double_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
+MT_ROW_UNROLL(float)
+MT_ROW_UNROLL(double)
 static int mt_vbytes(void) { return MT_VBYTES; }
 static int mt_a_mr_of(int v) { return mt_a_mr[v]; }
 static int mt_a_nv_of(int v) { return mt_a_nv[v]; }
