@@ -102,6 +102,10 @@ static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,      
     X(T##_a2, T, V, VU, VW, 2, 8) X(T##_a1, T, V, VU, VW, 1, 12)
 static const int mt_a_mr[5] = {8, 6, 4, 2, 1};
 static const int mt_a_nv[5] = {3, 4, 6, 8, 12};
+/* one vector of points per row block: the points past a pass's last whole block */
+#define MT_A_TAILS(X, T, V, VU, VW)                                                             \
+    X(T##_a8t, T, V, VU, VW, 8, 1) X(T##_a6t, T, V, VU, VW, 6, 1) X(T##_a4t, T, V, VU, VW, 4, 1) \
+    X(T##_a2t, T, V, VU, VW, 2, 1) X(T##_a1t, T, V, VU, VW, 1, 1)
 /* kernel B: row blocks of 8 with up to 3 taps, or single rows with up to 8 taps */
 #define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_b8_1, T, V, VU, VW, 8, 1) X(T##_b8_2, T, V, VU, VW, 8, 2) X(T##_b8_3, T, V, VU, VW, 8, 3) \
@@ -118,6 +122,9 @@ static const int mt_b_tbmax[2] = {3, 8};
     X(T##_a2, T, V, VU, VW, 2, 4) X(T##_a1, T, V, VU, VW, 1, 6)
 static const int mt_a_mr[5] = {4, 3, 2, 2, 1};
 static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
+#define MT_A_TAILS(X, T, V, VU, VW)                                                             \
+    X(T##_a8t, T, V, VU, VW, 4, 1) X(T##_a6t, T, V, VU, VW, 3, 1) X(T##_a4t, T, V, VU, VW, 2, 1) \
+    X(T##_a2t, T, V, VU, VW, 2, 1) X(T##_a1t, T, V, VU, VW, 1, 1)
 #define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) X(T##_b8_3, T, V, VU, VW, 4, 3) \
     X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
@@ -130,6 +137,8 @@ static const int mt_b_tbmax[2] = {3, 4};
 
 MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
 MT_A_VARIANTS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
+MT_A_TAILS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
+MT_A_TAILS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
 MT_B_VARIANTS(MT_KB, float, mt_vf, mt_vfu, MT_VWF)
 MT_B_VARIANTS(MT_KB, double, mt_vd, mt_vdu, MT_VWD)
 
@@ -139,6 +148,8 @@ typedef void (*mt_ka_d)(const double*, const ptrdiff_t*, ptrdiff_t, const double
                         ptrdiff_t, ptrdiff_t, ptrdiff_t);
 static const mt_ka_f mt_ka_float[5] = {float_a8, float_a6, float_a4, float_a2, float_a1};
 static const mt_ka_d mt_ka_double[5] = {double_a8, double_a6, double_a4, double_a2, double_a1};
+static const mt_ka_f mt_ka_tail_float[5] = {float_a8t, float_a6t, float_a4t, float_a2t, float_a1t};
+static const mt_ka_d mt_ka_tail_double[5] = {double_a8t, double_a6t, double_a4t, double_a2t, double_a1t};
 typedef void (*mt_kb_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
                         ptrdiff_t, float*, ptrdiff_t);
 typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
@@ -146,14 +157,24 @@ typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t
 static const mt_kb_f mt_kb_float[16] = MT_B_TABLE(float);
 static const mt_kb_d mt_kb_double[16] = MT_B_TABLE(double);
 
+/* Kernel A over points [p0, p1) (a multiple of the vector width): whole NV-vector blocks, then
+   the rest one vector at a time, so that no pass computes more than a vector past its end. */
 static void mt_ka_call_float(int variant, const float* x, const ptrdiff_t* coff, ptrdiff_t nct,
                              const float* wp, float* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
                              ptrdiff_t mvalid)
-{ mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+{
+    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * MT_VWF, whole = p0 + (p1 - p0) / block * block;
+    if (whole > p0) mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);
+    if (p1 > whole) mt_ka_tail_float[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);
+}
 static void mt_ka_call_double(int variant, const double* x, const ptrdiff_t* coff, ptrdiff_t nct,
                               const double* wp, double* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
                               ptrdiff_t mvalid)
-{ mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+{
+    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * MT_VWD, whole = p0 + (p1 - p0) / block * block;
+    if (whole > p0) mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);
+    if (p1 > whole) mt_ka_tail_double[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);
+}
 static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
                              ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
 { mt_kb_float[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }

@@ -351,7 +351,7 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
         pack_item(&x[0] + (n0 * pl.G + gi) * pl.CI * pl.img, nb, xb, &pl)
         for k in range(pl.nsub):
             sb = _sub(&pl, k)
-            pend = _round_up(sb.Pext, block)
+            pend = _round_up(sb.Pext, block // nv)      # whole vectors: the microkernel call ends in a tail
             wg = &wp[0] + sb.w_index + gi * mblocks * mr * pl.C * sb.taps
             for c in range(pl.C):
                 for t in range(sb.taps):

@@ -215,18 +215,23 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
 
 # The width-unrolled grid (ext/conv_plan.h) drops the shifted grid's garbage columns (its rows
 # are Ow + (KW - 1) * dilation / stride wide for Ow outputs) but copies the image KW times, and
-# its KW copies of a row no longer share cache lines between taps.  The copies weigh less the more
-# output channels reuse them, so it runs when the share of garbage columns times the output
-# channels per group reaches this (bench/RESULTS.md, issue 14: dilated 3x3 and LeNet's conv2
-# forward pass it; ResNet 3x3, strided and small-M cases were as fast or faster unrolled not).
-UNROLL_MIN_GAIN = 4.0
+# its KW copies of a row no longer share cache lines between taps.  The copies weigh less the
+# more output channels reuse them, so it runs when the share of garbage columns times the output
+# channels per group reaches UNROLL_MIN_GAIN (a 3x3 convolution with 64 channels and 6% garbage
+# columns is at 3.8; LeNet's first layer, depthwise and small-M cases stay well below).
+UNROLL_MIN_GAIN = 3.5
 
 
-def unrolls(geom):
-    """Whether the direct kernels run `geom` (image -> columns) on the width-unrolled grid."""
+def unrolls(geom, tap_block=None):
+    """Whether the direct kernels run `geom` (image -> columns) on the width-unrolled grid.
+    `tap_block`: kernel B's taps per microkernel call, which must divide the taps left per grid
+    channel (the kernel's taps but the width's) for its blocks to stay as full as on the
+    shifted grid, where a channel has all the kernel's taps."""
     kw, d, s = geom.kernel[-1], geom.dilations[-1], geom.strides[-1]
     ow = geom.col_spatial[-1]
     width = ow + max((k * d) // s for k in range(kw))
+    if tap_block is not None and (numel(geom.kernel) // kw) % tap_block:
+        return False
     return kw > 1 and (width - ow) / width * (geom.col_channels // geom.group) >= UNROLL_MIN_GAIN
 
 
@@ -396,7 +401,7 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     mr2 = _B_VARIANTS[bvariant][0]
     rows = -(-m // mr2) * mr2
     vw = _SIMD // img.itemsize
-    unrolled = unrolls(geom)
+    unrolled = unrolls(geom, tap_block=_B_VARIANTS[bvariant][1])
     plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2, unrolled=unrolled)
     passes = 1 if unrolled else b
     xbuf = _scratch(nt, c * geom.kernel[-1] * length if unrolled else c * b * length, img.dtype, "x")
