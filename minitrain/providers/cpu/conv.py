@@ -34,6 +34,10 @@ TILE_BYTES = 256 * 1024
 MIN_TILE = 64
 # Bytes of direct-convolution scratch (shifted-grid image + output grid) per work item.
 DIRECT_BYTES = 384 * 1024
+# The most bytes of weight-gradient scratch (image grid + dy grid) per work item: more samples per
+# item let each microkernel call sum over more points before its horizontal sums, up to the
+# point where the grids no longer stay in the last-level cache while the row blocks pass.
+WEIGHT_GRAD_ITEM_BYTES = 8 << 20
 # The largest dimension or leading dimension BLAS takes: its ints are 32-bit.
 BLAS_INT_MAX = 2 ** 31 - 1
 
@@ -173,8 +177,8 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     samples per work item are chosen so that every thread gets items and, for kernel A, an
     item's scratch stays near DIRECT_BYTES (`rows`: output-grid rows per sample held in
     scratch); for kernel B (`block_rows`: dy rows one microkernel call streams) so that a call
-    sums over about 4096 grid points (its horizontal sums then cost little) while its dy rows
-    stay in L2.  `unrolled`: (KU, OW, DW) of the width-unrolled grid, whose rows hold the B
+    sums over about 4096 grid points (its horizontal sums then cost little) while the dy rows it
+    streams (Pext points of each sample, whatever the phases the image has) stay in L2.  `unrolled`: (KU, OW, DW) of the width-unrolled grid, whose rows hold the B
     samples of an item side by side (u[2] is one sample's width OW; the grid's is B * OW).
     Returns (plan, B, L)."""
     def layout(u):
@@ -197,8 +201,9 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     if block_rows is None:
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
-        b = max(1, min(n, -(-4096 // records[0]["Pext"]), (256 << 10) // (block_rows * length * itemsize),
-                       (4 << 20) // ((c + rows) * length * itemsize)))
+        pext = records[0]["Pext"]      # the grid points of a sample that a call streams
+        b = max(1, min(n, -(-4096 // pext), (256 << 10) // (block_rows * pext * itemsize),
+                       WEIGHT_GRAD_ITEM_BYTES // ((c + rows) * length * itemsize)))
     if nt > 1:
         b = _balanced_batch(n, g, b, nt)
     ku, ow, dw = unrolled or (0, 0, 0)
