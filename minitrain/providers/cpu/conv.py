@@ -14,6 +14,7 @@ and the bias gradient is a per-channel sum.  Two implementations back them (`rou
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
 """
+import functools
 import threading
 
 import numpy as np
@@ -80,17 +81,18 @@ _LOCAL = threading.local()
 def _scratch(nt, size, dtype, name="scratch"):
     """A (nt, size) work array, 64-byte aligned, kept per Python thread and reused across calls
     (fresh large arrays cost a page fault per page on every call)."""
-    dtype = np.dtype(dtype)
     need = nt * max(1, size)
     cache = getattr(_LOCAL, "buffers", None)
     if cache is None:
         cache = _LOCAL.buffers = {}
     key = (name, dtype)
-    buf = cache.get(key)
-    if buf is None or buf.size < need + 64:
-        buf = cache[key] = np.empty(need + 64, dtype=dtype)
-    start = (-buf.ctypes.data % 64) // dtype.itemsize
-    return buf[start:start + need].reshape(nt, max(1, size))
+    buf = cache.get(key)                 # kept 64-byte aligned
+    if buf is None or buf.size < need:
+        dtype = np.dtype(dtype)
+        raw = np.empty(need + 64, dtype=dtype)
+        start = (-raw.ctypes.data % 64) // dtype.itemsize
+        buf = cache[key] = raw[start:start + need]
+    return buf[:need].reshape(nt, max(1, size))
 
 
 _NO_BIAS = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64): np.empty(0, np.float64)}
@@ -102,6 +104,7 @@ _B_VARIANTS = _direct.b_variants()
 _SIMD = _direct.simd_bytes()
 
 
+@functools.lru_cache(maxsize=64)
 def _a_variant(m):
     """Kernel A's microkernel for m output rows: fewest padded rows, then the widest block."""
     return min(range(len(_A_VARIANTS)),
@@ -110,11 +113,13 @@ def _a_variant(m):
 
 def _pack_weight_a(w, g, m, c, taps, mr):
     """A conv-layout weight (G*M, C, taps) as kernel A reads it: [g][m block][c][tap][mr],
-    zero rows past M."""
+    zero rows past M (one copy when M is a multiple of mr)."""
     blocks = -(-m // mr)
-    wp = np.zeros((g, blocks * mr, c, taps), dtype=w.dtype)
-    wp[:, :m] = w.reshape(g, m, c, taps)
-    return np.ascontiguousarray(wp.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
+    if blocks * mr != m:
+        padded = np.zeros((g, blocks * mr, c, taps), dtype=w.dtype)
+        padded[:, :m] = w.reshape(g, m, c, taps)
+        w = padded
+    return np.ascontiguousarray(w.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
 
 
 def _balanced_batch(n, g, most, nt):
