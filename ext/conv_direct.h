@@ -106,16 +106,20 @@ static const int mt_a_nv[5] = {3, 4, 6, 8, 12};
 #define MT_A_TAILS(X, T, V, VU, VW)                                                             \
     X(T##_a8t, T, V, VU, VW, 8, 1) X(T##_a6t, T, V, VU, VW, 6, 1) X(T##_a4t, T, V, VU, VW, 4, 1) \
     X(T##_a2t, T, V, VU, VW, 2, 1) X(T##_a1t, T, V, VU, VW, 1, 1)
-/* kernel B: row blocks of 8 with up to 3 taps, or single rows with up to 8 taps */
+/* kernel B: row blocks of 8 with up to 3 taps, single rows with up to 8 taps, or row blocks
+   of 6 with up to 4 taps (for tap counts that are multiples of 4, not of 3) */
 #define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_b8_1, T, V, VU, VW, 8, 1) X(T##_b8_2, T, V, VU, VW, 8, 2) X(T##_b8_3, T, V, VU, VW, 8, 3) \
     X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
     X(T##_b1_4, T, V, VU, VW, 1, 4) X(T##_b1_5, T, V, VU, VW, 1, 5) X(T##_b1_6, T, V, VU, VW, 1, 6) \
-    X(T##_b1_7, T, V, VU, VW, 1, 7) X(T##_b1_8, T, V, VU, VW, 1, 8)
+    X(T##_b1_7, T, V, VU, VW, 1, 7) X(T##_b1_8, T, V, VU, VW, 1, 8)                             \
+    X(T##_b6_1, T, V, VU, VW, 6, 1) X(T##_b6_2, T, V, VU, VW, 6, 2) X(T##_b6_3, T, V, VU, VW, 6, 3) \
+    X(T##_b6_4, T, V, VU, VW, 6, 4)
 #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0,                             \
-                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, T##_b1_5, T##_b1_6, T##_b1_7, T##_b1_8}
-static const int mt_b_rows[2] = {8, 1};
-static const int mt_b_tbmax[2] = {3, 8};
+                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, T##_b1_5, T##_b1_6, T##_b1_7, T##_b1_8, \
+                       T##_b6_1, T##_b6_2, T##_b6_3, T##_b6_4, 0, 0, 0, 0}
+static const int mt_b_rows[3] = {8, 1, 6};
+static const int mt_b_tbmax[3] = {3, 8, 4};
 #else
 #define MT_A_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_a8, T, V, VU, VW, 4, 3) X(T##_a6, T, V, VU, VW, 3, 3) X(T##_a4, T, V, VU, VW, 2, 5)   \
@@ -128,11 +132,14 @@ static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
 #define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) X(T##_b8_3, T, V, VU, VW, 4, 3) \
     X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
-    X(T##_b1_4, T, V, VU, VW, 1, 4)
+    X(T##_b1_4, T, V, VU, VW, 1, 4)                                                             \
+    X(T##_b6_1, T, V, VU, VW, 2, 1) X(T##_b6_2, T, V, VU, VW, 2, 2) X(T##_b6_3, T, V, VU, VW, 2, 3) \
+    X(T##_b6_4, T, V, VU, VW, 2, 4)
 #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0,                             \
-                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0}
-static const int mt_b_rows[2] = {4, 1};
-static const int mt_b_tbmax[2] = {3, 4};
+                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0,                      \
+                       T##_b6_1, T##_b6_2, T##_b6_3, T##_b6_4, 0, 0, 0, 0}
+static const int mt_b_rows[3] = {4, 1, 2};
+static const int mt_b_tbmax[3] = {3, 4, 4};
 #endif
 
 MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
@@ -154,8 +161,8 @@ typedef void (*mt_kb_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*,
                         ptrdiff_t, float*, ptrdiff_t);
 typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
                         ptrdiff_t, double*, ptrdiff_t);
-static const mt_kb_f mt_kb_float[16] = MT_B_TABLE(float);
-static const mt_kb_d mt_kb_double[16] = MT_B_TABLE(double);
+static const mt_kb_f mt_kb_float[24] = MT_B_TABLE(float);
+static const mt_kb_d mt_kb_double[24] = MT_B_TABLE(double);
 
 /* Kernel A over points [p0, p1) (a multiple of the vector width): whole NV-vector blocks, then
    the rest one vector at a time, so that no pass computes more than a vector past its end. */

@@ -75,8 +75,8 @@ def a_variants():
 
 
 def b_variants():
-    """[(MR2, TBMAX)] of kernel B's two row blockings, by variant index."""
-    return [(mt_b_rows_of(v), mt_b_tbmax_of(v)) for v in range(2)]
+    """[(MR2, TBMAX)] of kernel B's three row blockings, by variant index."""
+    return [(mt_b_rows_of(v), mt_b_tbmax_of(v)) for v in range(3)]
 
 
 cdef extern from "conv_plan.h":

@@ -122,6 +122,14 @@ def _pack_weight_a(w, g, m, c, taps, mr):
     return np.ascontiguousarray(w.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
 
 
+def _b_variant(m, taps):
+    """Kernel B's row blocking: single rows for one output channel (depthwise), else the blocks of
+    4 taps where those divide the kernel's taps and blocks of 3 do not, else blocks of 3 taps."""
+    if m == 1:
+        return 1
+    return 2 if taps % _B_VARIANTS[2][1] == 0 and taps % _B_VARIANTS[0][1] else 0
+
+
 def _balanced_batch(n, g, most, nt):
     """Samples per work item, between most/2 and `most`, that load the threads of a static
     schedule over the (chunk, group) items most evenly (ties: the larger batch)."""
@@ -407,7 +415,7 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     n = img.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
-    bvariant = 1 if m == 1 else 0      # single rows (depthwise) or blocks of rows
+    bvariant = _b_variant(m, numel(geom.kernel))
     mr2 = _B_VARIANTS[bvariant][0]
     rows = -(-m // mr2) * mr2
     vw = _SIMD // img.itemsize
