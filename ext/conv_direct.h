@@ -341,8 +341,33 @@ static void double_row_out(double* restrict dst, const double* restrict src, ptr
 static void double_row_pack2(double* restrict r0, double* restrict r1, const double* restrict src, ptrdiff_t n,
                              ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
 { double_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
-MT_ROW_UNROLL(float)
 MT_ROW_UNROLL(double)
+#if MT_VBYTES == 64 && defined(__AVX512F__)
+#define float_row_unroll float_row_unroll_rows
+MT_ROW_UNROLL(float)
+#undef float_row_unroll
+/* A row whose KU copies all come from one 16-lane window of the image row (stride 1, n + (KU - 1)
+   * dw <= 16: LeNet-sized rows) is loaded once and each copy shifted out of the register. */
+static void float_row_unroll(float* restrict dst, ptrdiff_t dstride, const float* restrict src,
+                             ptrdiff_t width, ptrdiff_t ku, ptrdiff_t n, ptrdiff_t stride, ptrdiff_t dw,
+                             ptrdiff_t pad)
+{
+    ptrdiff_t span = n + (ku - 1) * dw;
+    if (stride != 1 || span > 16) {
+        float_row_unroll_rows(dst, dstride, src, width, ku, n, stride, dw, pad);
+        return;
+    }
+    /* lane j holds column j - pad of the image row (zero outside [0, width)) */
+    __m512 row = _mm512_maskz_loadu_ps(mt_lanes(0, pad, pad + width) & mt_lanes(0, 0, span), src - pad);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __mmask16 out = mt_lanes(0, 0, n);
+    for (ptrdiff_t kw = 0; kw < ku; kw++)
+        _mm512_mask_storeu_ps(dst + kw * dstride, out,
+                              _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32((int)(kw * dw))), row));
+}
+#else
+MT_ROW_UNROLL(float)
+#endif
 static int mt_vbytes(void) { return MT_VBYTES; }
 static int mt_a_mr_of(int v) { return mt_a_mr[v]; }
 static int mt_a_nv_of(int v) { return mt_a_nv[v]; }

@@ -240,16 +240,11 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
 UNROLL_MIN_GAIN = 3.5
 
 
-def unrolls(geom, tap_block=None):
-    """Whether the direct kernels run `geom` (image -> columns) on the width-unrolled grid.
-    `tap_block`: kernel B's taps per microkernel call, which must divide the taps left per grid
-    channel (the kernel's taps but the width's) for its blocks to stay as full as on the
-    shifted grid, where a channel has all the kernel's taps."""
+def unrolls(geom):
+    """Whether the direct kernels run `geom` (image -> columns) on the width-unrolled grid."""
     kw, d, s = geom.kernel[-1], geom.dilations[-1], geom.strides[-1]
     ow = geom.col_spatial[-1]
     width = ow + max((k * d) // s for k in range(kw))
-    if tap_block is not None and (numel(geom.kernel) // kw) % tap_block:
-        return False
     return kw > 1 and (width - ow) / width * (geom.col_channels // geom.group) >= UNROLL_MIN_GAIN
 
 
@@ -419,7 +414,7 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     mr2 = _B_VARIANTS[bvariant][0]
     rows = -(-m // mr2) * mr2
     vw = _SIMD // img.itemsize
-    unrolled = unrolls(geom, tap_block=_B_VARIANTS[bvariant][1])
+    unrolled = unrolls(geom)
     plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2, unrolled=unrolled)
     passes = 1 if unrolled else b
     xbuf = _scratch(nt, c * geom.kernel[-1] * length if unrolled else c * b * length, img.dtype, "x")
