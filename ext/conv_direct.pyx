@@ -8,6 +8,11 @@ p = (od * Uh + oh) * Uw + ow, and kernel tap k reads the buffer at p + off[k] wi
 offset per tap (k * D = q * S + r per axis: phase r, shift q).  Grid positions with oh >= Oh or
 ow >= Ow are garbage: computed and dropped (forward), or fed zeros (weight gradient).
 
+The width-unrolled grid (plan field KU > 0) trades those garbage columns for a wider copy: image
+channel c becomes KU grid channels (c, kw), each holding the columns ow * S + kw * D - P for
+ow < Ow, and the B samples of an item sit side by side in every grid row (Uw = B * Ow).  The
+taps left are those of the leading axes, whole-row shifts, so every grid point is an output.
+
   kernel A  y[m, p]  = sum over c, k of W[m, c, k] * x[c, p + off[k]]      (Conv forward, and the
             data gradient: per stride phase of the image, a correlation of dY with the taps
             that reach that phase; at stride 1 the convolution with the flipped weight)

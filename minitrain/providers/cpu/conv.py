@@ -6,10 +6,12 @@ the work:
   * conv_data_grad:   image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
   * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
 and the bias gradient is a per-channel sum.  Two implementations back them (`route` picks):
-  * direct (_ext.conv_direct): SIMD microkernels over a shifted-grid copy of the image, OpenMP
-    over (sample chunk, group) items, no BLAS.  The data gradient is a correlation of the
-    columns for each stride phase of the image (at stride 1, the convolution with the flipped,
-    transposed weight).
+  * direct (_ext.conv_direct): SIMD microkernels over a copy of the image in which every tap is
+    one constant offset (the shifted grid, or the width-unrolled grid where the shifted grid's
+    garbage columns would cost more than the wider copy: `unrolls`), OpenMP over (sample chunk,
+    group) items, no BLAS.  The data gradient is, at stride 1, the forward convolution of the
+    columns with the flipped, transposed weight, else a correlation of the columns for each
+    stride phase of the image.
   * gemm (_ext.conv): im2col / col2im tiles and BLAS sgemm/dgemm, for 1x1 convolutions (plain
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
@@ -302,7 +304,8 @@ def _image_phases(size, stride, pad):
 @bounded_cache("cpu conv data_grad_plan")
 def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     """The data gradient of a convolution as kernel-A sub-problems, one per stride phase of the
-    image (a single one at stride 1, where it is the convolution with the flipped kernel).  Along an axis, image points i with (i + pad) % stride == phi receive exactly
+    image (a single one at stride 1, which direct_data_grad runs as a forward convolution
+    instead).  Along an axis, image points i with (i + pad) % stride == phi receive exactly
     the taps k with (k * dilation) % stride == phi, from column o = u - (k * dilation) // stride
     where u = (i + pad) // stride: a stride-1 correlation of the columns.  All phases read one
     packed copy of the columns (pad Pc in front, so that every tap offset is >= 0).
