@@ -258,10 +258,14 @@ static inline __mmask16 mt_lanes(ptrdiff_t i, ptrdiff_t lo, ptrdiff_t hi)
 static inline void float_row_pack(float* restrict row, const float* restrict src, ptrdiff_t n,
                                   ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)
 {
-    if (stride == 1) {
-        for (ptrdiff_t i = 0; i < n; i += 16)
-            _mm512_mask_storeu_ps(row + i, mt_lanes(i, 0, n),
-                                  _mm512_maskz_loadu_ps(mt_lanes(i, lo, hi), src + i));
+    if (stride == 1) {          /* plain loads and stores where a block lies inside [lo, hi) */
+        for (ptrdiff_t i = 0; i < n; i += 16) {
+            if (i >= lo && i + 16 <= hi && i + 16 <= n)
+                _mm512_storeu_ps(row + i, _mm512_loadu_ps(src + i));
+            else
+                _mm512_mask_storeu_ps(row + i, mt_lanes(i, 0, n),
+                                      _mm512_maskz_loadu_ps(mt_lanes(i, lo, hi), src + i));
+        }
     } else if (stride == 2) {
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         for (ptrdiff_t i = 0; i < n; i += 16) {
@@ -289,7 +293,10 @@ static void float_row_out(float* restrict dst, const float* restrict src, ptrdif
         return;
     }
     const __m512 b = _mm512_set1_ps(bias);
-    for (ptrdiff_t i = 0; i < n; i += 16) {
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_add_ps(_mm512_loadu_ps(src + i), b));
+    if (i < n) {
         __mmask16 m = mt_lanes(i, 0, n);
         _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + i), b));
     }

@@ -236,18 +236,22 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
 # The width-unrolled grid (ext/conv_plan.h) drops the shifted grid's garbage columns (its rows
 # are Ow + (KW - 1) * dilation / stride wide for Ow outputs) but copies the image KW times, and
 # its KW copies of a row no longer share cache lines between taps.  The copies weigh less the
-# more output channels reuse them, so it runs when the share of garbage columns times the output
-# channels per group reaches UNROLL_MIN_GAIN (a 3x3 convolution with 64 channels and 6% garbage
-# columns is at 3.8; LeNet's first layer, depthwise and small-M cases stay well below).
-UNROLL_MIN_GAIN = 3.5
+# more output channels reuse them, so a kernel runs on it when the share of garbage columns
+# times the output channels per group reaches its threshold.  The weight gradient's threshold is
+# lower: there the unrolled grid also leaves each microkernel call whole tap blocks (the KH taps
+# of a grid channel).  A 3x3 convolution with 64 channels and 6% garbage columns (ResNet-like,
+# strided) is at 3.8: its weight gradient unrolls, its forward pass does not; dilated 3x3 (7.1)
+# and LeNet's conv2 (4.6) unroll both; LeNet's conv1, depthwise and 1D cases stay far below.
+UNROLL_MIN_GAIN = {"forward": 4.0, "weight_grad": 3.5}
 
 
-def unrolls(geom):
-    """Whether the direct kernels run `geom` (image -> columns) on the width-unrolled grid."""
+def unrolls(geom, kernel="forward"):
+    """Whether the direct `kernel` ("forward" or "weight_grad") runs `geom` (image -> columns) on
+    the width-unrolled grid."""
     kw, d, s = geom.kernel[-1], geom.dilations[-1], geom.strides[-1]
     ow = geom.col_spatial[-1]
     width = ow + max((k * d) // s for k in range(kw))
-    return kw > 1 and (width - ow) / width * (geom.col_channels // geom.group) >= UNROLL_MIN_GAIN
+    return kw > 1 and (width - ow) / width * (geom.col_channels // geom.group) >= UNROLL_MIN_GAIN[kernel]
 
 
 def _unrolled_weight(w, geom):
@@ -417,7 +421,7 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     mr2 = _B_VARIANTS[bvariant][0]
     rows = -(-m // mr2) * mr2
     vw = _SIMD // img.itemsize
-    unrolled = unrolls(geom)
+    unrolled = unrolls(geom, "weight_grad")
     plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2, unrolled=unrolled)
     passes = 1 if unrolled else b
     xbuf = _scratch(nt, c * geom.kernel[-1] * length if unrolled else c * b * length, img.dtype, "x")
