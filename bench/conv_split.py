@@ -6,6 +6,8 @@ With --threads 1 every call runs on the calling thread (minitrain's OpenMP and t
 the timings are that thread's CPU time: a co-tenant process that takes the core away for a while
 does not count, which keeps the splits comparable on a shared machine.  With more threads they
 are wall times.  Each row is the best of --rounds rounds of the median of >= --calls calls.
+(torch 2.13's CPU convolution_backward asked for one output took about its whole backward's time
+in most cases here, so its dX / dW / dB rows bound the part from above.)
 
     python bench/conv_split.py [--threads 1] [--rounds 5] [--calls 20] [--cases a,b]
 """
