@@ -102,34 +102,50 @@ static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,      
     X(T##_a2, T, V, VU, VW, 2, 8) X(T##_a1, T, V, VU, VW, 1, 12)
 static const int mt_a_mr[5] = {8, 6, 4, 2, 1};
 static const int mt_a_nv[5] = {3, 4, 6, 8, 12};
-/* kernel B: row blocks of 8 with up to 3 taps, or single rows with up to 8 taps */
+/* one vector of points per row block: the points past a pass's last whole block */
+#define MT_A_TAILS(X, T, V, VU, VW)                                                             \
+    X(T##_a8t, T, V, VU, VW, 8, 1) X(T##_a6t, T, V, VU, VW, 6, 1) X(T##_a4t, T, V, VU, VW, 4, 1) \
+    X(T##_a2t, T, V, VU, VW, 2, 1) X(T##_a1t, T, V, VU, VW, 1, 1)
+/* kernel B: row blocks of 8 with up to 3 taps, single rows with up to 8 taps, or row blocks
+   of 6 with up to 4 taps (for tap counts that are multiples of 4, not of 3) */
 #define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_b8_1, T, V, VU, VW, 8, 1) X(T##_b8_2, T, V, VU, VW, 8, 2) X(T##_b8_3, T, V, VU, VW, 8, 3) \
     X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
     X(T##_b1_4, T, V, VU, VW, 1, 4) X(T##_b1_5, T, V, VU, VW, 1, 5) X(T##_b1_6, T, V, VU, VW, 1, 6) \
-    X(T##_b1_7, T, V, VU, VW, 1, 7) X(T##_b1_8, T, V, VU, VW, 1, 8)
+    X(T##_b1_7, T, V, VU, VW, 1, 7) X(T##_b1_8, T, V, VU, VW, 1, 8)                             \
+    X(T##_b6_1, T, V, VU, VW, 6, 1) X(T##_b6_2, T, V, VU, VW, 6, 2) X(T##_b6_3, T, V, VU, VW, 6, 3) \
+    X(T##_b6_4, T, V, VU, VW, 6, 4)
 #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0,                             \
-                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, T##_b1_5, T##_b1_6, T##_b1_7, T##_b1_8}
-static const int mt_b_rows[2] = {8, 1};
-static const int mt_b_tbmax[2] = {3, 8};
+                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, T##_b1_5, T##_b1_6, T##_b1_7, T##_b1_8, \
+                       T##_b6_1, T##_b6_2, T##_b6_3, T##_b6_4, 0, 0, 0, 0}
+static const int mt_b_rows[3] = {8, 1, 6};
+static const int mt_b_tbmax[3] = {3, 8, 4};
 #else
 #define MT_A_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_a8, T, V, VU, VW, 4, 3) X(T##_a6, T, V, VU, VW, 3, 3) X(T##_a4, T, V, VU, VW, 2, 5)   \
     X(T##_a2, T, V, VU, VW, 2, 4) X(T##_a1, T, V, VU, VW, 1, 6)
 static const int mt_a_mr[5] = {4, 3, 2, 2, 1};
 static const int mt_a_nv[5] = {3, 3, 5, 4, 6};
+#define MT_A_TAILS(X, T, V, VU, VW)                                                             \
+    X(T##_a8t, T, V, VU, VW, 4, 1) X(T##_a6t, T, V, VU, VW, 3, 1) X(T##_a4t, T, V, VU, VW, 2, 1) \
+    X(T##_a2t, T, V, VU, VW, 2, 1) X(T##_a1t, T, V, VU, VW, 1, 1)
 #define MT_B_VARIANTS(X, T, V, VU, VW)                                                          \
     X(T##_b8_1, T, V, VU, VW, 4, 1) X(T##_b8_2, T, V, VU, VW, 4, 2) X(T##_b8_3, T, V, VU, VW, 4, 3) \
     X(T##_b1_1, T, V, VU, VW, 1, 1) X(T##_b1_2, T, V, VU, VW, 1, 2) X(T##_b1_3, T, V, VU, VW, 1, 3) \
-    X(T##_b1_4, T, V, VU, VW, 1, 4)
+    X(T##_b1_4, T, V, VU, VW, 1, 4)                                                             \
+    X(T##_b6_1, T, V, VU, VW, 2, 1) X(T##_b6_2, T, V, VU, VW, 2, 2) X(T##_b6_3, T, V, VU, VW, 2, 3) \
+    X(T##_b6_4, T, V, VU, VW, 2, 4)
 #define MT_B_TABLE(T) {T##_b8_1, T##_b8_2, T##_b8_3, 0, 0, 0, 0, 0,                             \
-                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0}
-static const int mt_b_rows[2] = {4, 1};
-static const int mt_b_tbmax[2] = {3, 4};
+                       T##_b1_1, T##_b1_2, T##_b1_3, T##_b1_4, 0, 0, 0, 0,                      \
+                       T##_b6_1, T##_b6_2, T##_b6_3, T##_b6_4, 0, 0, 0, 0}
+static const int mt_b_rows[3] = {4, 1, 2};
+static const int mt_b_tbmax[3] = {3, 4, 4};
 #endif
 
 MT_A_VARIANTS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
 MT_A_VARIANTS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
+MT_A_TAILS(MT_KA, float, mt_vf, mt_vfu, MT_VWF)
+MT_A_TAILS(MT_KA, double, mt_vd, mt_vdu, MT_VWD)
 MT_B_VARIANTS(MT_KB, float, mt_vf, mt_vfu, MT_VWF)
 MT_B_VARIANTS(MT_KB, double, mt_vd, mt_vdu, MT_VWD)
 
@@ -139,21 +155,33 @@ typedef void (*mt_ka_d)(const double*, const ptrdiff_t*, ptrdiff_t, const double
                         ptrdiff_t, ptrdiff_t, ptrdiff_t);
 static const mt_ka_f mt_ka_float[5] = {float_a8, float_a6, float_a4, float_a2, float_a1};
 static const mt_ka_d mt_ka_double[5] = {double_a8, double_a6, double_a4, double_a2, double_a1};
+static const mt_ka_f mt_ka_tail_float[5] = {float_a8t, float_a6t, float_a4t, float_a2t, float_a1t};
+static const mt_ka_d mt_ka_tail_double[5] = {double_a8t, double_a6t, double_a4t, double_a2t, double_a1t};
 typedef void (*mt_kb_f)(const float*, ptrdiff_t, const float*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
                         ptrdiff_t, float*, ptrdiff_t);
 typedef void (*mt_kb_d)(const double*, ptrdiff_t, const double*, const ptrdiff_t*, ptrdiff_t, ptrdiff_t,
                         ptrdiff_t, double*, ptrdiff_t);
-static const mt_kb_f mt_kb_float[16] = MT_B_TABLE(float);
-static const mt_kb_d mt_kb_double[16] = MT_B_TABLE(double);
+static const mt_kb_f mt_kb_float[24] = MT_B_TABLE(float);
+static const mt_kb_d mt_kb_double[24] = MT_B_TABLE(double);
 
+/* Kernel A over points [p0, p1) (a multiple of the vector width): whole NV-vector blocks, then
+   the rest one vector at a time, so that no pass computes more than a vector past its end. */
 static void mt_ka_call_float(int variant, const float* x, const ptrdiff_t* coff, ptrdiff_t nct,
                              const float* wp, float* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
                              ptrdiff_t mvalid)
-{ mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+{
+    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * MT_VWF, whole = p0 + (p1 - p0) / block * block;
+    if (whole > p0) mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);
+    if (p1 > whole) mt_ka_tail_float[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);
+}
 static void mt_ka_call_double(int variant, const double* x, const ptrdiff_t* coff, ptrdiff_t nct,
                               const double* wp, double* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
                               ptrdiff_t mvalid)
-{ mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, p1, mvalid); }
+{
+    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * MT_VWD, whole = p0 + (p1 - p0) / block * block;
+    if (whole > p0) mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);
+    if (p1 > whole) mt_ka_tail_double[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);
+}
 static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
                              ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
 { mt_kb_float[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
@@ -169,7 +197,7 @@ static void mt_kb_call_double(int tb, const double* dy, ptrdiff_t ldd, const dou
 #define MT_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #endif
 #define MT_ROWOPS(T)                                                                            \
-static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, ptrdiff_t n,    \
+static MT_NO_LIBCALLS void T##_row_pack_loops(T* restrict row, const T* restrict src, ptrdiff_t n,    \
                                         ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)           \
 {                                                                                               \
     for (ptrdiff_t i = 0; i < lo; i++) row[i] = 0;                                              \
@@ -178,7 +206,7 @@ static MT_NO_LIBCALLS void T##_row_pack(T* restrict row, const T* restrict src, 
     else for (ptrdiff_t i = lo; i < hi; i++) row[i] = src[i * stride];                          \
     for (ptrdiff_t i = hi; i < n; i++) row[i] = 0;                                              \
 }                                                                                               \
-static MT_NO_LIBCALLS void T##_row_out(T* restrict dst, const T* restrict src, ptrdiff_t n,     \
+static MT_NO_LIBCALLS void T##_row_out_loops(T* restrict dst, const T* restrict src, ptrdiff_t n,     \
                                        ptrdiff_t stride, T bias)                                \
 {                                                                                               \
     if (stride == 1) for (ptrdiff_t i = 0; i < n; i++) dst[i] = src[i] + bias;                  \
@@ -191,7 +219,7 @@ static MT_NO_LIBCALLS void T##_zero(T* restrict dst, ptrdiff_t n)               
 }                                                                                               \
 /* Two stride-2 phase rows in one pass: r0[i] = src[2i] on [lo0, hi0), r1[i] = src[2i+1]        \
    on [lo1, hi1), zero elsewhere in r0[:n] and r1[:n]. */                                       \
-static MT_NO_LIBCALLS void T##_row_pack2(T* restrict r0, T* restrict r1, const T* restrict src, \
+static MT_NO_LIBCALLS void T##_row_pack2_loops(T* restrict r0, T* restrict r1, const T* restrict src, \
                                          ptrdiff_t n, ptrdiff_t lo0, ptrdiff_t hi0,             \
                                          ptrdiff_t lo1, ptrdiff_t hi1)                          \
 {                                                                                               \
@@ -209,6 +237,144 @@ static MT_NO_LIBCALLS void T##_row_pack2(T* restrict r0, T* restrict r1, const T
 }
 MT_ROWOPS(float)
 MT_ROWOPS(double)
+
+/* The row copies of float with AVX-512: one masked load and store per 16 points (a row of the
+   grid is a few dozen points, so the loops' scalar heads and tails would cost as much as the
+   copy); a stride-2 gather takes the even lanes of two masked loads.  Masked-off lanes are
+   neither read nor written. */
+#if MT_VBYTES == 64 && defined(__AVX512F__)
+#include <immintrin.h>
+/* Lanes j of a 16-lane block starting at point i with lo <= i + j < hi; branch-free, since
+   the bounds change from row to row and mispredicted branches would cost more than the copy. */
+static inline __mmask16 mt_lanes(ptrdiff_t i, ptrdiff_t lo, ptrdiff_t hi)
+{
+    ptrdiff_t a = lo - i, b = hi - i;
+    a = a < 0 ? 0 : a;
+    a = a > 16 ? 16 : a;
+    b = b < 0 ? 0 : b;
+    b = b > 16 ? 16 : b;
+    return (__mmask16)(_bzhi_u32(0xFFFFu, (unsigned)b) & ~_bzhi_u32(0xFFFFu, (unsigned)a));
+}
+static inline void float_row_pack(float* restrict row, const float* restrict src, ptrdiff_t n,
+                                  ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t stride)
+{
+    if (stride == 1) {          /* plain loads and stores where a block lies inside [lo, hi) */
+        for (ptrdiff_t i = 0; i < n; i += 16) {
+            if (i >= lo && i + 16 <= hi && i + 16 <= n)
+                _mm512_storeu_ps(row + i, _mm512_loadu_ps(src + i));
+            else
+                _mm512_mask_storeu_ps(row + i, mt_lanes(i, 0, n),
+                                      _mm512_maskz_loadu_ps(mt_lanes(i, lo, hi), src + i));
+        }
+    } else if (stride == 2) {
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        for (ptrdiff_t i = 0; i < n; i += 16) {
+            __mmask16 m = mt_lanes(i, lo, hi);
+            uint32_t wide = _pdep_u32(m, 0x55555555u);            /* lane j -> element 2j */
+            __m512 a = _mm512_maskz_loadu_ps((__mmask16)(wide & 0xFFFFu), src + 2 * i);
+            __m512 b = _mm512_maskz_loadu_ps((__mmask16)(wide >> 16), src + 2 * i + 16);
+            _mm512_mask_storeu_ps(row + i, mt_lanes(i, 0, n), _mm512_permutex2var_ps(a, even, b));
+        }
+    } else {
+        float_row_pack_loops(row, src, n, lo, hi, stride);
+    }
+}
+static void float_row_pack2(float* restrict r0, float* restrict r1, const float* restrict src, ptrdiff_t n,
+                            ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
+{
+    float_row_pack(r0, src, n, lo0, hi0, 2);
+    float_row_pack(r1, src + 1, n, lo1, hi1, 2);
+}
+static void float_row_out(float* restrict dst, const float* restrict src, ptrdiff_t n, ptrdiff_t stride,
+                          float bias)
+{
+    if (stride != 1) {
+        float_row_out_loops(dst, src, n, stride, bias);
+        return;
+    }
+    const __m512 b = _mm512_set1_ps(bias);
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_add_ps(_mm512_loadu_ps(src + i), b));
+    if (i < n) {
+        __mmask16 m = mt_lanes(i, 0, n);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + i), b));
+    }
+}
+#else
+static void float_row_pack(float* restrict row, const float* restrict src, ptrdiff_t n, ptrdiff_t lo,
+                           ptrdiff_t hi, ptrdiff_t stride)
+{ float_row_pack_loops(row, src, n, lo, hi, stride); }
+static void float_row_out(float* restrict dst, const float* restrict src, ptrdiff_t n, ptrdiff_t stride,
+                          float bias)
+{ float_row_out_loops(dst, src, n, stride, bias); }
+static void float_row_pack2(float* restrict r0, float* restrict r1, const float* restrict src, ptrdiff_t n,
+                            ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
+{ float_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
+#endif
+/* One image row into the KU rows (dstride apart) of the width-unrolled grid:
+   dst[kw * dstride + i] = src[i * stride + kw * dw - pad] where that column lies in [0, width),
+   else 0, for i < n. */
+#define MT_ROW_UNROLL(T)                                                                        \
+static void T##_row_unroll(T* restrict dst, ptrdiff_t dstride, const T* restrict src,           \
+                           ptrdiff_t width, ptrdiff_t ku, ptrdiff_t n, ptrdiff_t stride,        \
+                           ptrdiff_t dw, ptrdiff_t pad)                                         \
+{                                                                                               \
+    for (ptrdiff_t kw = 0; kw < ku; kw++) {                                                     \
+        ptrdiff_t shift = kw * dw - pad;                                                        \
+        ptrdiff_t lo = 0, hi = 0;           /* divisions only for strides past 2 */              \
+        if (stride == 1) {                                                                      \
+            lo = shift < 0 ? -shift : 0;                                                        \
+            hi = width - shift;                                                                 \
+        } else if (stride == 2) {                                                               \
+            lo = shift < 0 ? (1 - shift) >> 1 : 0;                                              \
+            hi = width - 1 - shift >= 0 ? ((width - 1 - shift) >> 1) + 1 : 0;                   \
+        } else {                                                                                \
+            lo = shift < 0 ? (stride - 1 - shift) / stride : 0;                                 \
+            hi = width - 1 - shift >= 0 ? (width - 1 - shift) / stride + 1 : 0;                 \
+        }                                                                                       \
+        if (hi < 0) hi = 0;                                                                     \
+        if (hi > n) hi = n;                                                                     \
+        if (lo > hi) lo = hi;                                                                   \
+        T##_row_pack(dst + kw * dstride, src + shift, n, lo, hi, stride);                       \
+    }                                                                                           \
+}
+static void double_row_pack(double* restrict row, const double* restrict src, ptrdiff_t n, ptrdiff_t lo,
+                            ptrdiff_t hi, ptrdiff_t stride)
+{ double_row_pack_loops(row, src, n, lo, hi, stride); }
+static void double_row_out(double* restrict dst, const double* restrict src, ptrdiff_t n, ptrdiff_t stride,
+                           double bias)
+{ double_row_out_loops(dst, src, n, stride, bias); }
+static void double_row_pack2(double* restrict r0, double* restrict r1, const double* restrict src, ptrdiff_t n,
+                             ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
+{ double_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
+MT_ROW_UNROLL(double)
+#if MT_VBYTES == 64 && defined(__AVX512F__)
+#define float_row_unroll float_row_unroll_rows
+MT_ROW_UNROLL(float)
+#undef float_row_unroll
+/* A row whose KU copies all come from one 16-lane window of the image row (stride 1, n + (KU - 1)
+   * dw <= 16: LeNet-sized rows) is loaded once and each copy shifted out of the register. */
+static void float_row_unroll(float* restrict dst, ptrdiff_t dstride, const float* restrict src,
+                             ptrdiff_t width, ptrdiff_t ku, ptrdiff_t n, ptrdiff_t stride, ptrdiff_t dw,
+                             ptrdiff_t pad)
+{
+    ptrdiff_t span = n + (ku - 1) * dw;
+    if (stride != 1 || span > 16) {
+        float_row_unroll_rows(dst, dstride, src, width, ku, n, stride, dw, pad);
+        return;
+    }
+    /* lane j holds column j - pad of the image row (zero outside [0, width)) */
+    __m512 row = _mm512_maskz_loadu_ps(mt_lanes(0, pad, pad + width) & mt_lanes(0, 0, span), src - pad);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __mmask16 out = mt_lanes(0, 0, n);
+    for (ptrdiff_t kw = 0; kw < ku; kw++)
+        _mm512_mask_storeu_ps(dst + kw * dstride, out,
+                              _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32((int)(kw * dw))), row));
+}
+#else
+MT_ROW_UNROLL(float)
+#endif
 static int mt_vbytes(void) { return MT_VBYTES; }
 static int mt_a_mr_of(int v) { return mt_a_mr[v]; }
 static int mt_a_nv_of(int v) { return mt_a_nv[v]; }

@@ -8,6 +8,11 @@ p = (od * Uh + oh) * Uw + ow, and kernel tap k reads the buffer at p + off[k] wi
 offset per tap (k * D = q * S + r per axis: phase r, shift q).  Grid positions with oh >= Oh or
 ow >= Ow are garbage: computed and dropped (forward), or fed zeros (weight gradient).
 
+The width-unrolled grid (plan field KU > 0) trades those garbage columns for a wider copy: image
+channel c becomes KU grid channels (c, kw), each holding the columns ow * S + kw * D - P for
+ow < Ow, and the B samples of an item sit side by side in every grid row (Uw = B * Ow).  The
+taps left are those of the leading axes, whole-row shifts, so every grid point is an output.
+
   kernel A  y[m, p]  = sum over c, k of W[m, c, k] * x[c, p + off[k]]      (Conv forward, and the
             data gradient: per stride phase of the image, a correlation of dY with the taps
             that reach that phase; at stride 1 the convolution with the flipped weight)
@@ -54,6 +59,10 @@ cdef extern from "conv_direct.h":
                           Py_ssize_t hi0, Py_ssize_t lo1, Py_ssize_t hi1) noexcept nogil
     void double_zero(double* dst, Py_ssize_t n) noexcept nogil
     void double_row_out(double* dst, const double* src, Py_ssize_t n, Py_ssize_t stride, double bias) noexcept nogil
+    void float_row_unroll(float* dst, Py_ssize_t dstride, const float* src, Py_ssize_t width, Py_ssize_t ku,
+                          Py_ssize_t n, Py_ssize_t stride, Py_ssize_t dw, Py_ssize_t pad) noexcept nogil
+    void double_row_unroll(double* dst, Py_ssize_t dstride, const double* src, Py_ssize_t width, Py_ssize_t ku,
+                           Py_ssize_t n, Py_ssize_t stride, Py_ssize_t dw, Py_ssize_t pad) noexcept nogil
     int mt_a_mr_of(int v)
     int mt_a_nv_of(int v)
     int mt_b_rows_of(int v)
@@ -71,13 +80,13 @@ def a_variants():
 
 
 def b_variants():
-    """[(MR2, TBMAX)] of kernel B's two row blockings, by variant index."""
-    return [(mt_b_rows_of(v), mt_b_tbmax_of(v)) for v in range(2)]
+    """[(MR2, TBMAX)] of kernel B's three row blockings, by variant index."""
+    return [(mt_b_rows_of(v), mt_b_tbmax_of(v)) for v in range(3)]
 
 
 cdef extern from "conv_plan.h":
     ctypedef struct mt_conv_plan:
-        int64_t G, C, M, Ud, Uh, Uw, L, B, nph, ID, IH, IW, SD, SH, SW, PD, PH, PW, nsub, noff
+        int64_t G, C, M, Ud, Uh, Uw, L, B, nph, ID, IH, IW, SD, SH, SW, PD, PH, PW, nsub, noff, KU, OW, DW
     ctypedef struct mt_conv_sub:
         int64_t Od, Oh, Ow, Pext, taps, off_index, w_index, ycol, ysd, ysh, ysw, ybase
     ctypedef struct mt_conv_layout_t:
@@ -101,6 +110,9 @@ cdef struct Plan:
     Py_ssize_t G, C, M, Ud, Uh, Uw, L, B, nph
     Py_ssize_t ID, IH, IW, SD, SH, SW, PD, PH, PW
     Py_ssize_t nsub, plane, img
+    Py_ssize_t KU, OW, DW          # the width-unrolled grid (KU > 0; see ext/conv_plan.h)
+    Py_ssize_t CI                  # image channels per group (C / KU when unrolled, else C)
+    Py_ssize_t passes              # kernel passes per item: one per sample, or one (unrolled)
     const int64_t* phases
     const mt_conv_sub* subs
     const int64_t* offsets
@@ -126,6 +138,11 @@ cdef Plan _plan(const unsigned char[::1] buf) except *:
     r.G, r.C, r.M, r.Ud, r.Uh, r.Uw, r.L, r.B, r.nph = h.G, h.C, h.M, h.Ud, h.Uh, h.Uw, h.L, h.B, h.nph
     r.ID, r.IH, r.IW, r.SD, r.SH, r.SW, r.PD, r.PH, r.PW = h.ID, h.IH, h.IW, h.SD, h.SH, h.SW, h.PD, h.PH, h.PW
     r.nsub = h.nsub
+    r.KU, r.OW, r.DW = h.KU, h.OW, h.DW
+    if r.KU < 0 or (r.KU > 0 and (r.C % r.KU != 0 or r.OW < 1 or r.Uw != r.B * r.OW)):
+        raise ValueError("conv_direct: the plan's width-unrolled grid is inconsistent")
+    r.CI = r.C // r.KU if r.KU > 0 else r.C
+    r.passes = 1 if r.KU > 0 else r.B
     r.plane = r.Ud * r.Uh * r.Uw
     r.img = r.ID * r.IH * r.IW
     r.phases = <const int64_t*>(h + 1)
@@ -171,22 +188,23 @@ cdef inline void zero(real* dst, Py_ssize_t n) noexcept nogil:
         double_zero(dst, n)
 
 
-cdef inline void _valid_range(const Plan* pl, Py_ssize_t rw, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    """[lo, hi): the uw with 0 <= uw * SW + rw - PW < IW, clipped to [0, Uw)."""
+cdef inline void _valid_range(const Plan* pl, Py_ssize_t rw, Py_ssize_t limit, Py_ssize_t* lo,
+                              Py_ssize_t* hi) noexcept nogil:
+    """[lo, hi): the uw with 0 <= uw * SW + rw - PW < IW, clipped to [0, limit)."""
     lo[0] = 0
     if rw - pl.PW < 0:
         lo[0] = (pl.PW - rw + pl.SW - 1) // pl.SW
     hi[0] = 0
     if pl.IW - 1 + pl.PW - rw >= 0:
         hi[0] = (pl.IW - 1 + pl.PW - rw) // pl.SW + 1
-    if hi[0] > pl.Uw:
-        hi[0] = pl.Uw
+    if hi[0] > limit:
+        hi[0] = limit
     if lo[0] > hi[0]:
         lo[0] = hi[0]
 
 
 cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
-    """buf[c, b, :] (channel stride nb * L, sample stride L) = the shifted grid of image
+    """buf[c, b, :] (channel stride B * L, sample stride L) = the shifted grid of image
     img[b, c] for b < nb; every one of the L entries is written (zeros outside the image).
     At stride 2 the two phases of a row are split in one pass."""
     cdef Py_ssize_t b, c, ph, ud, uh, idd, ih, lo, hi, lo1, hi1, rd, rh, rw, rows
@@ -198,16 +216,16 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
     rows = pl.Ud * pl.Uh * pl.Uw
     for c in range(pl.C):
         for b in range(nb):
-            dst = buf + (c * nb + b) * pl.L
+            dst = buf + (c * pl.B + b) * pl.L
             src = img + (b * pl.G * pl.C + c) * pl.img
             ph = 0
             while ph < pl.nph:
                 rd, rh, rw = pl.phases[3 * ph], pl.phases[3 * ph + 1], pl.phases[3 * ph + 2]
                 pair = (pl.SW == 2 and rw == 0 and ph + 1 < pl.nph and pl.phases[3 * ph + 3] == rd
                         and pl.phases[3 * ph + 4] == rh and pl.phases[3 * ph + 5] == 1)
-                _valid_range(pl, rw, &lo, &hi)
+                _valid_range(pl, rw, pl.Uw, &lo, &hi)
                 if pair:
-                    _valid_range(pl, 1, &lo1, &hi1)
+                    _valid_range(pl, 1, pl.Uw, &lo1, &hi1)
                 for ud in range(pl.Ud):
                     idd = ud * pl.SD + rd - pl.PD
                     for uh in range(pl.Uh):
@@ -229,6 +247,49 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
             memset(dst + pl.nph * pl.plane, 0, (pl.L - pl.nph * pl.plane) * sizeof(real))
 
 
+cdef void pack_unrolled(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
+    """buf[c * KU + kw, :] (channel stride L) = the width-unrolled grid of images img[b, c],
+    b < nb: grid row (phase, ud, uh) holds, at columns b * OW + ow, image row (idd, ih)'s
+    columns ow * SW + kw * DW - PW (zeros outside the image, and for samples nb <= b < B)."""
+    cdef Py_ssize_t b, c, kw, ph, ud, uh, idd, ih, rd, rh
+    cdef real* dst
+    cdef real* row
+    cdef const real* src
+    for c in range(pl.CI):
+        dst = buf + c * pl.KU * pl.L
+        for ph in range(pl.nph):
+            rd, rh = pl.phases[3 * ph], pl.phases[3 * ph + 1]
+            for ud in range(pl.Ud):
+                idd = ud * pl.SD + rd - pl.PD
+                for uh in range(pl.Uh):
+                    ih = uh * pl.SH + rh - pl.PH
+                    row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
+                    if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
+                        for kw in range(pl.KU):
+                            zero(row + kw * pl.L, pl.Uw)
+                        continue
+                    src = img + (c * pl.ID + idd) * pl.IH * pl.IW + ih * pl.IW
+                    for b in range(nb):
+                        if real is float:
+                            float_row_unroll(row + b * pl.OW, pl.L, src + b * pl.G * pl.CI * pl.img, pl.IW, pl.KU,
+                                             pl.OW, pl.SW, pl.DW, pl.PW)
+                        else:
+                            double_row_unroll(row + b * pl.OW, pl.L, src + b * pl.G * pl.CI * pl.img, pl.IW, pl.KU,
+                                              pl.OW, pl.SW, pl.DW, pl.PW)
+                    if nb < pl.B:
+                        for kw in range(pl.KU):
+                            zero(row + kw * pl.L + nb * pl.OW, (pl.B - nb) * pl.OW)
+        for kw in range(pl.KU):
+            memset(dst + kw * pl.L + pl.nph * pl.plane, 0, (pl.L - pl.nph * pl.plane) * sizeof(real))
+
+
+cdef inline void pack_item(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
+    if pl.KU > 0:
+        pack_unrolled(img, nb, buf, pl)
+    else:
+        pack(img, nb, buf, pl)
+
+
 cdef struct Item:
     Py_ssize_t gi, n0, nb
 
@@ -247,6 +308,7 @@ cdef inline Item _item(Py_ssize_t it, const Plan* pl, Py_ssize_t N) noexcept nog
 
 cdef enum:
     PIECE = 4096   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
+    PIECE_BYTES = 256 * 1024   # bytes of packed image per kernel-A piece: a quarter of a 1 MiB L2
 
 
 cdef inline Py_ssize_t _round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -260,11 +322,16 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
     own points of y (one for a convolution, one per stride phase for a strided data gradient).
     wp holds each sub-problem's weight packed as kernel A reads it, from its w_index on.
     Items are (chunk of B samples, group); xbuf/ybuf are per-thread scratch of C*B*L and
-    ceil(M/mr)*mr*B*L entries, coffs of C * (largest sub-problem's taps) (channel, tap) offsets."""
+    ceil(M/mr)*mr*B*L entries, coffs of C * (largest sub-problem's taps) (channel, tap) offsets.
+    The grid points of a pass go through the microkernel in pieces of about PIECE_BYTES of grid
+    rows per channel, every block of output rows over one piece before the next piece, so that
+    the piece of the packed image stays in L2 while it is read once per block."""
     cdef Plan pl = _plan(plan)
     cdef Sub sb
     cdef Py_ssize_t nchunks = (N + pl.B - 1) // pl.B
-    cdef Py_ssize_t it, gi, n0, nb, b, mb, m, od, oh, k, c, t, pend, mblocks = (pl.M + mr - 1) // mr
+    cdef Py_ssize_t it, gi, n0, nb, b, mb, m, od, oh, k, c, t, pend, p0, p1, piece
+    cdef Py_ssize_t mblocks = (pl.M + mr - 1) // mr
+    cdef Py_ssize_t cs = pl.passes * pl.L              # channel stride of the packed image and output grid
     cdef Item item
     cdef Py_ssize_t block = nv * (mt_vbytes() // sizeof(real))
     cdef bint has_bias = bias.shape[0] > 0
@@ -276,6 +343,9 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
     cdef real bv
     cdef Py_ssize_t* coff
     cdef int tid
+    piece = PIECE_BYTES // (pl.C * sizeof(real)) // block * block
+    if piece < block:
+        piece = block
     for it in prange(nchunks * pl.G, nogil=True, schedule="static", num_threads=num_threads):
         tid = threadid()
         item = _item(it, &pl, N)
@@ -283,28 +353,36 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
         xb = &xbuf[tid, 0]
         yb = &ybuf[tid, 0]
         coff = &coffs[tid, 0]
-        pack(&x[0] + (n0 * pl.G + gi) * pl.C * pl.img, nb, xb, &pl)
+        pack_item(&x[0] + (n0 * pl.G + gi) * pl.CI * pl.img, nb, xb, &pl)
         for k in range(pl.nsub):
             sb = _sub(&pl, k)
-            pend = _round_up(sb.Pext, block)
+            pend = _round_up(sb.Pext, block // nv)      # whole vectors: the microkernel call ends in a tail
             wg = &wp[0] + sb.w_index + gi * mblocks * mr * pl.C * sb.taps
             for c in range(pl.C):
                 for t in range(sb.taps):
-                    coff[c * sb.taps + t] = c * nb * pl.L + sb.off[t]
-            for b in range(nb):
-                for mb in range(mblocks):
-                    if real is float:
-                        mt_ka_call_float(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
-                                         yb + (mb * mr * nb + b) * pl.L, nb * pl.L, 0, pend, pl.M - mb * mr)
-                    else:
-                        mt_ka_call_double(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
-                                          yb + (mb * mr * nb + b) * pl.L, nb * pl.L, 0, pend, pl.M - mb * mr)
-            # crop the grid into y (+ bias)
+                    coff[c * sb.taps + t] = c * cs + sb.off[t]
+            for b in range(nb if pl.KU == 0 else 1):
+                p0 = 0
+                while p0 < pend:
+                    p1 = p0 + piece
+                    if p1 > pend:
+                        p1 = pend
+                    for mb in range(mblocks):
+                        if real is float:
+                            mt_ka_call_float(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
+                                             yb + mb * mr * cs + b * pl.L, cs, p0, p1, pl.M - mb * mr)
+                        else:
+                            mt_ka_call_double(variant, xb + b * pl.L, coff, pl.C * sb.taps,
+                                              wg + mb * mr * pl.C * sb.taps, yb + mb * mr * cs + b * pl.L, cs,
+                                              p0, p1, pl.M - mb * mr)
+                    p0 = p1
+            # crop the grid into y (+ bias): sample b of the grid at b * L (shifted grid) or at
+            # columns b * OW (unrolled)
             for b in range(nb):
                 for m in range(pl.M):
                     bv = bias[gi * pl.M + m] if has_bias else 0
                     dst = &y[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * sb.ycol + sb.ybase
-                    src = yb + (m * nb + b) * pl.L
+                    src = yb + m * cs + (b * pl.OW if pl.KU > 0 else b * pl.L)
                     for od in range(sb.Od):
                         for oh in range(sb.Oh):
                             row_out(dst + od * sb.ysd + oh * sb.ysh, src + (od * pl.Uh + oh) * pl.Uw, sb.Ow,
@@ -324,7 +402,9 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
     cdef Py_ssize_t mpad = (pl.M + mr2 - 1) // mr2 * mr2
     cdef Py_ssize_t vw = mt_vbytes() // sizeof(real)
     cdef Py_ssize_t plen = _round_up(sb.Pext, vw)
-    cdef Py_ssize_t it, gi, n0, nb, b, m, od, oh, ow, i, c, t0, tb, nblk, mb, piece, p0, pn
+    cdef Py_ssize_t cs = pl.passes * pl.L              # channel stride of the packed image and dy grid
+    cdef Py_ssize_t kb                                 # samples the microkernel sums over, L apart
+    cdef Py_ssize_t it, gi, n0, nb, b, m, od, oh, i, c, t0, tb, nblk, mb, piece, p0, pn
     cdef Item item
     cdef real* xb
     cdef real* db
@@ -336,32 +416,42 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
         tid = threadid()
         item = _item(it, &pl, N)
         gi, n0, nb = item.gi, item.n0, item.nb
+        kb = nb if pl.KU == 0 else 1
         xb = &xbuf[tid, 0]
         db = &dybuf[tid, 0]
-        pack(&x[0] + (n0 * pl.G + gi) * pl.C * pl.img, nb, xb, &pl)
-        # expand dy onto the grid: zeros at garbage positions, past the end and in padded rows
+        pack_item(&x[0] + (n0 * pl.G + gi) * pl.CI * pl.img, nb, xb, &pl)
+        # expand dy onto the grid: zeros at garbage positions, past the end, in padded rows and
+        # (unrolled) in the columns of samples past nb
         for m in range(mpad):
-            for b in range(nb):
-                row = db + (m * nb + b) * pl.L
+            for b in range(kb):
+                row = db + m * cs + b * pl.L
                 if m >= pl.M:
                     memset(row, 0, plen * sizeof(real))
                     continue
-                src = &dy[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * sb.ycol
                 for od in range(sb.Od):
                     for oh in range(pl.Uh):
-                        if oh < sb.Oh:
+                        if oh >= sb.Oh:
+                            zero(row + (od * pl.Uh + oh) * pl.Uw, pl.Uw)
+                        elif pl.KU == 0:
+                            src = &dy[0] + (((n0 + b) * pl.G + gi) * pl.M + m) * sb.ycol
                             row_pack(row + (od * pl.Uh + oh) * pl.Uw, src + (od * sb.Oh + oh) * sb.Ow,
                                      pl.Uw, 0, sb.Ow, 1)
                         else:
-                            zero(row + (od * pl.Uh + oh) * pl.Uw, pl.Uw)
+                            for i in range(pl.B):
+                                if i < nb:
+                                    src = &dy[0] + (((n0 + i) * pl.G + gi) * pl.M + m) * sb.ycol
+                                    row_pack(row + (od * pl.Uh + oh) * pl.Uw + i * pl.OW,
+                                             src + (od * sb.Oh + oh) * sb.Ow, pl.OW, 0, pl.OW, 1)
+                                else:
+                                    zero(row + (od * pl.Uh + oh) * pl.Uw + i * pl.OW, pl.OW)
                 i = sb.Od * pl.Uh * pl.Uw
                 if i < plen:
                     memset(row + i, 0, (plen - i) * sizeof(real))
         acc = &dw_acc[tid, 0] + gi * mpad * pl.C * sb.taps
         # a block of dy rows stays in cache while every channel's taps stream past it; a long
-        # single sample is cut into pieces of PIECE grid points so that the block stays small
+        # single pass is cut into pieces of PIECE grid points so that the block stays small
         piece = plen
-        if nb == 1 and piece > PIECE:
+        if kb == 1 and piece > PIECE:
             piece = PIECE
         p0 = 0
         while p0 < plen:
@@ -376,12 +466,12 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                     while t0 < sb.taps:
                         tb = (sb.taps - t0 + nblk - 1) // nblk
                         if real is float:
-                            mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * nb * pl.L + p0, nb * pl.L,
-                                             xb + c * nb * pl.L + p0, <const Py_ssize_t*>sb.off + t0, nb, pl.L, pn,
+                            mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * cs + p0, cs,
+                                             xb + c * cs + p0, <const Py_ssize_t*>sb.off + t0, kb, pl.L, pn,
                                              acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                         else:
-                            mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * nb * pl.L + p0, nb * pl.L,
-                                              xb + c * nb * pl.L + p0, <const Py_ssize_t*>sb.off + t0, nb, pl.L, pn,
+                            mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * cs + p0, cs,
+                                              xb + c * cs + p0, <const Py_ssize_t*>sb.off + t0, kb, pl.L, pn,
                                               acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                         nblk = nblk - 1
                         t0 = t0 + tb

@@ -14,10 +14,13 @@
 /* G groups; C image and M output channels per group; (Ud, Uh, Uw) the grid of one phase;
    L buffer entries per channel and sample; B samples per work item; nph phases; (ID, IH, IW)
    the image; (SD, SH, SW) strides; (PD, PH, PW) leading pads; nsub sub-problems; noff tap
-   offsets. */
+   offsets.  KU > 0 selects the width-unrolled grid: every image channel c becomes KU grid
+   channels c * KU + kw holding columns ow * SW + kw * DW - PW of the image (ow < OW), the B
+   samples of an item side by side in each grid row (Uw = B * OW), so that the taps left are
+   whole-row shifts and no grid point is a garbage column.  KU = 0: the shifted grid. */
 #define MT_CONV_PLAN_FIELDS(X)                                                                  \
     X(G) X(C) X(M) X(Ud) X(Uh) X(Uw) X(L) X(B) X(nph) X(ID) X(IH) X(IW) X(SD) X(SH) X(SW)     \
-    X(PD) X(PH) X(PW) X(nsub) X(noff)
+    X(PD) X(PH) X(PW) X(nsub) X(noff) X(KU) X(OW) X(DW)
 
 /* A sub-problem computes an Od x Oh x Ow output grid (Pext grid positions: the last valid one
    + 1) from `taps` taps whose offsets start at offsets[off_index] and whose packed weight

@@ -55,10 +55,14 @@ def test_kernel_caches_stay_bounded_and_correct(limit, rng):
         (y,) = run_node("Conv", [x, w], attrs={"pads": [1, 1, 1, 1]})
         (dx,) = run_node("ConvGrad", [np.ones_like(y), x, w], domain=MS, outputs=["dX"],
                          attrs={"pads": [1, 1, 1, 1]})
+        strided = {"pads": [1, 1, 1, 1], "strides": [2, 2]}      # its data gradient has a plan of its own
+        half = (size - 1) // 2 + 1
+        (dxs,) = run_node("ConvGrad", [np.ones((2, 4, half, half)), x, w], domain=MS, outputs=["dX"], attrs=strided)
         (p,) = run_node("AveragePool", [x], attrs={"kernel_shape": [3, 3], "strides": [2, 2]})
         # a direct sum of one output point of each, against the cached plans' results
         assert np.isclose(y[1, 2, 0, 0], np.sum(x[1, :, :2, :2] * w[2, :, 1:, 1:]))
         assert np.isclose(dx[0, 1, 0, 0], np.sum(w[:, 1, :2, :2]))
+        assert np.isclose(dxs[0, 1, 0, 0], np.sum(w[:, 1, 1, 1]))
         assert np.isclose(p[1, 0, 0, 0], x[1, 0, :3, :3].mean())
     for cache in (cpu_conv.direct_plan.cache, cpu_conv.data_grad_plan.cache, conv_geometry._cached.cache,
                   plan_cache._PLANS):

@@ -345,6 +345,46 @@ def test_special_paths_against_reference(shape, kernel, attrs, rng):
             set_num_threads(old)
 
 
+@pytest.mark.parametrize("layout", ["shifted", "unrolled"])
+@pytest.mark.parametrize("shape,kernel,attrs", [
+    ((5, 3, 7, 9), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((5, 4, 9, 8), (6, 2, 3, 2), {"group": 2, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((5, 3, 9, 11), (4, 3, 3, 3), {"strides": [2, 3], "pads": [1, 2, 0, 1], "dilations": [1, 2]}),
+    ((3, 2, 4, 5, 6), (4, 2, 2, 3, 3), {"strides": [1, 2, 2], "pads": [1, 0, 1, 0, 1, 2]}),
+    ((7, 3, 11), (5, 3, 4), {"pads": [2, 1], "dilations": [3]}),
+    ((4, 6, 8, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+])
+def test_both_grid_layouts_agree_with_the_reference(layout, shape, kernel, attrs, rng, monkeypatch):
+    """The direct kernels' shifted grid and width-unrolled grid (ext/conv_plan.h), forced for
+    every primitive: forward, data and weight gradient against the reference in float64 and
+    float32, with batches that leave a short last item, serially and on three threads."""
+    from minitrain import get_num_threads, set_num_threads
+    monkeypatch.setattr(cpu_conv, "unrolls", lambda geom, kernel="forward": layout == "unrolled")
+    r = len(shape) - 2
+    strides, dilations = attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r)
+    pads = attrs.get("pads", [0] * 2 * r)
+    x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
+    want = conv_reference(x, w, b, strides, dilations, pads[:r], pads[r:], attrs.get("group", 1))
+    dy = rng.standard_normal(want.shape)
+
+    def loss(arrs):
+        return float(np.sum(dy * run_node("Conv", arrs, attrs=attrs)[0]))
+    old = get_num_threads()
+    try:
+        for threads in (1, 3):
+            set_num_threads(threads)
+            np.testing.assert_allclose(run_node("Conv", [x, w, b], attrs=attrs)[0], want, rtol=1e-10, atol=1e-10)
+            dx, dw, db = run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS)
+            directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
+            f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
+            assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], want)
+            for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (dx, dw, db)):
+                assert got.dtype == np.float32
+                assert_close32(got, ref)
+    finally:
+        set_num_threads(old)
+
+
 @pytest.mark.parametrize("x_shape,w_shape,attrs,begin,out", [
     # output_shape one past the natural size with SAME_UPPER: a negative begin pad
     ((2, 2, 5), (2, 3, 3), {"strides": [2], "auto_pad": "SAME_UPPER", "output_shape": [12]}, [-1], [12]),

@@ -26,6 +26,7 @@ CORE_CHECKS = [
     "tests/test_conv.py::test_conv_transpose_matrix[2-g1-2-1-out_pad]",
     "tests/test_conv.py::test_conv_transpose_matrix[2-g2-1-2-asym]",
     "tests/test_conv.py::test_gemm_and_direct_kernels_agree",
+    "tests/test_conv.py::test_both_grid_layouts_agree_with_the_reference",
     "tests/test_conv.py::test_special_paths_against_reference",
     "tests/test_conv.py::test_conv_transpose_edge_geometry",
     "tests/test_pool.py::test_max_pool_k2_matches_reference",

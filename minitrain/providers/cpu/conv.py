@@ -6,14 +6,17 @@ the work:
   * conv_data_grad:   image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
   * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
 and the bias gradient is a per-channel sum.  Two implementations back them (`route` picks):
-  * direct (_ext.conv_direct): SIMD microkernels over a shifted-grid copy of the image, OpenMP
-    over (sample chunk, group) items, no BLAS.  The data gradient is a correlation of the
-    columns for each stride phase of the image (at stride 1, the convolution with the flipped,
-    transposed weight).
+  * direct (_ext.conv_direct): SIMD microkernels over a copy of the image in which every tap is
+    one constant offset (the shifted grid, or the width-unrolled grid where the shifted grid's
+    garbage columns would cost more than the wider copy: `unrolls`), OpenMP over (sample chunk,
+    group) items, no BLAS.  The data gradient is, at stride 1, the forward convolution of the
+    columns with the flipped, transposed weight, else a correlation of the columns for each
+    stride phase of the image.
   * gemm (_ext.conv): im2col / col2im tiles and BLAS sgemm/dgemm, for 1x1 convolutions (plain
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
 """
+import functools
 import threading
 
 import numpy as np
@@ -34,6 +37,10 @@ TILE_BYTES = 256 * 1024
 MIN_TILE = 64
 # Bytes of direct-convolution scratch (shifted-grid image + output grid) per work item.
 DIRECT_BYTES = 384 * 1024
+# The most bytes of weight-gradient scratch (image grid + dy grid) per work item: more samples per
+# item let each microkernel call sum over more points before its horizontal sums, up to the
+# point where the grids no longer stay in the last-level cache while the row blocks pass.
+WEIGHT_GRAD_ITEM_BYTES = 8 << 20
 # The largest dimension or leading dimension BLAS takes: its ints are 32-bit.
 BLAS_INT_MAX = 2 ** 31 - 1
 
@@ -76,17 +83,18 @@ _LOCAL = threading.local()
 def _scratch(nt, size, dtype, name="scratch"):
     """A (nt, size) work array, 64-byte aligned, kept per Python thread and reused across calls
     (fresh large arrays cost a page fault per page on every call)."""
-    dtype = np.dtype(dtype)
     need = nt * max(1, size)
     cache = getattr(_LOCAL, "buffers", None)
     if cache is None:
         cache = _LOCAL.buffers = {}
     key = (name, dtype)
-    buf = cache.get(key)
-    if buf is None or buf.size < need + 64:
-        buf = cache[key] = np.empty(need + 64, dtype=dtype)
-    start = (-buf.ctypes.data % 64) // dtype.itemsize
-    return buf[start:start + need].reshape(nt, max(1, size))
+    buf = cache.get(key)                 # kept 64-byte aligned
+    if buf is None or buf.size < need:
+        dtype = np.dtype(dtype)
+        raw = np.empty(need + 64, dtype=dtype)
+        start = (-raw.ctypes.data % 64) // dtype.itemsize
+        buf = cache[key] = raw[start:start + need]
+    return buf[:need].reshape(nt, max(1, size))
 
 
 _NO_BIAS = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64): np.empty(0, np.float64)}
@@ -98,6 +106,7 @@ _B_VARIANTS = _direct.b_variants()
 _SIMD = _direct.simd_bytes()
 
 
+@functools.lru_cache(maxsize=64)
 def _a_variant(m):
     """Kernel A's microkernel for m output rows: fewest padded rows, then the widest block."""
     return min(range(len(_A_VARIANTS)),
@@ -106,11 +115,21 @@ def _a_variant(m):
 
 def _pack_weight_a(w, g, m, c, taps, mr):
     """A conv-layout weight (G*M, C, taps) as kernel A reads it: [g][m block][c][tap][mr],
-    zero rows past M."""
+    zero rows past M (one copy when M is a multiple of mr)."""
     blocks = -(-m // mr)
-    wp = np.zeros((g, blocks * mr, c, taps), dtype=w.dtype)
-    wp[:, :m] = w.reshape(g, m, c, taps)
-    return np.ascontiguousarray(wp.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
+    if blocks * mr != m:
+        padded = np.zeros((g, blocks * mr, c, taps), dtype=w.dtype)
+        padded[:, :m] = w.reshape(g, m, c, taps)
+        w = padded
+    return np.ascontiguousarray(w.reshape(g, blocks, mr, c, taps).transpose(0, 1, 3, 4, 2))
+
+
+def _b_variant(m, taps):
+    """Kernel B's row blocking: single rows for one output channel (depthwise), else the blocks of
+    4 taps where those divide the kernel's taps and blocks of 3 do not, else blocks of 3 taps."""
+    if m == 1:
+        return 1
+    return 2 if taps % _B_VARIANTS[2][1] == 0 and taps % _B_VARIANTS[0][1] else 0
 
 
 def _balanced_batch(n, g, most, nt):
@@ -130,7 +149,7 @@ def _balanced_batch(n, g, most, nt):
 # The plan of ext/conv_plan.h: these dtypes mirror its structs, checked against the build below.
 PLAN_HEAD = np.dtype([(name, np.int64) for name in (
     "G", "C", "M", "Ud", "Uh", "Uw", "L", "B", "nph", "ID", "IH", "IW", "SD", "SH", "SW", "PD", "PH", "PW",
-    "nsub", "noff")])
+    "nsub", "noff", "KU", "OW", "DW")])
 PLAN_SUB = np.dtype([(name, np.int64) for name in (
     "Od", "Oh", "Ow", "Pext", "taps", "off_index", "w_index", "ycol", "ysd", "ysh", "ysw", "ybase")])
 
@@ -167,57 +186,114 @@ def plan_buffer(head, phases, subs, offsets):
 
 
 def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, slack, rows, nt,
-                   block_rows=None):
+                   block_rows=None, unrolled=None):
     """The plan of conv_direct.pyx (see ext/conv_plan.h).  `subs`: (output grid, tap offsets,
-    w_index, placement) per sub-problem.  B samples per work item are chosen so that every
-    thread gets items and, for kernel A, an item's scratch stays near DIRECT_BYTES (`rows`:
-    output-grid rows per sample held in scratch); for kernel B (`block_rows`: dy rows one
-    microkernel call streams) so that a call sums over about 4096 grid points (its horizontal
-    sums then cost little) while its dy rows stay in L2.  Returns (plan, B, L)."""
-    plane = u[0] * u[1] * u[2]
-    length = -(-(len(phases) * plane + slack) // 16) * 16
-    records, offsets = [], []
-    for out, offs, w_index, placement in subs:
-        pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
-        records.append(dict(zip(("Od", "Oh", "Ow"), out), Pext=pext, taps=len(offs), off_index=len(offsets),
-                            w_index=w_index, **dict(zip(("ycol", "ysd", "ysh", "ysw", "ybase"), placement))))
-        offsets.extend(offs)
+    w_index, placement) per sub-problem, the offsets a function of the grid (Ud, Uh, Uw).  B
+    samples per work item are chosen so that every thread gets items and, for kernel A, an
+    item's scratch stays near DIRECT_BYTES (`rows`: output-grid rows per sample held in
+    scratch); for kernel B (`block_rows`: dy rows one microkernel call streams) so that a call
+    sums over about 4096 grid points (its horizontal sums then cost little) while the dy rows it
+    streams (Pext points of each sample, whatever the phases the image has) stay in L2.  `unrolled`: (KU, OW, DW) of the width-unrolled grid, whose rows hold the B
+    samples of an item side by side (u[2] is one sample's width OW; the grid's is B * OW).
+    Returns (plan, B, L)."""
+    def layout(u):
+        plane = u[0] * u[1] * u[2]
+        length = -(-(len(phases) * plane + slack) // 16) * 16
+        records, offsets = [], []
+        for out, offs, w_index, placement in subs:
+            if unrolled:        # every column of the grid's rows is an output point
+                pext = ((out[0] - 1) * u[1] + out[1]) * u[2]
+            else:
+                pext = ((out[0] - 1) * u[1] + out[1] - 1) * u[2] + out[2]
+            tap_offsets = offs(u)
+            records.append(dict(zip(("Od", "Oh", "Ow"), out), Pext=pext, taps=len(tap_offsets),
+                                off_index=len(offsets), w_index=w_index,
+                                **dict(zip(("ycol", "ysd", "ysh", "ysw", "ybase"), placement))))
+            offsets.extend(tap_offsets)
+        return length, records, offsets
+
+    length, records, _ = layout(u)       # per sample
     if block_rows is None:
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
-        b = max(1, min(n, -(-4096 // records[0]["Pext"]), (256 << 10) // (block_rows * length * itemsize),
-                       (4 << 20) // ((c + rows) * length * itemsize)))
+        pext = records[0]["Pext"]      # the grid points of a sample that a call streams
+        b = max(1, min(n, -(-4096 // pext), (256 << 10) // (block_rows * pext * itemsize),
+                       WEIGHT_GRAD_ITEM_BYTES // ((c + rows) * length * itemsize)))
     if nt > 1:
         b = _balanced_batch(n, g, b, nt)
+    ku, ow, dw = unrolled or (0, 0, 0)
+    if unrolled:
+        u = (u[0], u[1], b * ow)
+        length, records, offsets = layout(u)
+    else:
+        _, _, offsets = layout(u)
     head = dict(zip(("G", "C", "M", "Ud", "Uh", "Uw", "L", "B"), (g, c, m, *u, length, b)),
                 **dict(zip(("ID", "IH", "IW"), img)), **dict(zip(("SD", "SH", "SW"), strides)),
-                **dict(zip(("PD", "PH", "PW"), pads)))
+                **dict(zip(("PD", "PH", "PW"), pads)), KU=ku, OW=ow, DW=dw)
     return plan_buffer(head, phases, records, offsets), b, length
 
 
+# The width-unrolled grid (ext/conv_plan.h) drops the shifted grid's garbage columns (its rows
+# are Ow + (KW - 1) * dilation / stride wide for Ow outputs) but copies the image KW times, and
+# its KW copies of a row no longer share cache lines between taps.  The copies weigh less the
+# more output channels reuse them, so a kernel runs on it when the share of garbage columns
+# times the output channels per group reaches its threshold.  The weight gradient's threshold is
+# lower: there the unrolled grid also leaves each microkernel call whole tap blocks (the KH taps
+# of a grid channel).  A 3x3 convolution with 64 channels and 6% garbage columns (ResNet-like,
+# strided) is at 3.8: its weight gradient unrolls, its forward pass does not; dilated 3x3 (7.1)
+# and LeNet's conv2 (4.6) unroll both; LeNet's conv1, depthwise and 1D cases stay far below.
+UNROLL_MIN_GAIN = {"forward": 4.0, "weight_grad": 3.5}
+
+
+def unrolls(geom, kernel="forward"):
+    """Whether the direct `kernel` ("forward" or "weight_grad") runs `geom` (image -> columns) on
+    the width-unrolled grid."""
+    kw, d, s = geom.kernel[-1], geom.dilations[-1], geom.strides[-1]
+    ow = geom.col_spatial[-1]
+    width = ow + max((k * d) // s for k in range(kw))
+    return kw > 1 and (width - ow) / width * (geom.col_channels // geom.group) >= UNROLL_MIN_GAIN[kernel]
+
+
+def _unrolled_weight(w, geom):
+    """W (G*M, C, *k) with the width taps moved next to the channels: (G*M, C*KW, other taps),
+    the weight of the convolution on the width-unrolled grid."""
+    r = geom.rank
+    order = (0, 1, r + 1) + tuple(range(2, r + 1))
+    return np.ascontiguousarray(w.transpose(order)).reshape(w.shape[0], w.shape[1] * w.shape[-1], -1)
+
+
 @bounded_cache("cpu conv direct_plan")
-def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None):
+def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=False):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
-    tap (taps in W's order), one sub-problem."""
+    tap (taps in W's order), one sub-problem.  `unrolled`: on the width-unrolled grid, whose
+    taps are those of the kernel's leading axes (W's order without the width axis)."""
     r = geom.rank
     out = _three(geom.col_spatial, 1, r)
     kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
     dil = _three(geom.dilations, 1, r)
-    shifts = [[(k * d) // s for k in range(kk)] for kk, d, s in zip(kernel, dil, strides)]
-    residues = [[(k * d) % s for k in range(kk)] for kk, d, s in zip(kernel, dil, strides)]
+    if unrolled:       # the width axis becomes grid channels: one column shift, no phase
+        kernel, grid_strides, grid_dil = kernel[:2] + (1,), strides[:2] + (1,), dil[:2] + (1,)
+    else:
+        grid_strides, grid_dil = strides, dil
+    shifts = [[(k * d) // s for k in range(kk)] for kk, d, s in zip(kernel, grid_dil, grid_strides)]
+    residues = [[(k * d) % s for k in range(kk)] for kk, d, s in zip(kernel, grid_dil, grid_strides)]
     used = [sorted(set(res)) for res in residues]
     u = [o + max(q) for o, q in zip(out, shifts)]
     phases = [(a, b, c) for a in used[0] for b in used[1] for c in used[2]]
     index = {ph: i for i, ph in enumerate(phases)}
-    plane = u[0] * u[1] * u[2]
-    offsets = [index[(residues[0][kd], residues[1][kh], residues[2][kw])] * plane
-               + (shifts[0][kd] * u[1] + shifts[1][kh]) * u[2] + shifts[2][kw]
-               for kd in range(kernel[0]) for kh in range(kernel[1]) for kw in range(kernel[2])]
+
+    def offsets(grid):
+        plane = grid[0] * grid[1] * grid[2]
+        return [index[(residues[0][kd], residues[1][kh], residues[2][kw])] * plane
+                + (shifts[0][kd] * grid[1] + shifts[1][kh]) * grid[2] + shifts[2][kw]
+                for kd in range(kernel[0]) for kh in range(kernel[1]) for kw in range(kernel[2])]
     g = geom.group
+    c = geom.img_channels // g
     placement = (numel(out), out[1] * out[2], out[2], 1, 0)
-    return _assemble_plan(g, geom.img_channels // g, geom.col_channels // g, u, _three(geom.img_spatial, 1, r),
-                          strides, _three(geom.pads_begin, 0, r), phases, [(out, offsets, 0, placement)],
-                          n, itemsize, slack, rows, nt, block_rows)
+    unroll = (geom.kernel[-1], out[2], dil[2]) if unrolled else None
+    return _assemble_plan(g, c * (geom.kernel[-1] if unrolled else 1), geom.col_channels // g, u,
+                          _three(geom.img_spatial, 1, r), strides, _three(geom.pads_begin, 0, r), phases,
+                          [(out, offsets, 0, placement)], n, itemsize, slack, rows, nt, block_rows, unroll)
 
 
 def _image_phases(size, stride, pad):
@@ -232,7 +308,8 @@ def _image_phases(size, stride, pad):
 @bounded_cache("cpu conv data_grad_plan")
 def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     """The data gradient of a convolution as kernel-A sub-problems, one per stride phase of the
-    image (a single one at stride 1, where it is the convolution with the flipped kernel).  Along an axis, image points i with (i + pad) % stride == phi receive exactly
+    image (a single one at stride 1, which direct_data_grad runs as a forward convolution
+    instead).  Along an axis, image points i with (i + pad) % stride == phi receive exactly
     the taps k with (k * dilation) % stride == phi, from column o = u - (k * dilation) // stride
     where u = (i + pad) // stride: a stride-1 correlation of the columns.  All phases read one
     packed copy of the columns (pad Pc in front, so that every tap offset is >= 0).
@@ -264,12 +341,13 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
             [(x, y, z) for x in axes[0] for y in axes[1] for z in axes[2]]:
         offsets = [((ud0 - a + pc[0]) * extent[1] + uh0 - b + pc[1]) * extent[2] + uw0 - e + pc[2]
                    for a in qd for b in qh for e in qw]
+        tap_count = len(offsets)
         i0 = [u0 * s + phi - p for u0, s, phi, p in zip((ud0, uh0, uw0), strides, (pd, ph, pw), pads)]
         placement = (numel(img), strides[0] * img[1] * img[2], strides[1] * img[2], strides[2],
                      (i0[0] * img[1] + i0[1]) * img[2] + i0[2])
-        subs.append(((nd, nh, nw), offsets, w_index, placement))
+        subs.append(((nd, nh, nw), lambda grid, offsets=offsets: offsets, w_index, placement))
         tap_lists.append([(kd * kernel[1] + kh) * kernel[2] + kw for kd in td for kh in th for kw in tw])
-        w_index += g * blocks * mr * m * len(offsets)
+        w_index += g * blocks * mr * m * tap_count
     plan, b, length = _assemble_plan(g, m, c, extent, cols, (1, 1, 1), pc, [(0, 0, 0)], subs, n, itemsize, slack,
                                      rows, nt)
     return plan, b, length, tap_lists, uncovered
@@ -284,19 +362,28 @@ def direct_forward(img, w, bias, geom, nt):
     mr, nv = _A_VARIANTS[variant]
     vw = _SIMD // img.itemsize
     rows = -(-m // mr) * mr
-    plan, b, length = direct_plan(geom, n, img.itemsize, nv * vw + vw, rows, nt)
+    unrolled = unrolls(geom)
+    plan, b, length = direct_plan(geom, n, img.itemsize, nv * vw + vw, rows, nt, unrolled=unrolled)
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
-    xbuf = _scratch(nt, c * b * length, img.dtype, "x")
-    ybuf = _scratch(nt, rows * b * length, img.dtype, "y")
-    wp = _pack_weight_a(w, g, m, c, numel(geom.kernel), mr)
-    coffs = _scratch(nt, c * numel(geom.kernel), np.intp, "coff")
+    taps = numel(geom.kernel)
+    if unrolled:       # grid channels (c, kw), taps of the leading axes
+        w = _unrolled_weight(w, geom)
+        c, taps = c * geom.kernel[-1], taps // geom.kernel[-1]
+    passes = 1 if unrolled else b
+    xbuf = _scratch(nt, c * passes * length, img.dtype, "x")
+    ybuf = _scratch(nt, rows * passes * length, img.dtype, "y")
+    wp = _pack_weight_a(w, g, m, c, taps, mr)
+    coffs = _scratch(nt, c * taps, np.intp, "coff")
     _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                     out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, coffs, nt)
     return out
 
 
 def direct_data_grad(cols, w, bias, geom, nt):
-    """The data gradient: kernel A over the stride phases of the image (one at stride 1)."""
+    """The data gradient: at stride 1 the convolution of the columns with the flipped,
+    transposed weight; else kernel A over the stride phases of the image."""
+    if all(s == 1 for s in geom.strides):
+        return direct_forward(cols, flipped_weight(w, geom), bias, geom.transposed(), nt)
     n = cols.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
@@ -330,13 +417,15 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     n = img.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
-    bvariant = 1 if m == 1 else 0      # single rows (depthwise) or blocks of rows
+    bvariant = _b_variant(m, numel(geom.kernel))
     mr2 = _B_VARIANTS[bvariant][0]
     rows = -(-m // mr2) * mr2
     vw = _SIMD // img.itemsize
-    plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2)
-    xbuf = _scratch(nt, c * b * length, img.dtype, "x")
-    dybuf = _scratch(nt, rows * b * length, img.dtype, "y")
+    unrolled = unrolls(geom, "weight_grad")
+    plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2, unrolled=unrolled)
+    passes = 1 if unrolled else b
+    xbuf = _scratch(nt, c * geom.kernel[-1] * length if unrolled else c * b * length, img.dtype, "x")
+    dybuf = _scratch(nt, rows * passes * length, img.dtype, "y")
     taps = numel(geom.kernel)
     acc = np.zeros((nt, g * rows * c * taps), dtype=img.dtype)
     _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, bvariant, xbuf, dybuf, nt)
@@ -345,6 +434,10 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
         _conv.sum_rows(acc, total, nt)
     else:
         total = acc[0]
+    if unrolled:       # (G, rows, C, KW, leading taps) -> W's order
+        r = geom.rank
+        total = total.reshape((g, rows, c, geom.kernel[-1]) + tuple(geom.kernel[:-1]))
+        total = total.transpose((0, 1, 2) + tuple(range(4, r + 3)) + (3,))
     return np.ascontiguousarray(total.reshape(g, rows, c * taps)[:, :m]).reshape(w_shape)
 
 
