@@ -14,10 +14,10 @@ node of minitrain/ops/fused.py, and only where
 from __future__ import annotations
 
 from ..inference import infer_types, topological_order
-from . import activation, activation_grad_bias, softmax_cross_entropy
+from . import activation, activation_grad_bias, relu_max_pool, softmax_cross_entropy
 from .rewrite import Rewrite
 
-RULES = (softmax_cross_entropy, activation, activation_grad_bias)
+RULES = (softmax_cross_entropy, relu_max_pool, activation, activation_grad_bias)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):
