@@ -111,7 +111,9 @@ class Executor:
     device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
     per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
     that can (CUDA) captures the whole step into a graph and replays it (see
-    providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.
+    providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.  On the CPU,
+    `capture=True` serves the step's allocations from a planned arena
+    (providers/cpu/step_arena.py), profiled or not.
 
     `provider` (a name or a provider list) re-plans a plan made for other providers;
     `providers` maps provider names to the Provider objects to use (a session's own).
@@ -138,7 +140,8 @@ class Executor:
             else:
                 self.constants[name] = self.providers[location].from_numpy(array)
         self._step_providers = [self.providers[s.provider] for s in plan.steps]
-        self.graphs = self.provider.step_graphs(self) if capture and not profile else None
+        self.graphs = (self.provider.step_graphs(self)
+                       if capture and (not profile or self.provider.profiles_step_graphs) else None)
 
     @property
     def profile(self):
