@@ -215,8 +215,11 @@ def test_no_fusion_across_providers(monkeypatch):
     assert len(fused.nodes) == len(session.train_plan.graph.nodes)
 
 
-def test_session_fuses_on_request_and_shows_it():
+def test_session_fuses_by_default_and_shows_it():
     assert not mlp_session().fuse
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Relu(), nn.Linear(8, 3))
+    assert TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(0.1), input_shape=(6,)).fuse
     session = mlp_session(fuse_on=True)
     assert "FusedGemm" in session.plan_description()
     assert "0.Gemm+1.Relu" in session.plan_description()
