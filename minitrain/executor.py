@@ -6,10 +6,11 @@ attributes and picks the kernel from the registry; neither branches on the provi
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .caches import freeze
 from .errors import DTypeError, OpAttributeError
 from .inference import check_node
 from .ops import get_schema
@@ -30,10 +31,17 @@ class BoundNode:
     dtype: np.dtype
     wanted: tuple
     kdef: object = None
+    attrs_key: object = field(default=None, init=False)
+
+    def __post_init__(self):
+        try:        # the kernels' plan caches key by it on every run: made once here
+            self.attrs_key = freeze(self.attrs)
+        except TypeError:
+            self.attrs_key = None
 
     def run(self, provider, inputs, output_shapes=None):
         ctx = KernelContext(self.op_type, self.name, inputs, self.attrs, self.wanted,
-                            output_shapes or {}, self.dtype, provider)
+                            output_shapes or {}, self.dtype, provider, self.attrs_key)
         results = self.kernel(ctx)
         missing = [w for w in self.wanted if w not in results]
         if missing:
