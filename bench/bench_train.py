@@ -10,7 +10,8 @@ fresh subprocess per framework: the peak RSS of the first 8 steps over the RSS b
 minitrain also tracemalloc's peak during one step and the plan's own estimate.
 
     python bench/bench_train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
-                                [--fuse | --no-fuse] [--no-arena] [--out bench/results/train.md]
+                                [--fuse | --no-fuse] [--no-arena] [--cases lenet5_b64,cnn1d_b64]
+                                [--out bench/results/train.md]
 
 --fuse / --no-fuse run minitrain's plans fused or not (minitrain/fusion/; default: the session's
 default); --no-arena runs the CPU step without its planned arena (capture=False).
@@ -243,7 +244,8 @@ def main():
     out = arg("--out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "train.md"))
     torch = optional_torch(THREADS)
     rows, mem_rows, notes = [], [], []
-    for case in MODEL_CASES:
+    chosen = arg("--cases", ",".join(CASES)).split(",")
+    for case in [c for c in MODEL_CASES if c.name in chosen]:
         _, _, step = minitrain_step(case)
         candidates = {"minitrain": step, "torch": None}
         if torch is not None:
