@@ -10,9 +10,11 @@ fresh subprocess per framework: the peak RSS of the first 8 steps over the RSS b
 minitrain also tracemalloc's peak during one step and the plan's own estimate.
 
     python bench/bench_train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
-                                [--fuse] [--out bench/results/train.md]
+                                [--fuse | --no-fuse] [--no-arena] [--cases lenet5_b64,cnn1d_b64]
+                                [--out bench/results/train.md]
 
---fuse runs minitrain's plans fused (minitrain/fusion/; the CPU default is unfused).
+--fuse / --no-fuse run minitrain's plans fused or not (minitrain/fusion/; default: the session's
+default); --no-arena runs the CPU step without its planned arena (capture=False).
     python bench/bench_train.py --device cuda      (see train_gpu.py)
 """
 import os
@@ -104,11 +106,16 @@ def torch_model(torch, case, model):
     return tnn.Sequential(*layers)
 
 
+def fuse_flag():
+    """--fuse: True, --no-fuse: False, neither: None (the session's default)."""
+    return True if "--fuse" in sys.argv else False if "--no-fuse" in sys.argv else None
+
+
 def minitrain_step(case):
     minitrain.random.seed(0)
     model = minitrain_model(case)
     session = TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(case.lr), input_shape=case.input_shape[1:],
-                              fuse=True if "--fuse" in sys.argv else None)
+                              fuse=fuse_flag(), capture="--no-arena" not in sys.argv)
     data = make_inputs(case)
     return model, session, (lambda: session.train_step(data["x"], data["labels"]))
 
@@ -219,7 +226,8 @@ def profile(case, steps=20):
         by_op[node.op_type] = by_op.get(node.op_type, 0.0) + session._profiled.profile.get(node.name, 0.0) / steps
     kernels = sum(by_op.values())
     top = sorted(by_op.items(), key=lambda kv: -kv[1])[:6]
-    return wall, kernels, top
+    arenas = session._train.graphs.memory() if session._train.graphs is not None else {}
+    return wall, kernels, top, next(iter(arenas.values()), None)
 
 
 def main():
@@ -236,7 +244,8 @@ def main():
     out = arg("--out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "train.md"))
     torch = optional_torch(THREADS)
     rows, mem_rows, notes = [], [], []
-    for case in MODEL_CASES:
+    chosen = arg("--cases", ",".join(CASES)).split(",")
+    for case in [c for c in MODEL_CASES if c.name in chosen]:
         _, _, step = minitrain_step(case)
         candidates = {"minitrain": step, "torch": None}
         if torch is not None:
@@ -255,10 +264,12 @@ def main():
                          "n/a" if tt is None else f"{tt['rss_growth'] / 2**20:.1f}",
                          "n/a" if tt is None else ratio(mt["rss_growth"], tt["rss_growth"]),
                          f"{mt['tracemalloc_peak'] / 2**20:.1f}", f"{mt['planned_peak'] / 2**20:.1f}"])
-        wall, kernels, top = profile(case)
+        wall, kernels, top, arena = profile(case)
         notes.append(f"{case.name}: minitrain step {wall * 1e3:.2f} ms, kernels {kernels * 1e3:.2f} ms "
                      f"(executor overhead {(wall - kernels) * 1e3:.2f} ms); by op: " +
-                     ", ".join(f"{op} {t * 1e3:.2f}" for op, t in top))
+                     ", ".join(f"{op} {t * 1e3:.2f}" for op, t in top) +
+                     ("" if arena is None else f"; step arena {arena[0] / 2**20:.1f} MiB for "
+                      f"{arena[1] / 2**20:.1f} MiB of allocations"))
     header = ["model", "batch", "minitrain ms/step", "torch ms/step", "minitrain/torch", "minitrain samples/s",
               "torch samples/s"]
     mem_header = ["model", "minitrain peak RSS growth MiB", "torch peak RSS growth MiB", "minitrain/torch",
@@ -267,8 +278,10 @@ def main():
         f"# Training step: minitrain vs PyTorch ({datetime.date.today()}, {THREADS} threads, "
         f"OpenBLAS {BLAS_THREADS} thread(s), {rounds} rounds)",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}"
-        + (f", torch {torch.__version__}" if torch else "") + ".",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, minitrain kernels "
+        f"{minitrain._ext.LEVEL}; numpy {np.__version__}" + (f", torch {torch.__version__}" if torch else "") + ".",
+        f"minitrain sessions: fuse={'default' if fuse_flag() is None else fuse_flag()}, "
+        f"step arena {'off' if '--no-arena' in sys.argv else 'on'}.",
         "One step: forward, mean softmax cross-entropy, backward, SGD update (bench/bench_train.py).",
         "Times are the median over rounds of per-round medians, interleaved in one process.",
         "", markdown_table(header, rows), "",

@@ -6,10 +6,11 @@ attributes and picks the kernel from the registry; neither branches on the provi
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .caches import freeze
 from .errors import DTypeError, OpAttributeError
 from .inference import check_node
 from .ops import get_schema
@@ -30,10 +31,17 @@ class BoundNode:
     dtype: np.dtype
     wanted: tuple
     kdef: object = None
+    attrs_key: object = field(default=None, init=False)
+
+    def __post_init__(self):
+        try:        # the kernels' plan caches key by it on every run: made once here
+            self.attrs_key = freeze(self.attrs)
+        except TypeError:
+            self.attrs_key = None
 
     def run(self, provider, inputs, output_shapes=None):
         ctx = KernelContext(self.op_type, self.name, inputs, self.attrs, self.wanted,
-                            output_shapes or {}, self.dtype, provider)
+                            output_shapes or {}, self.dtype, provider, self.attrs_key)
         results = self.kernel(ctx)
         missing = [w for w in self.wanted if w not in results]
         if missing:
@@ -111,7 +119,9 @@ class Executor:
     device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
     per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
     that can (CUDA) captures the whole step into a graph and replays it (see
-    providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.
+    providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.  On the CPU,
+    `capture=True` serves the step's allocations from a planned arena
+    (providers/cpu/step_arena.py), profiled or not.
 
     `provider` (a name or a provider list) re-plans a plan made for other providers;
     `providers` maps provider names to the Provider objects to use (a session's own).
@@ -138,7 +148,8 @@ class Executor:
             else:
                 self.constants[name] = self.providers[location].from_numpy(array)
         self._step_providers = [self.providers[s.provider] for s in plan.steps]
-        self.graphs = self.provider.step_graphs(self) if capture and not profile else None
+        self.graphs = (self.provider.step_graphs(self)
+                       if capture and (not profile or self.provider.profiles_step_graphs) else None)
 
     @property
     def profile(self):

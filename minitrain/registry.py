@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .caches import freeze
 from .errors import KernelNotFoundError, ShapeError
 from .ops.schema import ONNX_DOMAIN
 
@@ -61,9 +62,15 @@ class KernelContext:
     output_shapes: dict
     dtype: np.dtype
     provider: object
+    attrs_key: object = None     # freeze(attrs), when the caller keeps it (a bound node does)
 
     def wants(self, name):
         return name in self.wanted
+
+    def frozen_attrs(self):
+        """The attributes as a hashable key (caches.freeze; TypeError when some value cannot
+        be hashed): the bound node's, made once, else made now."""
+        return self.attrs_key if self.attrs_key is not None else freeze(self.attrs)
 
     def fail(self, message, error=ShapeError):
         who = f"{self.op_type} (node {self.node_name!r})" if self.node_name else self.op_type

@@ -323,11 +323,124 @@ def test_max_pool_gradient_stays_for_overlapping_windows_or_fetched_indices(as_i
     assert next(n for n in fused.nodes if n.op_type == "MaxPool").outputs[1] == indices
 
 
-def test_session_fuses_on_request_and_shows_it():
+def test_session_fuses_by_default_and_shows_it():
     assert not mlp_session().fuse
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Relu(), nn.Linear(8, 3))
+    assert TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(0.1), input_shape=(6,)).fuse
     session = mlp_session(fuse_on=True)
     assert "FusedGemm" in session.plan_description()
     assert "0.Gemm+1.Relu" in session.plan_description()
+
+
+# ------------------------------------------------------------------------------ Relu and MaxPool swapped
+POOLS = [
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},      # overlapping windows
+    {"kernel_shape": [3], "strides": [1]},
+]
+
+
+def pool_input(rng, attrs):
+    """Values with ties, zeros and windows that hold no positive value."""
+    shape = (2, 3, 7, 6) if len(attrs["kernel_shape"]) == 2 else (2, 3, 11)
+    z = rng.integers(-3, 3, size=shape).astype(np.float64) * 0.5
+    z[0, 0] = -1.0
+    return z
+
+
+@pytest.mark.parametrize("attrs", POOLS)
+def test_max_pool_then_relu_gives_relu_then_max_pool(attrs, rng):
+    """The swapped pair: the same pooled values, and the same dZ in every element."""
+    z = pool_input(rng, attrs)
+    r = run_node("Relu", [z])[0]
+    p, indices = run_node("MaxPool", [r], attrs=attrs)
+    dp = rng.standard_normal(p.shape)
+    dz = run_node("ReluGrad", [run_node("MaxPoolGrad", [dp, indices], attrs=attrs,
+                                        output_shapes={"dX": z.shape})[0], z], domain=MS)[0]
+    q, swapped_indices = run_node("MaxPool", [z], attrs=attrs)
+    np.testing.assert_array_equal(run_node("Relu", [q])[0], p)
+    dq = run_node("ReluGrad", [dp, p], domain=MS)[0]
+    got = run_node("MaxPoolGrad", [dq, swapped_indices], attrs=attrs, output_shapes={"dX": z.shape})[0]
+    np.testing.assert_array_equal(got, dz)
+
+
+@pytest.mark.parametrize("attrs", POOLS)
+def test_swapped_relu_max_pool_gradient_against_finite_differences(attrs, rng):
+    """dZ of the swapped pair is the gradient of sum(dP * MaxPool(Relu(Z))) (Z away from ties
+    and from 0, where the function has kinks)."""
+    shape = pool_input(rng, attrs).shape
+    z = rng.permutation(np.arange(np.prod(shape), dtype=np.float64) - np.prod(shape) / 3).reshape(shape) * 0.01
+    z[np.abs(z) < 0.005] = 0.5
+    dp = rng.standard_normal(run_node("MaxPool", [z], attrs=attrs)[0].shape)
+
+    def loss(zz):
+        return float(np.sum(dp * run_node("MaxPool", [run_node("Relu", [zz])[0]], attrs=attrs)[0]))
+    q, indices = run_node("MaxPool", [z], attrs=attrs)
+    dq = run_node("ReluGrad", [dp, run_node("Relu", [q])[0]], domain=MS)[0]
+    dz = run_node("MaxPoolGrad", [dq, indices], attrs=attrs, output_shapes={"dX": z.shape})[0]
+    np.testing.assert_allclose(dz, numeric_gradient(lambda a: loss(a[0]), [z.copy()], eps=1e-4), rtol=1e-6, atol=1e-8)
+
+
+def conv_relu_pool_session(fuse_on, pool=nn.MaxPool2d(3, stride=2, padding=1), capture=True):
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.Relu(), pool, nn.Flatten(), nn.Linear(36, 5))
+    return model, TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(0.1), input_shape=(2, 8, 8),
+                                  fuse=fuse_on, capture=capture)
+
+
+def test_relu_moves_after_max_pool_in_the_training_plan():
+    _, session = conv_relu_pool_session(True)
+    nodes = session.train_plan.graph.nodes
+    producer = {o: n for n in nodes for o in n.outputs}
+    pool = next(n for n in nodes if n.op_type == "MaxPool")
+    relu = next(n for n in nodes if n.op_type == "Relu")
+    pool_grad = next(n for n in nodes if n.op_type == "MaxPoolGrad")
+    relu_grad = next(n for n in nodes if n.op_type == "ReluGrad")
+    assert producer[pool.inputs[0]].op_type == "Conv" and relu.inputs == [pool.outputs[0]]
+    assert relu_grad.inputs[1] == relu.outputs[0] and pool_grad.inputs == [relu_grad.outputs[0], pool.outputs[1]]
+    assert producer[next(n for n in nodes if n.op_type == "ConvGrad").inputs[0]] is pool_grad
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(3, stride=2, padding=1), nn.MaxPool2d(2)])
+def test_swapped_relu_max_pool_trains_bitwise_the_same(pool, rng):
+    x = np.round(rng.standard_normal((6, 2, 8, 8)), 1).astype(np.float32)    # ties in the windows
+    y = rng.integers(0, 5, size=6)
+    params = []
+    for fuse_on in (False, True):
+        model, session = conv_relu_pool_session(fuse_on, pool)
+        losses = [session.train_step(x, y) for _ in range(10)]
+        session.pull()
+        params.append((losses, {k: np.array(v) for k, v in model.parameters().items()}))
+    assert params[0][0] == params[1][0]
+    for name in params[0][1]:
+        np.testing.assert_array_equal(params[1][1][name], params[0][1][name], err_msg=name)
+
+
+def swap_count(graph, fetch, providers=("cpu",)):
+    """MaxPool nodes reading a Relu's input directly after fusion (the rule applied)."""
+    fused = fuse(graph, fetch, providers)
+    relus = {n.inputs[0] for n in graph.nodes if n.op_type == "Relu"}
+    return sum(1 for n in fused.nodes if n.op_type == "MaxPool" and n.inputs[0] in relus)
+
+
+def test_relu_and_max_pool_stay_when_their_values_are_fetched_or_read_elsewhere(monkeypatch):
+    _, session = conv_relu_pool_session(False)
+    graph, fetch = session.train_plan.graph, session.train_plan.fetch
+    relu = next(n for n in graph.nodes if n.op_type == "Relu")
+    pool = next(n for n in graph.nodes if n.op_type == "MaxPool")
+    assert swap_count(graph, fetch) == 1
+    assert swap_count(graph, fetch + [relu.outputs[0]]) == 0            # the Relu output is fetched
+    assert swap_count(graph, fetch + [pool.outputs[1]]) == 0            # the indices are fetched
+    pool_grad = next(n for n in graph.nodes if n.op_type == "MaxPoolGrad")
+    assert swap_count(graph, fetch + [pool_grad.outputs[0]]) == 0       # MaxPoolGrad's dX is fetched
+    other = graph.copy()
+    other.add_node("Identity", [relu.outputs[0]], ["relu_copy"])
+    assert swap_count(other, fetch + ["relu_copy"]) == 0               # another node reads the Relu output
+    real = Rewrite.provider_for
+    monkeypatch.setattr(Rewrite, "provider_for", lambda self, op, domain, dtype: "cuda"
+                        if op in ("Relu", "MaxPool") else real(self, op, domain, dtype))
+    assert swap_count(graph, fetch) == 0                                # not on the CPU
 
 
 # ------------------------------------------------------------------------------ training
@@ -361,15 +474,18 @@ def assert_same_training(make_model, loss, input_shape, batches, dtype, fused_op
             np.testing.assert_allclose(fused[name], plain[name], rtol=tol, atol=tol, err_msg=name)
 
 
-@pytest.mark.parametrize("case", ["lenet5_b64", "cnn1d_b64"])
+@pytest.mark.parametrize("case,fused_ops", [
+    ("lenet5_b64", {"FusedGemm", "ActivationGradBias", "SoftmaxCrossEntropyLossWithGrad"}),
+    ("cnn1d_b64", {"FusedConv", "ActivationGradBias", "SoftmaxCrossEntropyLossWithGrad"}),
+])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_bench_models_train_the_same_fused(case, dtype):
+def test_bench_models_train_the_same_fused(case, fused_ops, dtype):
     bench_train = bench_cases()
     spec = bench_train.CASES[case]
     data = bench_train.make_inputs(spec)
     batches = [(data["x"][i:i + 8], data["labels"][i:i + 8]) for i in range(0, 32, 8)]
     assert_same_training(lambda: bench_train.minitrain_model(spec), nn.CrossEntropyLoss(), spec.input_shape[1:],
-                         batches, dtype, {"FusedConv", "ActivationGradBias", "SoftmaxCrossEntropyLossWithGrad"})
+                         batches, dtype, fused_ops)
 
 
 def example(name):

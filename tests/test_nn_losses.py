@@ -97,3 +97,14 @@ def test_cross_entropy_module_against_torch(reduction, rng):
 def test_mse_module(rng):
     a, b = rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
     assert float(_loss_value(nn.MSELoss("sum"), a, b)) == pytest.approx(((a - b) ** 2).sum())
+
+
+@pytest.mark.parametrize("attrs", [{}, {"ignore_index": 1}, {"reduction": "sum"}])
+@pytest.mark.parametrize("op", ["SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"])
+def test_sce_names_the_first_label_out_of_range(attrs, op):
+    """With and without weights or ignore_index (the unweighted path checks by min and max)."""
+    scores = np.zeros((4, 3), np.float32)
+    for labels, bad in ((np.array([0, 1, 5, -1]), 5), (np.array([0, -2, 1, 1]), -2)):
+        inputs = [scores, labels] if op == "SoftmaxCrossEntropyLoss" else [np.array(1.0, np.float32), scores, labels]
+        with pytest.raises(ValueError, match=rf"{op}: input 'labels' holds {bad}, outside \[0, 3\)"):
+            run_node(op, inputs, attrs=attrs, domain="" if op == "SoftmaxCrossEntropyLoss" else "com.microsoft")

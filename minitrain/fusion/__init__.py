@@ -18,11 +18,12 @@ from . import (
     activation,
     activation_grad_bias,
     max_pool_activation_grad,
+    relu_max_pool,
     softmax_cross_entropy,
 )
 from .rewrite import Rewrite
 
-RULES = (softmax_cross_entropy, activation, max_pool_activation_grad, activation_grad_bias)
+RULES = (softmax_cross_entropy, relu_max_pool, activation, max_pool_activation_grad, activation_grad_bias)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

@@ -70,9 +70,14 @@ class Provider(abc.ABC):
         from .pending import PendingValues
         return PendingValues({name: self.to_numpy(value) for name, value in values.items()})
 
+    # Whether a profiled run (per-node times) may go through step_graphs: where the object
+    # still runs the step node by node (the CPU's arena), not as one replayed graph.
+    profiles_step_graphs = False
+
     def step_graphs(self, executor):
         """An object that captures `executor`'s whole step and replays it (providers with
-        graphs, like CUDA), or None: the step runs node by node."""
+        graphs, like CUDA; the CPU replays its memory plan), or None: the step runs node by
+        node with nothing planned."""
         return None
 
     def hold(self, seconds):

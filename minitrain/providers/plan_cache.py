@@ -1,6 +1,6 @@
 """The cache of kernel plans (tables and launch geometry worked out from a node's shapes and
 attributes) that the providers' pooling kernels share: bounded, see minitrain/caches.py."""
-from ..caches import LRUCache, freeze
+from ..caches import LRUCache
 
 _PLANS = LRUCache("pooling plans")
 
@@ -9,7 +9,7 @@ def cached_plan(ctx, kind, signature, build):
     """build() -> plan, cached by (provider, kind, signature, attributes); errors are raised,
     not cached; an attribute value that cannot be hashed skips the cache."""
     try:
-        key = (ctx.provider.name, kind, signature, freeze(ctx.attrs))
+        key = (ctx.provider.name, kind, signature, ctx.frozen_attrs())
     except TypeError:
         return build()
     return _PLANS.get_or_build(key, build)

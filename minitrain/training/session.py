@@ -63,9 +63,10 @@ class TrainingSession:
     device: "cpu" or "cuda" (or an ordered provider list); `provider` is its older name.
     use_tf32: let float32 GEMMs and convolutions use TF32 on CUDA (off: strict FP32).
     capture: capture each plan's step into a CUDA Graph and replay it (on devices that have
-    graphs; default on).
-    fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling;
-    None: on for a device other than the CPU.
+    graphs); on the CPU, serve each step's allocations from a planned arena
+    (providers/cpu/step_arena.py).  Default on.
+    fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
+    (None: on).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
@@ -75,7 +76,7 @@ class TrainingSession:
         self.device = self.providers[0]
         self._provider = get_provider(self.device).for_session(use_tf32=use_tf32)
         self.capture = bool(capture)
-        self.fuse = self.device != "cpu" if fuse is None else bool(fuse)
+        self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)
         self.params = model.parameters()
         if not self.params:

@@ -18,6 +18,7 @@ class CpuProvider(Provider):
     """Host memory: native values are NumPy arrays, so no copy is ever made where the caller's
     array is already C-contiguous (kernels never write into their inputs)."""
     name = "cpu"
+    profiles_step_graphs = True
 
     def from_numpy(self, array):
         return np.asarray(array, order="C")
@@ -45,6 +46,11 @@ class CpuProvider(Provider):
 
     def synchronize(self):
         pass
+
+    def step_graphs(self, executor):
+        """The step's large allocations served from a planned arena (step_arena.py)."""
+        from .step_arena import StepArenas
+        return StepArenas(executor)
 
 
 PROVIDER = CpuProvider()

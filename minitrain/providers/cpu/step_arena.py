@@ -1,0 +1,157 @@
+"""A CPU step's memory as one arena, the CPU side of issue 13's static memory plan.
+
+Freshly allocated NumPy buffers of a training step cost page faults: glibc serves large blocks
+from fresh mmaps or trims its heap between steps, so the kernel maps and zeroes new pages every
+step, in every thread that first touches them.  An arena that the step's allocations reuse
+keeps its pages mapped, and a buffer that the plan reuses soon after its previous tensor died
+is still in cache.  The figures: bench/RESULTS.md ("Static memory plan on the CPU").
+
+Per plan and input signature (a bounded cache, as for CUDA's captured graphs) the first run is a
+plain warm-up (caches fill), the second traces every NumPy allocation of at least
+MIN_ARENA_BYTES (size, and when it is made and freed: ext/step_arena.pyx), which
+memory_plan.pack places in one arena; later runs are served from it, the i-th allocation at
+the i-th block's offset.  Blocks still live after the traced run (the fetched values, anything
+a kernel caches) come from malloc in every run, so nothing the caller keeps lives in the arena.
+A block is handed out only when no block sharing its bytes is live, so an allocation sequence
+that differs from the traced one is slower, never wrong; such a run traces the step again, up
+to MAX_TRACES times, after which the signature runs without the arena (one log line).
+
+A second Python thread running the same plan while one runs it goes without the arena.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..._ext.step_arena import StepArena
+from ...memory_plan import check_disjoint, pack
+
+log = logging.getLogger("minitrain.arena")
+MAX_SIGNATURES = 4
+MAX_TRACES = 3
+# Smaller allocations come from malloc's free lists, whose pages stay mapped: nothing to gain.
+MIN_ARENA_BYTES = 4096
+
+
+@dataclass
+class ArenaPlan:
+    """Where each traced allocation goes: offsets (-1: malloc), and per block the blocks that
+    share bytes with it (CSR: conflict_ptr, conflict_idx)."""
+    memory: object          # memory_plan.MemoryPlan of the blocks freed within the step
+    sizes: np.ndarray
+    offsets: np.ndarray
+    conflict_ptr: np.ndarray
+    conflict_idx: np.ndarray
+
+
+def plan_arena(sizes, starts, ends):
+    """The ArenaPlan of a trace (sizes, starts, ends; end -1: live after the step)."""
+    sizes, starts, ends = (np.asarray(a, dtype=np.int64) for a in (sizes, starts, ends))
+    inner = np.flatnonzero(ends >= 0)
+    memory = pack([(sizes[i], starts[i], ends[i]) for i in inner])
+    check_disjoint(memory)
+    offsets = np.full(len(sizes), -1, dtype=np.int64)
+    offsets[inner] = [b.offset for b in memory.blocks]
+    begin = offsets[inner]
+    end = begin + np.array([b.size for b in memory.blocks], dtype=np.int64)
+    shares = (begin[:, None] < end[None, :]) & (begin[None, :] < end[:, None])
+    np.fill_diagonal(shares, False)
+    counts = np.zeros(len(sizes) + 1, dtype=np.int64)
+    counts[inner + 1] = shares.sum(axis=1)
+    _, cols = np.nonzero(shares)          # row-major: grouped by block, in index order
+    return ArenaPlan(memory, sizes, offsets, np.cumsum(counts), inner[cols].astype(np.int64))
+
+
+@dataclass
+class _Signature:
+    runs: int = 0
+    traces: int = 0
+    arena: StepArena = None
+    plan: ArenaPlan = None
+    off: bool = False
+
+
+class StepArenas:
+    """The arenas of one Executor's plan, per input signature; the CPU provider's step_graphs."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.signatures = collections.OrderedDict()
+        self.stats = collections.Counter()
+        self.disabled = None
+        self._running = threading.Lock()
+
+    def run(self, fed, dims, dims_key):
+        """Run the step on `fed` (validated host arrays); returns every value the plan fetches."""
+        inputs = self.executor.place_inputs(fed)
+        if not self._running.acquire(blocking=False):
+            self.stats["concurrent"] += 1
+            return self.executor.execute(inputs, dims, dims_key)
+        try:
+            return self._run(self._signature(dims_key), inputs, dims, dims_key)
+        finally:
+            self._running.release()
+
+    def _signature(self, dims_key):
+        sig = self.signatures.get(dims_key)
+        if sig is None:
+            sig = self.signatures[dims_key] = _Signature()
+            if len(self.signatures) > MAX_SIGNATURES:
+                self.signatures.popitem(last=False)
+        else:
+            self.signatures.move_to_end(dims_key)
+        return sig
+
+    def _run(self, sig, inputs, dims, dims_key):
+        sig.runs += 1
+        if sig.off or sig.runs == 1:
+            self.stats["plain"] += 1
+            return self.executor.execute(inputs, dims, dims_key)
+        if sig.plan is None:
+            return self._trace(sig, inputs, dims, dims_key)
+        arena = sig.arena
+        arena.replay()
+        previous = arena.activate()
+        try:
+            values = self.executor.execute(inputs, dims, dims_key)
+        finally:
+            arena.restore(previous)
+            made = arena.stop()
+        self.stats["replays"] += 1
+        if arena.diverged or made != len(sig.plan.sizes):
+            self.stats["diverged"] += 1
+            sig.plan = None
+            if sig.traces >= MAX_TRACES:
+                sig.off = True
+                log.info("step arena off for plan %r at %s: its allocations differ from run to run",
+                         self.executor.plan.graph.name, dict(dims) or "its fixed shapes")
+        return values
+
+    def _trace(self, sig, inputs, dims, dims_key):
+        """Run with every large allocation traced; plan the arena from the trace."""
+        arena = StepArena(MIN_ARENA_BYTES)
+        arena.trace()
+        previous = arena.activate()
+        try:
+            values = self.executor.execute(inputs, dims, dims_key)
+        finally:
+            arena.restore(previous)
+            arena.stop()
+        sig.traces += 1
+        self.stats["traces"] += 1
+        plan = plan_arena(*arena.traced_blocks())
+        arena.load(plan.sizes, plan.offsets, plan.conflict_ptr, plan.conflict_idx, plan.memory.arena_bytes)
+        sig.arena, sig.plan = arena, plan
+        log.info("step arena for plan %r at %s: %d bytes for %d allocations of %d bytes in all (%d outlive the step)",
+                 self.executor.plan.graph.name, dict(dims) or "its fixed shapes", plan.memory.arena_bytes,
+                 len(plan.memory.blocks), plan.memory.total_bytes, int(np.sum(plan.offsets < 0)))
+        return values
+
+    def memory(self):
+        """(arena bytes, sum of the planned allocations' bytes) of each planned signature."""
+        return {key: (sig.plan.memory.arena_bytes, sig.plan.memory.total_bytes)
+                for key, sig in self.signatures.items() if sig.plan is not None}
