@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import markdown_table, optional_torch, threads_from_argv  # noqa: E402
+from harness import markdown_table, optional_torch, report, threads_from_argv  # noqa: E402
 
 THREADS = threads_from_argv()
 os.environ["OPENBLAS_NUM_THREADS"] = str(THREADS)
@@ -119,11 +119,7 @@ def main():
         f"process's median over {BLOCKS} blocks of steps; faults and CPU time (user and system, summed over "
         f"threads): getrusage over {STEPS} steps.", "",
         markdown_table(header, rows)]) + "\n"
-    print(text)
-    if out:
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as f:
-            f.write(text)
+    report(text, out)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import fmt, interleaved, markdown_table, optional_torch, ratio, threads_from_argv  # noqa: E402
+from harness import fmt, interleaved, markdown_table, optional_torch, ratio, report, threads_from_argv  # noqa: E402
 
 THREADS = threads_from_argv()
 # --blas-threads K: OpenBLAS threads of NumPy/SciPy (minitrain's Gemm), default THREADS; the
@@ -288,11 +288,7 @@ def main():
         "Peak memory of the steps (fresh process per framework: peak RSS of the first 8 steps over the RSS "
         "before them, model and batch already built):",
         "", markdown_table(mem_header, mem_rows), "", "Notes:", ""] + [f"- {n}" for n in notes]) + "\n"
-    print(text)
-    if out:
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as f:
-            f.write(text)
+    report(text, out)
 
 
 if __name__ == "__main__":

@@ -99,3 +99,12 @@ def markdown_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def report(text, out):
+    """Print a benchmark's markdown and write it to `out` (a path; "" writes nothing)."""
+    print(text)
+    if out:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as f:
+            f.write(text)

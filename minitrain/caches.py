@@ -105,6 +105,19 @@ class LRUCache:
             self._entries.popitem(last=False)
 
 
+def lru_entry(table, key, make, limit):
+    """table[key] of an OrderedDict kept to `limit` entries: made by make() when missing (the
+    least recently used entry then goes past the limit), and marked most recently used."""
+    entry = table.get(key)
+    if entry is None:
+        entry = table[key] = make()
+        if len(table) > limit:
+            table.popitem(last=False)
+    else:
+        table.move_to_end(key)
+    return entry
+
+
 def bounded_cache(name, scale=1):
     """Decorator: memoise a function of hashable arguments in an LRUCache (`fn.cache`)."""
     def wrap(fn):

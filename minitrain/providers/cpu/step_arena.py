@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._ext.step_arena import StepArena
+from ...caches import lru_entry
 from ...memory_plan import check_disjoint, pack
 
 log = logging.getLogger("minitrain.arena")
@@ -97,14 +98,7 @@ class StepArenas:
             self._running.release()
 
     def _signature(self, dims_key):
-        sig = self.signatures.get(dims_key)
-        if sig is None:
-            sig = self.signatures[dims_key] = _Signature()
-            if len(self.signatures) > MAX_SIGNATURES:
-                self.signatures.popitem(last=False)
-        else:
-            self.signatures.move_to_end(dims_key)
-        return sig
+        return lru_entry(self.signatures, dims_key, _Signature, MAX_SIGNATURES)
 
     def _run(self, sig, inputs, dims, dims_key):
         sig.runs += 1

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pycuda.driver as driver
 
+from ...caches import lru_entry
 from .arena import AllocationTrace, ArenaAllocator
 from .graphs import StreamCapture
 
@@ -85,13 +86,7 @@ class StepGraphs:
     def run(self, fed, dims, dims_key):
         """Run the step on `fed` (input name -> validated host array or device tensor); returns
         every value the plan fetches."""
-        sig = self.signatures.get(dims_key)
-        if sig is None:
-            sig = self.signatures[dims_key] = _Signature()
-            if len(self.signatures) > MAX_SIGNATURES:
-                self.signatures.popitem(last=False)
-        else:
-            self.signatures.move_to_end(dims_key)
+        sig = lru_entry(self.signatures, dims_key, _Signature, MAX_SIGNATURES)
         if sig.graph is not None:
             self.stats["replays"] += 1
             return self._launch(sig, fed)
