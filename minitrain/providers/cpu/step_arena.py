@@ -109,12 +109,7 @@ class StepArenas:
             return self._trace(sig, inputs, dims, dims_key)
         arena = sig.arena
         arena.replay()
-        previous = arena.activate()
-        try:
-            values = self.executor.execute(inputs, dims, dims_key)
-        finally:
-            arena.restore(previous)
-            made = arena.stop()
+        values, made = self._execute_in(arena, inputs, dims, dims_key)
         self.stats["replays"] += 1
         if arena.diverged or made != len(sig.plan.sizes):
             self.stats["diverged"] += 1
@@ -125,16 +120,22 @@ class StepArenas:
                          self.executor.plan.graph.name, dict(dims) or "its fixed shapes")
         return values
 
-    def _trace(self, sig, inputs, dims, dims_key):
-        """Run with every large allocation traced; plan the arena from the trace."""
-        arena = StepArena(MIN_ARENA_BYTES)
-        arena.trace()
+    def _execute_in(self, arena, inputs, dims, dims_key):
+        """Run the step with NumPy's allocations going through `arena`; (the fetched values,
+        the count of recorded allocations the run made: arena.stop())."""
         previous = arena.activate()
         try:
             values = self.executor.execute(inputs, dims, dims_key)
         finally:
             arena.restore(previous)
-            arena.stop()
+            made = arena.stop()
+        return values, made
+
+    def _trace(self, sig, inputs, dims, dims_key):
+        """Run with every large allocation traced; plan the arena from the trace."""
+        arena = StepArena(MIN_ARENA_BYTES)
+        arena.trace()
+        values, _ = self._execute_in(arena, inputs, dims, dims_key)
         sig.traces += 1
         self.stats["traces"] += 1
         plan = plan_arena(*arena.traced_blocks())
