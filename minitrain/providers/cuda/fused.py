@@ -7,9 +7,10 @@ CPU's are (providers/cpu/fused.py):
     adding the bias and applying the activation;
   * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction),
     each channel's elements split over blocks that add up their sums in a fixed order;
-  * MaxPoolActivationGrad: the same launch, each element's incoming gradient taken from the
-    window over it (its maximum found again in X) rather than from MaxPoolGrad's dX, so the
-    forward MaxPool writes no Indices and no dX of MaxPoolGrad goes through memory;
+  * MaxPoolActivationGrad: the same split of dB's sums, a thread per pooling window: it finds
+    the window's maximum again in X, then writes the window's dX through the activation's
+    gradient (dY at the maximum, 0 elsewhere), so the forward MaxPool writes no Indices and no
+    dX of MaxPoolGrad goes through memory;
   * SoftmaxCrossEntropyLossWithGrad: one launch for the rows' losses and d_logits, one for the
     loss's reduction (unfused: four), plus the weight sum first when weights or ignore_index
     make the mean's divisor unknown to the host.
