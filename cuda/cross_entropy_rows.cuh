@@ -37,3 +37,19 @@ template <int G, typename A> __device__ __forceinline__ A group_sum(A v) {
     for (int s = G / 2; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
     return v;
 }
+
+// log(sum(exp(xr[c * D]))) over the row's C scores (D apart), read by its G lanes: the maximum
+// first, so no exp overflows; every lane gets the result.
+template <typename T, int G>
+__device__ __forceinline__ acc_t<T> row_logsumexp(const T* xr, int64_t C, int64_t D, int lane) {
+    typedef acc_t<T> A;
+    A mx = -INFINITY;
+    for (int64_t c = lane; c < C; c += G) {
+        const A v = to_acc<T>(xr[c * D]);
+        mx = v > mx ? v : mx;
+    }
+    mx = group_max<G>(mx);
+    A s = 0;
+    for (int64_t c = lane; c < C; c += G) s += exp(to_acc<T>(xr[c * D]) - mx);
+    return mx + log(group_sum<G>(s));
+}

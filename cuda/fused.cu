@@ -158,15 +158,7 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
         const int64_t n = r / D, d = r - n * D;
         const T* xr = x + n * C * D + d;
         T* gr = dx + n * C * D + d;
-        A mx = -INFINITY;
-        for (int64_t c = lane; c < C; c += G) {
-            const A v = to_acc<T>(xr[c * D]);
-            mx = v > mx ? v : mx;
-        }
-        mx = group_max<G>(mx);
-        A s = 0;
-        for (int64_t c = lane; c < C; c += G) s += exp(to_acc<T>(xr[c * D]) - mx);
-        const A lse = mx + log(group_sum<G>(s));
+        const A lse = row_logsumexp<T, G>(xr, C, D, lane);
         const int64_t label = row_label(labels, r, C, ignore_index, has_ignore, bad, lane == 0);
         const A w = class_weight(weights, label);
         const A coef = w * (reduction == 0 ? to_acc<T>(dy[r]) : scale);

@@ -23,15 +23,7 @@ __device__ void sce_forward_impl(const T* x, const L* labels, const T* weights, 
     for (int64_t r = first; r < rows; r += step) {
         const int64_t n = r / D, d = r - n * D;
         const T* xr = x + n * C * D + d;
-        A mx = -INFINITY;
-        for (int64_t c = lane; c < C; c += G) {
-            const A v = to_acc<T>(xr[c * D]);
-            mx = v > mx ? v : mx;
-        }
-        mx = group_max<G>(mx);
-        A s = 0;
-        for (int64_t c = lane; c < C; c += G) s += exp(to_acc<T>(xr[c * D]) - mx);
-        const A lse = mx + log(group_sum<G>(s));
+        const A lse = row_logsumexp<T, G>(xr, C, D, lane);
         if (log_prob) {
             T* yr = log_prob + n * C * D + d;
             for (int64_t c = lane; c < C; c += G) yr[c * D] = from_acc<T>(to_acc<T>(xr[c * D]) - lse);
