@@ -20,6 +20,9 @@
 /* Elements of a vectorised streaming loop (pooling's k = s = 2 and row kernels, the flat
    average pooling): about a nanosecond each, so this is some 50 us of one core's work. */
 #define MT_MIN_PARALLEL_STREAM (1 << 19)
+/* Multiply-adds of a depthwise convolution (ext/conv_depthwise.pyx): a vector FMA per two
+   loads, a few per image point, so about 0.1-0.2 ns each; this is some 50 us of one core. */
+#define MT_MIN_PARALLEL_DEPTHWISE_MACS (1 << 18)
 /* Multiply-adds of a GEMM below which BLAS runs on one thread (minitrain/providers/cpu/blas.py):
    waking BLAS's own pool, which then spins, costs more than a product of a few MFLOP. */
 #define MT_MIN_PARALLEL_GEMM_MACS (1 << 23)

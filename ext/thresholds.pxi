@@ -7,6 +7,7 @@ cdef extern from "thresholds.h":
         MT_MIN_PARALLEL_REDUCE
         MT_MIN_PARALLEL_UPDATE
         MT_MIN_PARALLEL_STREAM
+        MT_MIN_PARALLEL_DEPTHWISE_MACS
         MT_MIN_PARALLEL_GEMM_MACS
 
 

@@ -356,10 +356,14 @@ def test_special_paths_against_reference(shape, kernel, attrs, rng):
 ])
 def test_both_grid_layouts_agree_with_the_reference(layout, shape, kernel, attrs, rng, monkeypatch):
     """The direct kernels' shifted grid and width-unrolled grid (ext/conv_plan.h), forced for
-    every primitive: forward, data and weight gradient against the reference in float64 and
-    float32, with batches that leave a short last item, serially and on three threads."""
+    every primitive (depthwise ones too, which route to the depthwise kernels at stride 1):
+    forward, data and weight gradient against the reference in float64 and float32, with batches
+    that leave a short last item, serially and on three threads."""
     from minitrain import get_num_threads, set_num_threads
     monkeypatch.setattr(cpu_conv, "unrolls", lambda geom, kernel="forward": layout == "unrolled")
+    default_route = cpu_conv.route
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "direct" if default_route(geom, n, nt) == "depthwise"
+                        else default_route(geom, n, nt))
     r = len(shape) - 2
     strides, dilations = attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r)
     pads = attrs.get("pads", [0] * 2 * r)
@@ -383,6 +387,96 @@ def test_both_grid_layouts_agree_with_the_reference(layout, shape, kernel, attrs
                 assert_close32(got, ref)
     finally:
         set_num_threads(old)
+
+
+# (x shape, w shape, attributes) of depthwise convolutions at stride 1: ranks 1-3, multipliers 1
+# and 2, zero, symmetric, asymmetric and kernel-sized pads, dilations, widths that are no multiple
+# of a vector (rows of one to five vectors), a kernel wider than the image, batch 1.
+DEPTHWISE_CASES = [
+    ((3, 4, 37), (4, 1, 5), {"group": 4, "pads": [2, 1], "dilations": [2]}),
+    ((2, 3, 19), (6, 1, 3), {"group": 3}),
+    ((2, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    ((3, 5, 11, 19), (5, 1, 3, 3), {"group": 5, "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((2, 4, 7, 21), (8, 1, 3, 5), {"group": 4, "pads": [1, 2, 1, 2]}),
+    ((1, 3, 10, 33), (3, 1, 2, 3), {"group": 3}),
+    ((2, 2, 5, 70), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1], "dilations": [1, 3]}),
+    ((2, 3, 6, 13), (3, 1, 3, 3), {"group": 3, "pads": [3, 0, 3, 4]}),
+    ((2, 2, 3, 4), (2, 1, 3, 7), {"group": 2, "pads": [1, 3, 1, 3]}),
+    ((2, 4, 5, 6), (4, 1, 1, 1), {"group": 4}),
+    ((2, 3, 4, 5, 6), (3, 1, 2, 3, 2), {"group": 3, "pads": [1, 0, 1, 0, 1, 1]}),
+    ((1, 2, 5, 4, 9), (4, 1, 3, 2, 2), {"group": 2, "pads": [2, 1, 0, 1, 0, 2], "dilations": [2, 1, 3]}),
+]
+
+
+@pytest.mark.parametrize("shape,kernel,attrs", DEPTHWISE_CASES)
+def test_depthwise_kernels_against_reference(shape, kernel, attrs, rng, monkeypatch):
+    """The in-place depthwise kernels (ext/conv_depthwise.pyx), which these convolutions route
+    to: forward against the reference, dX, dW and dB against central differences in float64 and
+    against the GEMM route, float32 against float64, serially and on three threads, and against
+    PyTorch autograd where it is installed."""
+    from minitrain import get_num_threads, set_num_threads
+    r = len(shape) - 2
+    dilations, pads, group = attrs.get("dilations", [1] * r), attrs.get("pads", [0] * 2 * r), attrs["group"]
+    geom = cpu_conv.geometry_for("conv", "Conv", shape, kernel, attrs)
+    assert all(cpu_conv.route(geom, shape[0], nt) == "depthwise" for nt in (1, 2, 3))
+    x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
+    want = conv_reference(x, w, b, [1] * r, dilations, pads[:r], pads[r:], group)
+    dy = rng.standard_normal(want.shape)
+
+    def loss(arrs):
+        return float(np.sum(dy * run_node("Conv", arrs, attrs=attrs)[0]))
+    old = get_num_threads()
+    try:
+        for threads in (1, 3):
+            set_num_threads(threads)
+            np.testing.assert_allclose(run_node("Conv", [x, w, b], attrs=attrs)[0], want, rtol=1e-10, atol=1e-10)
+            dx, dw, db = run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS)
+            directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
+            f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
+            assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], want)
+            for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (dx, dw, db)):
+                assert got.dtype == np.float32
+                assert_close32(got, ref)
+        with monkeypatch.context() as patch:
+            patch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+            for got, ref in zip(run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS), (dx, dw, db)):
+                np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
+    finally:
+        set_num_threads(old)
+
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    torch_pads = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
+
+    def fn(xt, wt, bt):
+        return (F.conv1d, F.conv2d, F.conv3d)[r - 1](F.pad(xt, torch_pads), wt, bt, dilation=dilations, groups=group)
+    ty, tdx, tdw, tdb = torch_compare(torch, fn, x, w, b, dy, want)
+    f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
+    assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], ty)
+    for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (tdx, tdw, tdb)):
+        assert_close32(got, ref)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 4, 7, 8), (4, 1, 3, 3), {"group": 4, "pads": [1, 0, 2, 1]}),                  # multiplier 1
+    ((2, 4, 6, 11), (4, 1, 2, 3), {"group": 2, "dilations": [2, 1]}),                  # multiplier 2
+    ((3, 2, 17), (2, 1, 4), {"group": 2, "pads": [1, 2]}),
+])
+def test_depthwise_conv_transpose_matches_the_gemm_route(x_shape, w_shape, attrs, rng, monkeypatch):
+    """ConvTranspose with one output channel per group runs its three primitives on the
+    depthwise kernels (its forward is their data gradient, its dX their forward): the same
+    values as the GEMM route, in float64."""
+    geom = cpu_conv.geometry_for("transpose", "ConvTranspose", x_shape, w_shape, attrs)
+    assert cpu_conv.route(geom, x_shape[0], 2) == "depthwise"
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    b = rng.standard_normal(w_shape[1] * attrs["group"])
+    y = run_node("ConvTranspose", [x, w, b], attrs=attrs)[0]
+    dy = rng.standard_normal(y.shape)
+    grads = run_node("ConvTransposeGrad", [dy, x, w], attrs=attrs, domain=MS)
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+    np.testing.assert_allclose(run_node("ConvTranspose", [x, w, b], attrs=attrs)[0], y, rtol=1e-10, atol=1e-10)
+    for got, want in zip(run_node("ConvTransposeGrad", [dy, x, w], attrs=attrs, domain=MS), grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs,begin,out", [

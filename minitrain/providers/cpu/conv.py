@@ -5,7 +5,13 @@ the work:
   * conv_forward:     columns = W (*) image          (Conv; ConvTransposeGrad's dX)
   * conv_data_grad:   image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
   * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
-and the bias gradient is a per-channel sum.  Two implementations back them (`route` picks):
+and the bias gradient is a per-channel sum.  Three implementations back them (`route` picks):
+  * depthwise (_ext.conv_depthwise): stride-1 convolutions with one image channel per group
+    (any multiplier), the image rows read in place with the pads masked off at the row ends and
+    Y written directly: no grid copy, no crop, which is most of the direct kernels' time when
+    each point meets a single channel's few taps.  The data gradient is the same kernel on the
+    columns with the flipped weight; the weight gradient per channel dot products of dY with the
+    shifted image, OpenMP over (channel, sample chunk) items.
   * direct (_ext.conv_direct): SIMD microkernels over a copy of the image in which every tap is
     one constant offset (the shifted grid, or the width-unrolled grid where the shifted grid's
     garbage columns would cost more than the wider copy: `unrolls`), OpenMP over (sample chunk,
@@ -22,6 +28,7 @@ import threading
 import numpy as np
 
 from ..._ext import conv as _conv
+from ..._ext import conv_depthwise as _depthwise
 from ..._ext import conv_direct as _direct
 from ...caches import bounded_cache
 from ...errors import ShapeError
@@ -441,10 +448,48 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
     return np.ascontiguousarray(total.reshape(g, rows, c * taps)[:, :m]).reshape(w_shape)
 
 
+# --------------------------------------------------------------------------- depthwise kernels
+# Work items per thread of the depthwise weight gradient: enough for an even static schedule.
+DEPTHWISE_ITEMS_PER_THREAD = 8
+
+
+def depthwise_forward(img, w, bias, geom, nt):
+    """conv_forward on the in-place depthwise kernel (any channels per group on the image side,
+    which the stride-1 data gradient needs; one in the forward convolutions routed here)."""
+    n = img.shape[0]
+    out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
+    _depthwise.forward(img.reshape(-1), w.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
+                       out.reshape(-1), geo_array(geom), n, nt)
+    return out
+
+
+def depthwise_data_grad(cols, w, bias, geom, nt):
+    """The stride-1 data gradient: the depthwise kernel on the columns with the flipped weight
+    (multiplier M: M column channels per group summed into each image channel)."""
+    return depthwise_forward(cols, flipped_weight(w, geom), bias, geom.transposed(), nt)
+
+
+def depthwise_weight_grad(cols, img, w_shape, geom, nt):
+    """conv_weight_grad on the depthwise kernel: items (channel, sample chunk), chunks only as
+    small as an even schedule needs; per-thread accumulators, summed at the end."""
+    n = img.shape[0]
+    chunks = min(n, -(-DEPTHWISE_ITEMS_PER_THREAD * nt // geom.col_channels))
+    acc = np.zeros((nt, numel(w_shape)), dtype=img.dtype)
+    _depthwise.weight_grad(cols.reshape(-1), img.reshape(-1), acc, geo_array(geom), n, -(-n // chunks), nt)
+    if nt == 1:
+        return acc[0].reshape(w_shape)
+    dw = np.empty(w_shape, dtype=img.dtype)
+    _conv.sum_rows(acc, dw.reshape(-1), nt)
+    return dw
+
+
 # --------------------------------------------------------------------------- primitives
 def route(geom, n, nt):
-    """"direct" for every convolution but 1x1 ones (plain GEMMs, for BLAS) and batches too
-    small to give each thread a (sample, group) item; else "gemm"."""
+    """"depthwise" for stride-1 convolutions with one image channel per group; else "direct" for
+    every convolution but 1x1 ones (plain GEMMs, for BLAS) and batches too small to give each
+    thread a (sample, group) item; else "gemm"."""
+    if n > 0 and geom.img_channels == geom.group and all(s == 1 for s in geom.strides):
+        return "depthwise"
     direct = not geom.is_pointwise and n > 0 and (nt == 1 or n * geom.group >= nt)
     return "direct" if direct else "gemm"
 
@@ -533,7 +578,10 @@ def check_blas_dims(geom, who):
 def conv_forward(img, w, bias, geom, who):
     """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
     nt = get_num_threads()
-    if route(geom, img.shape[0], nt) == "direct":
+    path = route(geom, img.shape[0], nt)
+    if path == "depthwise":
+        return depthwise_forward(img, w, bias, geom, nt)
+    if path == "direct":
         return direct_forward(img, w, bias, geom, nt)
     check_blas_dims(geom, who)
     return gemm_forward(img, w, bias, geom, nt)
@@ -542,7 +590,10 @@ def conv_forward(img, w, bias, geom, who):
 def conv_data_grad(cols, w, bias, geom, who):
     """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
     nt = get_num_threads()
-    if route(geom, cols.shape[0], nt) == "direct":
+    path = route(geom, cols.shape[0], nt)
+    if path == "depthwise":
+        return depthwise_data_grad(cols, w, bias, geom, nt)
+    if path == "direct":
         return direct_data_grad(cols, w, bias, geom, nt)
     check_blas_dims(geom, who)
     return gemm_data_grad(cols, w, bias, geom, nt)
@@ -553,7 +604,10 @@ def conv_weight_grad(cols, img, w_shape, geom, who):
     if img.shape[0] == 0 or cols.size == 0:
         return np.zeros(w_shape, dtype=img.dtype)
     nt = get_num_threads()
-    if route(geom, img.shape[0], nt) == "direct":
+    path = route(geom, img.shape[0], nt)
+    if path == "depthwise":
+        return depthwise_weight_grad(cols, img, w_shape, geom, nt)
+    if path == "direct":
         return direct_weight_grad(cols, img, w_shape, geom, nt)
     check_blas_dims(geom, who)
     return gemm_weight_grad(cols, img, w_shape, geom, nt)

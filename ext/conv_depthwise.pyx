@@ -1,0 +1,147 @@
+# cython: language_level=3
+"""Depthwise convolution at stride 1, read in place: one image channel per group (Conv with
+group == C_in, any multiplier M = C_out / group), 1D, 2D and 3D, any kernel, pads and dilation.
+
+The direct kernels (conv_direct.pyx) copy the image into a padded grid and crop the outputs
+back; with one channel per group there is too little arithmetic per point to pay for those two
+passes over memory.  Here each output row is built in registers from the image rows it reads
+(vectors of VW columns, the lanes outside the image masked to zero at the row ends, rows outside
+the image skipped) and stored straight into Y, bias included (ext/conv_depthwise.h).
+
+  forward      Y[n, g*M + m] = b + sum over c < C, taps of W[g*M + m, c, tap] * X[n, g*C + c] shifted
+               (Conv: C = 1; the stride-1 data gradient is this with C = M, the columns as
+               image and the flipped weight: minitrain/providers/cpu/conv.py)
+  weight_grad  dW[g*M + m, 0, tap] = sum over n, o of dY[n, g*M + m, o] * X[n, g, o shifted by tap]
+
+The geometry is conv.pyx's int64 array `geo` (G, C, M, image dims, column dims, kernel, strides,
+dilations, begin pads); the strides must be 1.
+"""
+from cython.parallel cimport prange, threadid
+from libc.stdint cimport uintptr_t
+
+import numpy as np
+
+include "thresholds.pxi"
+
+ctypedef fused real:
+    float
+    double
+
+cdef extern from "conv_depthwise.h":
+    ctypedef struct mt_dw_geom:
+        Py_ssize_t G, C, M, ID, IH, IW, OD, OH, OW, KD, KH, KW, DD, DH, DW, PD, PH, PW
+    ctypedef struct mt_dw_mask_f:
+        pass
+    ctypedef struct mt_dw_mask_d:
+        pass
+    void mt_dw_masks_f(const mt_dw_geom* g, mt_dw_mask_f* masks) noexcept nogil
+    void mt_dw_masks_d(const mt_dw_geom* g, mt_dw_mask_d* masks) noexcept nogil
+    size_t mt_dw_mask_bytes(int is_double)
+    void mt_dw_forward_plane_f(const mt_dw_geom* g, const mt_dw_mask_f* masks, const float* x, Py_ssize_t xstride,
+                               const float* w, float bias, float* y) noexcept nogil
+    void mt_dw_forward_plane_d(const mt_dw_geom* g, const mt_dw_mask_d* masks, const double* x, Py_ssize_t xstride,
+                               const double* w, double bias, double* y) noexcept nogil
+    void mt_dw_weight_grad_f(const mt_dw_geom* g, const mt_dw_mask_f* masks, const float* dy, Py_ssize_t dystride,
+                             const float* x, Py_ssize_t xstride, Py_ssize_t nb, float* out) noexcept nogil
+    void mt_dw_weight_grad_d(const mt_dw_geom* g, const mt_dw_mask_d* masks, const double* dy, Py_ssize_t dystride,
+                             const double* x, Py_ssize_t xstride, Py_ssize_t nb, double* out) noexcept nogil
+    int mt_dw_vbytes()
+
+
+def simd_bytes():
+    """Bytes of one SIMD vector in these kernels (64: AVX-512, 32: AVX, 16: otherwise)."""
+    return mt_dw_vbytes()
+
+
+cdef mt_dw_geom _geom(const long long[::1] geo) except *:
+    """The geometry of `geo`, checked: stride 1, and sizes that are not negative."""
+    cdef mt_dw_geom g
+    cdef Py_ssize_t i
+    if geo.shape[0] != 21:
+        raise ValueError(f"conv_depthwise: the geometry has {geo.shape[0]} entries, not 21")
+    if geo[12] != 1 or geo[13] != 1 or geo[14] != 1:
+        raise ValueError(f"conv_depthwise: strides ({geo[12]}, {geo[13]}, {geo[14]}) are not 1")
+    for i in range(18):
+        if geo[i] < 0 or (i < 3 and geo[i] == 0) or (9 <= i < 12 and geo[i] == 0):
+            raise ValueError(f"conv_depthwise: geometry entry {i} is {geo[i]}")
+    g.G, g.C, g.M = geo[0], geo[1], geo[2]
+    g.ID, g.IH, g.IW, g.OD, g.OH, g.OW = geo[3], geo[4], geo[5], geo[6], geo[7], geo[8]
+    g.KD, g.KH, g.KW = geo[9], geo[10], geo[11]
+    g.DD, g.DH, g.DW, g.PD, g.PH, g.PW = geo[15], geo[16], geo[17], geo[18], geo[19], geo[20]
+    return g
+
+
+cdef class _Masks:
+    """The lane masks of a call (mt_dw_masks_*: KW + 1 per vector of output columns), in a buffer
+    aligned for the masks' vector type."""
+    cdef object buffer
+    cdef char* start
+
+    def __cinit__(self, Py_ssize_t count, bint is_double):
+        self.buffer = np.empty(count * mt_dw_mask_bytes(is_double) + 64, dtype=np.uint8)
+        cdef unsigned char[::1] view = self.buffer
+        self.start = <char*>&view[0] + ((-<uintptr_t>&view[0]) % 64)
+
+
+cdef _Masks _masks(const mt_dw_geom* g, bint is_double):
+    cdef Py_ssize_t vw = mt_dw_vbytes() // (8 if is_double else 4)
+    masks = _Masks((g.OW + vw - 1) // vw * (g.KW + 1), is_double)
+    if is_double:
+        mt_dw_masks_d(g, <mt_dw_mask_d*>masks.start)
+    else:
+        mt_dw_masks_f(g, <mt_dw_mask_f*>masks.start)
+    return masks
+
+
+def forward(const real[::1] x, const real[::1] w, const real[::1] bias, real[::1] y, const long long[::1] geo,
+            Py_ssize_t N, int num_threads):
+    """Y (N, G*M, O...) from the image X (N, G*C, I...) and W (G*M, C, K...), plus `bias` (G*M)
+    unless it is empty; OpenMP over the output planes."""
+    cdef mt_dw_geom g = _geom(geo)
+    cdef Py_ssize_t img = g.ID * g.IH * g.IW, col = g.OD * g.OH * g.OW, taps = g.KD * g.KH * g.KW
+    cdef Py_ssize_t channels = g.G * g.M, planes = N * channels, item, n, co
+    if (x.shape[0] != N * g.G * g.C * img or w.shape[0] != channels * g.C * taps or y.shape[0] != planes * col
+            or bias.shape[0] not in (0, channels)):
+        raise ValueError("conv_depthwise.forward: the buffers disagree with the geometry")
+    if planes == 0 or col == 0:
+        return
+    cdef _Masks masks = _masks(&g, real is double)
+    cdef int nt = threads_for(planes * col * g.C * taps, num_threads, MT_MIN_PARALLEL_DEPTHWISE_MACS)
+    for item in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        n = item // channels
+        co = item - n * channels
+        if real is float:
+            mt_dw_forward_plane_f(&g, <mt_dw_mask_f*>masks.start, &x[(n * g.G + co // g.M) * g.C * img], img,
+                                  &w[co * g.C * taps], bias[co] if bias.shape[0] else 0, &y[item * col])
+        else:
+            mt_dw_forward_plane_d(&g, <mt_dw_mask_d*>masks.start, &x[(n * g.G + co // g.M) * g.C * img], img,
+                                  &w[co * g.C * taps], bias[co] if bias.shape[0] else 0, &y[item * col])
+
+
+def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] acc, const long long[::1] geo, Py_ssize_t N,
+                Py_ssize_t chunk, int num_threads):
+    """Adds dW (G*M, 1, K...) into the rows of `acc` (one per thread; the caller sums them), from
+    dY (N, G*M, O...) and the image X (N, G, I...); work items (channel, chunk of `chunk`
+    samples), OpenMP over them."""
+    cdef mt_dw_geom g = _geom(geo)
+    cdef Py_ssize_t img = g.ID * g.IH * g.IW, col = g.OD * g.OH * g.OW, taps = g.KD * g.KH * g.KW
+    cdef Py_ssize_t channels = g.G * g.M, chunks, items, item, co, n0
+    if g.C != 1:
+        raise ValueError(f"conv_depthwise.weight_grad: {g.C} image channels per group, not 1")
+    if chunk < 1 or dy.shape[0] != N * channels * col or x.shape[0] != N * g.G * img or acc.shape[1] != channels * taps:
+        raise ValueError("conv_depthwise.weight_grad: the buffers disagree with the geometry")
+    if N == 0 or col == 0:
+        return
+    chunks = (N + chunk - 1) // chunk
+    items = chunks * channels
+    cdef _Masks masks = _masks(&g, real is double)
+    cdef int nt = min(acc.shape[0], threads_for(N * channels * col * taps, num_threads, MT_MIN_PARALLEL_DEPTHWISE_MACS))
+    for item in prange(items, nogil=True, schedule="static", num_threads=nt):
+        co = item // chunks
+        n0 = (item - co * chunks) * chunk
+        if real is float:
+            mt_dw_weight_grad_f(&g, <mt_dw_mask_f*>masks.start, &dy[(n0 * channels + co) * col], channels * col,
+                                &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps])
+        else:
+            mt_dw_weight_grad_d(&g, <mt_dw_mask_d*>masks.start, &dy[(n0 * channels + co) * col], channels * col,
+                                &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps])
