@@ -209,6 +209,30 @@ def assert_close32(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
 
 
+def check_on_one_and_three_threads(x, w, b, dy, want, attrs, rng):
+    """Serially and on three threads: Conv against `want`, ConvGrad against central differences
+    in float64, both in float32 against float64.  Returns ConvGrad's (dX, dW, dB) in float64."""
+    from minitrain import get_num_threads, set_num_threads
+
+    def loss(arrs):
+        return float(np.sum(dy * run_node("Conv", arrs, attrs=attrs)[0]))
+    old = get_num_threads()
+    try:
+        for threads in (1, 3):
+            set_num_threads(threads)
+            np.testing.assert_allclose(run_node("Conv", [x, w, b], attrs=attrs)[0], want, rtol=1e-10, atol=1e-10)
+            dx, dw, db = run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS)
+            directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
+            f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
+            assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], want)
+            for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (dx, dw, db)):
+                assert got.dtype == np.float32
+                assert_close32(got, ref)
+    finally:
+        set_num_threads(old)
+    return dx, dw, db
+
+
 # --------------------------------------------------------------------------- the matrix
 @pytest.mark.parametrize("pad_mode", CONV_PADS)
 @pytest.mark.parametrize("dilation", [1, 2])
@@ -359,7 +383,6 @@ def test_both_grid_layouts_agree_with_the_reference(layout, shape, kernel, attrs
     every primitive (depthwise ones too, which route to the depthwise kernels at stride 1):
     forward, data and weight gradient against the reference in float64 and float32, with batches
     that leave a short last item, serially and on three threads."""
-    from minitrain import get_num_threads, set_num_threads
     monkeypatch.setattr(cpu_conv, "unrolls", lambda geom, kernel="forward": layout == "unrolled")
     default_route = cpu_conv.route
     monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "direct" if default_route(geom, n, nt) == "depthwise"
@@ -370,23 +393,7 @@ def test_both_grid_layouts_agree_with_the_reference(layout, shape, kernel, attrs
     x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
     want = conv_reference(x, w, b, strides, dilations, pads[:r], pads[r:], attrs.get("group", 1))
     dy = rng.standard_normal(want.shape)
-
-    def loss(arrs):
-        return float(np.sum(dy * run_node("Conv", arrs, attrs=attrs)[0]))
-    old = get_num_threads()
-    try:
-        for threads in (1, 3):
-            set_num_threads(threads)
-            np.testing.assert_allclose(run_node("Conv", [x, w, b], attrs=attrs)[0], want, rtol=1e-10, atol=1e-10)
-            dx, dw, db = run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS)
-            directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
-            f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
-            assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], want)
-            for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (dx, dw, db)):
-                assert got.dtype == np.float32
-                assert_close32(got, ref)
-    finally:
-        set_num_threads(old)
+    check_on_one_and_three_threads(x, w, b, dy, want, attrs, rng)
 
 
 # (x shape, w shape, attributes) of depthwise convolutions at stride 1: ranks 1-3, multipliers 1
@@ -414,7 +421,6 @@ def test_depthwise_kernels_against_reference(shape, kernel, attrs, rng, monkeypa
     to: forward against the reference, dX, dW and dB against central differences in float64 and
     against the GEMM route, float32 against float64, serially and on three threads, and against
     PyTorch autograd where it is installed."""
-    from minitrain import get_num_threads, set_num_threads
     r = len(shape) - 2
     dilations, pads, group = attrs.get("dilations", [1] * r), attrs.get("pads", [0] * 2 * r), attrs["group"]
     geom = cpu_conv.geometry_for("conv", "Conv", shape, kernel, attrs)
@@ -422,27 +428,11 @@ def test_depthwise_kernels_against_reference(shape, kernel, attrs, rng, monkeypa
     x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
     want = conv_reference(x, w, b, [1] * r, dilations, pads[:r], pads[r:], group)
     dy = rng.standard_normal(want.shape)
-
-    def loss(arrs):
-        return float(np.sum(dy * run_node("Conv", arrs, attrs=attrs)[0]))
-    old = get_num_threads()
-    try:
-        for threads in (1, 3):
-            set_num_threads(threads)
-            np.testing.assert_allclose(run_node("Conv", [x, w, b], attrs=attrs)[0], want, rtol=1e-10, atol=1e-10)
-            dx, dw, db = run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS)
-            directional_gradcheck(loss, [x, w, b], {0: dx, 1: dw, 2: db}, rng)
-            f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
-            assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], want)
-            for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (dx, dw, db)):
-                assert got.dtype == np.float32
-                assert_close32(got, ref)
-        with monkeypatch.context() as patch:
-            patch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
-            for got, ref in zip(run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS), (dx, dw, db)):
-                np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
-    finally:
-        set_num_threads(old)
+    dx, dw, db = check_on_one_and_three_threads(x, w, b, dy, want, attrs, rng)
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+    for got, ref in zip(run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS), (dx, dw, db)):
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
+    monkeypatch.undo()
 
     torch = pytest.importorskip("torch")
     F = torch.nn.functional

@@ -12,7 +12,7 @@ from minitrain._ext import dispatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The core checks of each kernel module (conv, conv_direct, pool, avg_pool_flat, activation,
+# The core checks of each kernel module (conv, conv_direct, conv_depthwise, pool, avg_pool_flat, activation,
 # softmax): values against references and gradients against finite differences, forward and
 # backward, float32 and float64, vector bodies and tails.
 CORE_CHECKS = [
@@ -29,6 +29,8 @@ CORE_CHECKS = [
     "tests/test_conv.py::test_both_grid_layouts_agree_with_the_reference",
     "tests/test_conv.py::test_special_paths_against_reference",
     "tests/test_conv.py::test_conv_transpose_edge_geometry",
+    "tests/test_conv.py::test_depthwise_kernels_against_reference",
+    "tests/test_conv.py::test_depthwise_conv_transpose_matches_the_gemm_route",
     "tests/test_pool.py::test_max_pool_k2_matches_reference",
     "tests/test_pool.py::test_average_pool_rows_match_general_loop_and_adjoint",
     "tests/test_pool.py::test_max_pool_gradcheck",
