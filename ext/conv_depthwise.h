@@ -83,21 +83,36 @@ MT_DW_LANEWISE(f, float, mt_dw_vf, mt_dw_vfu, MT_DW_VWF)
 MT_DW_LANEWISE(d, double, mt_dw_vd, mt_dw_vdu, MT_DW_VWD)
 #endif
 
-/* The lane masks of a call, (KW + 1) per vector of output columns j (chunk): entry kw selects
-   the lanes of image row positions j*VW + lane + kw*DW - PW inside [0, IW) whose output column
-   j*VW + lane is one (< OW); entry KW the output columns alone (Y's and dY's row tail). */
+/* Accumulators of a block: four independent FMA chains, laid out as four output rows times one
+   vector of columns (each image row then loaded once for the rows of the block that read it),
+   or, for planes less than four rows high (1D), one row times four vectors of columns. */
+#define MT_DW_ACC 4
+
+/* The lane masks of a call, (KW + 1) per vector of output columns j (chunk), for the chunks of
+   a row and MT_DW_ACC - 1 more (selecting no lane: the missing chunks of a row's last block):
+   entry kw selects the lanes of image row positions j*VW + lane + kw*DW - PW inside [0, IW)
+   whose output column j*VW + lane is one (< OW); entry KW the output columns alone (Y's and
+   dY's row tail). */
+static ptrdiff_t mt_dw_mask_count(const mt_dw_geom* g, int is_double)
+{
+    const ptrdiff_t vw = MT_DW_VBYTES / (is_double ? 8 : 4);
+    return ((g->OW + vw - 1) / vw + MT_DW_ACC - 1) * (g->KW + 1);
+}
 #define MT_DW_MASKS(SUFFIX, VW)                                                                 \
 static void mt_dw_masks_##SUFFIX(const mt_dw_geom* g, mt_dw_mask_##SUFFIX* masks)               \
 {                                                                                               \
-    const ptrdiff_t chunks = (g->OW + (VW) - 1) / (VW);                                         \
-    for (ptrdiff_t j = 0; j < chunks; j++) {                                                    \
-        const ptrdiff_t outs = g->OW - j * (VW) < (VW) ? g->OW - j * (VW) : (VW);               \
+    const ptrdiff_t count = (g->OW + (VW) - 1) / (VW) + MT_DW_ACC - 1;                          \
+    for (ptrdiff_t j = 0; j < count; j++) {                                                     \
+        ptrdiff_t outs = g->OW - j * (VW) < (VW) ? g->OW - j * (VW) : (VW);                     \
+        if (outs < 0) outs = 0;                                                                 \
         for (ptrdiff_t kw = 0; kw <= g->KW; kw++) {                                             \
             ptrdiff_t lo = 0, hi = outs;                                                        \
-            if (kw < g->KW) {                                                                   \
+            if (kw < g->KW) {      /* lanes with 0 <= pos + lane < IW, lane < outs */           \
                 const ptrdiff_t pos = j * (VW) + kw * g->DW - g->PW;                            \
-                lo = pos < 0 ? (-pos < outs ? -pos : outs) : 0;                                 \
-                hi = g->IW - pos < outs ? (g->IW - pos > lo ? g->IW - pos : lo) : outs;         \
+                lo = pos < 0 ? -pos : 0;                                                        \
+                hi = g->IW - pos < outs ? g->IW - pos : outs;                                   \
+                if (lo > outs) lo = outs;                                                       \
+                if (hi < lo) hi = lo;                                                           \
             }                                                                                   \
             masks[j * (g->KW + 1) + kw] = mt_dw_mask_of_##SUFFIX((int)lo, (int)hi);             \
         }                                                                                       \
@@ -108,185 +123,161 @@ MT_DW_MASKS(d, MT_DW_VWD)
 static size_t mt_dw_mask_bytes(int is_double)
 { return is_double ? sizeof(mt_dw_mask_d) : sizeof(mt_dw_mask_f); }
 
-/* Output rows per forward block: four independent FMA chains, and each image row loaded once
-   for the (up to KH) rows of the block that read it. */
-#define MT_DW_ROWS 4
-
-/* acc[r] += the taps of one image plane for block row r (output rows oh0 + r*DH, r < ROWS; one
-   vector of columns), the image rows read from plane + (oh0 - PH + t*DH) * IW + col, t < ROWS +
-   KH - 1, each row once: row t feeds block row r through kernel row kh = t - r.  `pm`: the
-   chunk's lane masks per kw; w: the plane's KH x KW weights.  Inlined with KH and KW constant for
-   3x3, so that the loops unroll and the weights stay in registers. */
-#define MT_DW_BLOCK(SUFFIX, T, V)                                                               \
-static inline __attribute__((always_inline)) void                                               \
-mt_dw_block_##SUFFIX(V* acc, const T* plane, ptrdiff_t oh0, ptrdiff_t col,                      \
-                     const mt_dw_mask_##SUFFIX* pm, const T* w, ptrdiff_t KH, ptrdiff_t KW,     \
-                     ptrdiff_t IH, ptrdiff_t IW, ptrdiff_t DH, ptrdiff_t DW, ptrdiff_t PH)      \
-{                                                                                               \
-    _Pragma("GCC unroll 8") for (ptrdiff_t t = 0; t < MT_DW_ROWS + KH - 1; t++) {               \
-        const ptrdiff_t ih = oh0 - PH + t * DH;                                                 \
-        if (ih < 0 || ih >= IH) continue;                                                       \
-        const T* row = plane + ih * IW + col;                                                   \
-        _Pragma("GCC unroll 4") for (ptrdiff_t kw = 0; kw < KW; kw++) {                         \
-            const V xv = mt_dw_mload_##SUFFIX(row + kw * DW, pm[kw]);                           \
-            _Pragma("GCC unroll 4") for (int r = 0; r < MT_DW_ROWS; r++)                        \
-                if (t - r >= 0 && t - r < KH) acc[r] += w[(t - r) * KW + kw] * xv;              \
+/* Calls body(..., R, CC, KH, KW) with R x CC the block (4 x 1, or 1 x 4 for planes under four
+   rows high with several chunks per row) and, for the common kernels (3x3, 5x5, 1D 3 and 5),
+   KH and KW as constants: the bodies are inlined, so that their loops unroll and their
+   weights or lane sums stay in registers. */
+#define MT_DW_DISPATCH(BODY, g, chunks, ...)                                                    \
+    do {                                                                                        \
+        const int by_rows_ = (g)->OH >= MT_DW_ACC || (chunks) == 1;                             \
+        const ptrdiff_t kh_ = (g)->KH, kw_ = (g)->KW;                                           \
+        if (kh_ == 3 && kw_ == 3) {                                                             \
+            if (by_rows_) BODY(__VA_ARGS__, 4, 1, 3, 3); else BODY(__VA_ARGS__, 1, 4, 3, 3);    \
+        } else if (kh_ == 5 && kw_ == 5) {                                                      \
+            if (by_rows_) BODY(__VA_ARGS__, 4, 1, 5, 5); else BODY(__VA_ARGS__, 1, 4, 5, 5);    \
+        } else if (kh_ == 1 && kw_ == 3) {                                                      \
+            if (by_rows_) BODY(__VA_ARGS__, 4, 1, 1, 3); else BODY(__VA_ARGS__, 1, 4, 1, 3);    \
+        } else if (kh_ == 1 && kw_ == 5) {                                                      \
+            if (by_rows_) BODY(__VA_ARGS__, 4, 1, 1, 5); else BODY(__VA_ARGS__, 1, 4, 1, 5);    \
+        } else {                                                                                \
+            if (by_rows_) BODY(__VA_ARGS__, 4, 1, kh_, kw_); else BODY(__VA_ARGS__, 1, 4, kh_, kw_); \
         }                                                                                       \
-    }                                                                                           \
+    } while (0)
+
+/* The blocks of one output plane, in order: for each output depth od, the rows in blocks of R
+   rows DH apart (the rows that share image rows: oh0 + r*DH, by residue q of oh0 modulo DH),
+   and along them CC vectors of columns at a time from chunk j. */
+typedef struct { ptrdiff_t od, q, oh0, j; } mt_dw_block;
+static inline void mt_dw_next_block(const mt_dw_geom* g, ptrdiff_t chunks, int R, int CC, mt_dw_block* k)
+{
+    if ((k->j += CC) < chunks) return;
+    k->j = 0;
+    if ((k->oh0 += R * g->DH) < g->OH) return;
+    if (++k->q < g->DH && k->q < g->OH) { k->oh0 = k->q; return; }
+    k->q = k->oh0 = 0;
+    k->od++;
 }
 
 /* One output plane: y = bias + sum over c < C and the taps of w[c][tap] * (image plane c shifted
    by the tap), the C image planes x + c * xstride (C = 1 for Conv, the multiplier for the data
-   gradient).  Blocks of MT_DW_ROWS output rows DH apart (the rows that share image rows) times
-   one vector of columns. */
+   gradient).  Block by block: image row t of a block (oh0 - PH + t*DH) feeds its row r through
+   kernel row kh = t - r, so each image row is loaded once per block. */
 #define MT_DW_FORWARD(SUFFIX, T, V, VU, VW)                                                     \
-MT_DW_BLOCK(SUFFIX, T, V)                                                                       \
+static inline __attribute__((always_inline)) void                                               \
+mt_dw_forward_body_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* masks, const T* x,  \
+                            ptrdiff_t xstride, const T* w, T bias, T* y,                        \
+                            const int R, const int CC, const ptrdiff_t KH, const ptrdiff_t KW)  \
+{                                                                                               \
+    const ptrdiff_t ID = g->ID, IH = g->IH, IW = g->IW, OH = g->OH, OW = g->OW;                 \
+    const ptrdiff_t KD = g->KD, DD = g->DD, DH = g->DH, DW = g->DW, PD = g->PD, PH = g->PH;     \
+    const ptrdiff_t chunks = (OW + (VW) - 1) / (VW), taps = KD * KH * KW, ld = KW + 1;          \
+    for (mt_dw_block k = {0, 0, 0, 0}; k.od < g->OD; mt_dw_next_block(g, chunks, R, CC, &k)) {  \
+        const ptrdiff_t od = k.od, oh0 = k.oh0, j = k.j;                                        \
+        const mt_dw_mask_##SUFFIX* pm = masks + j * ld;                                         \
+        V acc[MT_DW_ACC];                                                                       \
+        _Pragma("GCC unroll 4") for (int a = 0; a < MT_DW_ACC; a++) acc[a] = (V){0} + bias;    \
+        for (ptrdiff_t c = 0; c < g->C; c++)                                                    \
+            for (ptrdiff_t kd = 0; kd < KD; kd++) {                                             \
+                const ptrdiff_t id = od + kd * DD - PD;                                         \
+                if (id < 0 || id >= ID) continue;                                               \
+                const T* plane = x + c * xstride + id * IH * IW + j * (VW) - g->PW;             \
+                const T* wk = w + c * taps + kd * KH * KW;                                      \
+                _Pragma("GCC unroll 8") for (ptrdiff_t t = 0; t < R + KH - 1; t++) {            \
+                    const ptrdiff_t ih = oh0 - PH + t * DH;                                     \
+                    if (ih < 0 || ih >= IH) continue;                                           \
+                    _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++)                     \
+                        _Pragma("GCC unroll 5") for (ptrdiff_t kw = 0; kw < KW; kw++) {         \
+                            const V xv = mt_dw_mload_##SUFFIX(plane + ih * IW + cc * (VW) + kw * DW, \
+                                                              pm[cc * ld + kw]);                \
+                            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                 \
+                                if (t - r >= 0 && t - r < KH)                                   \
+                                    acc[r * CC + cc] += wk[(t - r) * KW + kw] * xv;             \
+                        }                                                                       \
+                }                                                                               \
+            }                                                                                   \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                     \
+            _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++) {                           \
+                const ptrdiff_t oh = oh0 + r * DH;                                              \
+                if (oh < OH && j + cc < chunks) {                                               \
+                    T* dst = y + (od * OH + oh) * OW + (j + cc) * (VW);                         \
+                    if ((j + cc) * (VW) + (VW) <= OW)                                           \
+                        *(VU*)dst = acc[r * CC + cc];                                           \
+                    else                                                                        \
+                        mt_dw_mstore_##SUFFIX(dst, acc[r * CC + cc], pm[cc * ld + KW]);         \
+                }                                                                               \
+            }                                                                                   \
+    }                                                                                           \
+}                                                                                               \
 static void mt_dw_forward_plane_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* masks, \
                                          const T* x, ptrdiff_t xstride, const T* w, T bias, T* y) \
 {                                                                                               \
-    const ptrdiff_t ID = g->ID, IH = g->IH, IW = g->IW, OD = g->OD, OH = g->OH, OW = g->OW;     \
-    const ptrdiff_t KD = g->KD, KH = g->KH, KW = g->KW, DD = g->DD, DH = g->DH, DW = g->DW;     \
-    const ptrdiff_t PD = g->PD, PH = g->PH, PW = g->PW;                                         \
-    const ptrdiff_t chunks = (OW + (VW) - 1) / (VW), taps = KD * KH * KW, ld = KW + 1;          \
-    const int three = KH == 3 && KW == 3;                                                       \
-    for (ptrdiff_t od = 0; od < OD; od++)                                                       \
-        for (ptrdiff_t q = 0; q < DH && q < OH; q++)                                            \
-            for (ptrdiff_t oh0 = q; oh0 < OH; oh0 += MT_DW_ROWS * DH)                           \
-                for (ptrdiff_t j = 0; j < chunks; j++) {                                        \
-                    const mt_dw_mask_##SUFFIX* pm = masks + j * ld;                             \
-                    const ptrdiff_t col = j * (VW) - PW;                                        \
-                    V acc[MT_DW_ROWS];                                                          \
-                    _Pragma("GCC unroll 4") for (int r = 0; r < MT_DW_ROWS; r++)                \
-                        acc[r] = (V){0} + bias;                                                 \
-                    for (ptrdiff_t c = 0; c < g->C; c++)                                        \
-                        for (ptrdiff_t kd = 0; kd < KD; kd++) {                                 \
-                            const ptrdiff_t id = od + kd * DD - PD;                             \
-                            if (id < 0 || id >= ID) continue;                                   \
-                            const T* plane = x + c * xstride + id * IH * IW;                    \
-                            const T* wk = w + c * taps + kd * KH * KW;                          \
-                            if (three)                                                          \
-                                mt_dw_block_##SUFFIX(acc, plane, oh0, col, pm, wk, 3, 3, IH, IW, DH, DW, PH); \
-                            else                                                                \
-                                mt_dw_block_##SUFFIX(acc, plane, oh0, col, pm, wk, KH, KW, IH, IW, DH, DW, PH); \
-                        }                                                                       \
-                    _Pragma("GCC unroll 4") for (int r = 0; r < MT_DW_ROWS; r++) {              \
-                        const ptrdiff_t oh = oh0 + r * DH;                                      \
-                        if (oh >= OH) break;                                                    \
-                        T* dst = y + (od * OH + oh) * OW + j * (VW);                            \
-                        if (j * (VW) + (VW) <= OW)                                              \
-                            *(VU*)dst = acc[r];                                                 \
-                        else                                                                    \
-                            mt_dw_mstore_##SUFFIX(dst, acc[r], pm[KW]);                         \
-                    }                                                                           \
-                }                                                                               \
+    MT_DW_DISPATCH(mt_dw_forward_body_##SUFFIX, g, (g->OW + (VW) - 1) / (VW),                   \
+                   g, masks, x, xstride, w, bias, y);                                           \
 }
 MT_DW_FORWARD(f, float, mt_dw_vf, mt_dw_vfu, MT_DW_VWF)
 MT_DW_FORWARD(d, double, mt_dw_vd, mt_dw_vdu, MT_DW_VWD)
 
-/* The first and one past the last output position along an axis whose tap (k * dil - pad from
-   the output position) stays inside an image axis of `size`, clamped to [0, out). */
-static inline void mt_dw_span(ptrdiff_t shift, ptrdiff_t size, ptrdiff_t out, ptrdiff_t* lo, ptrdiff_t* hi)
-{
-    *lo = shift < 0 ? -shift : 0;
-    *hi = size - shift < out ? size - shift : out;
-    if (*lo > out) *lo = out;
-    if (*hi < *lo) *hi = *lo;
-}
-
 /* The weight gradient of one channel over nb samples: out[tap] += sum over the samples and the
    output points o of dy[o] * x[o shifted by the tap] (one image channel per group), the sample
-   planes dy + b * dystride and x + b * xstride.
-   2D 3x3 kernels: blocks of MT_DW_ROWS rows DH apart times one vector of columns, as in the
-   forward pass: the block's dY vectors loaded once, each image row once, the nine taps' lane
-   sums in registers.  Other kernels tap by tap: each tap streams the rows of dY and of the
-   shifted image that it pairs, two rows and two vectors of columns at a time (four FMA chains). */
+   planes dy + b * dystride and x + b * xstride.  Blocks as in the forward pass: the block's dY
+   vectors loaded once, each image row once, a kernel depth's KH x KW lane sums in registers
+   (the common kernels; with the kernel's sizes unknown at compile time they live in memory). */
 #define MT_DW_WEIGHT_GRAD(SUFFIX, T, V, VU, VW)                                                 \
-static inline V mt_dw_product_##SUFFIX(const T* drow, const T* xrow, ptrdiff_t j,               \
-                                       const mt_dw_mask_##SUFFIX* mj, ptrdiff_t kw, ptrdiff_t KW) \
-{ return mt_dw_mload_##SUFFIX(drow + j * (VW), mj[KW]) * mt_dw_mload_##SUFFIX(xrow + j * (VW), mj[kw]); } \
-static void mt_dw_weight_grad_3x3_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* masks, \
-                                           const T* dy, ptrdiff_t dystride, const T* x,         \
-                                           ptrdiff_t xstride, ptrdiff_t nb, T* out)             \
+static inline __attribute__((always_inline)) void                                               \
+mt_dw_weight_grad_body_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* masks,          \
+                                const T* dy, ptrdiff_t dystride, const T* x, ptrdiff_t xstride, \
+                                ptrdiff_t nb, T* out, V* lanes,                                 \
+                                const int R, const int CC, const ptrdiff_t KH, const ptrdiff_t KW) \
 {                                                                                               \
-    const ptrdiff_t IH = g->IH, IW = g->IW, OH = g->OH, OW = g->OW, DH = g->DH, DW = g->DW;     \
-    const ptrdiff_t PH = g->PH, chunks = (OW + (VW) - 1) / (VW);                                \
-    V acc[9];                                                                                   \
-    _Pragma("GCC unroll 9") for (int t = 0; t < 9; t++) acc[t] = (V){0};                       \
-    for (ptrdiff_t b = 0; b < nb; b++)                                                          \
-        for (ptrdiff_t q = 0; q < DH && q < OH; q++)                                            \
-            for (ptrdiff_t oh0 = q; oh0 < OH; oh0 += MT_DW_ROWS * DH)                           \
-                for (ptrdiff_t j = 0; j < chunks; j++) {                                        \
-                    const mt_dw_mask_##SUFFIX* pm = masks + j * 4;                              \
-                    V d[MT_DW_ROWS];                                                            \
-                    _Pragma("GCC unroll 4") for (int r = 0; r < MT_DW_ROWS; r++) {              \
+    V sums[25];                 /* in registers when the kernel's sizes are constants */        \
+    V* acc = __builtin_constant_p(KH) && __builtin_constant_p(KW) && KH * KW <= 25 ? sums : lanes; \
+    const ptrdiff_t ID = g->ID, IH = g->IH, IW = g->IW, OH = g->OH, OW = g->OW;                 \
+    const ptrdiff_t DD = g->DD, DH = g->DH, DW = g->DW, PD = g->PD, PH = g->PH;                 \
+    const ptrdiff_t chunks = (OW + (VW) - 1) / (VW), ld = KW + 1;                               \
+    for (ptrdiff_t kd = 0; kd < g->KD; kd++) {                                                  \
+        _Pragma("GCC unroll 25") for (ptrdiff_t t = 0; t < KH * KW; t++) acc[t] = (V){0};       \
+        for (ptrdiff_t b = 0; b < nb; b++)                                                      \
+            for (mt_dw_block k = {0, 0, 0, 0}; k.od < g->OD; mt_dw_next_block(g, chunks, R, CC, &k)) { \
+                const ptrdiff_t od = k.od, oh0 = k.oh0, j = k.j, id = od + kd * DD - PD;        \
+                const mt_dw_mask_##SUFFIX* pm = masks + j * ld;                                 \
+                if (id < 0 || id >= ID) continue;                                               \
+                V d[MT_DW_ACC];                                                                 \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                             \
+                    _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++) {                   \
                         const ptrdiff_t oh = oh0 + r * DH;                                      \
-                        d[r] = oh < OH ? mt_dw_mload_##SUFFIX(dy + b * dystride + oh * OW + j * (VW), pm[3]) \
-                                       : (V){0};                                                \
+                        d[r * CC + cc] = oh < OH                                                \
+                            ? mt_dw_mload_##SUFFIX(dy + b * dystride + (od * OH + oh) * OW + (j + cc) * (VW), \
+                                                   pm[cc * ld + KW])                            \
+                            : (V){0};                                                           \
                     }                                                                           \
-                    const T* plane = x + b * xstride + j * (VW) - g->PW;                        \
-                    _Pragma("GCC unroll 8") for (int t = 0; t < MT_DW_ROWS + 2; t++) {          \
-                        const ptrdiff_t ih = oh0 - PH + t * DH;                                 \
-                        if (ih < 0 || ih >= IH) continue;                                       \
-                        _Pragma("GCC unroll 3") for (int kw = 0; kw < 3; kw++) {                \
-                            const V xv = mt_dw_mload_##SUFFIX(plane + ih * IW + kw * DW, pm[kw]); \
-                            _Pragma("GCC unroll 4") for (int r = 0; r < MT_DW_ROWS; r++)        \
-                                if (t - r >= 0 && t - r < 3) acc[(t - r) * 3 + kw] += d[r] * xv; \
+                const T* plane = x + b * xstride + id * IH * IW + j * (VW) - g->PW;             \
+                _Pragma("GCC unroll 8") for (ptrdiff_t t = 0; t < R + KH - 1; t++) {            \
+                    const ptrdiff_t ih = oh0 - PH + t * DH;                                     \
+                    if (ih < 0 || ih >= IH) continue;                                           \
+                    _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++)                     \
+                        _Pragma("GCC unroll 5") for (ptrdiff_t kw = 0; kw < KW; kw++) {         \
+                            const V xv = mt_dw_mload_##SUFFIX(plane + ih * IW + cc * (VW) + kw * DW, \
+                                                              pm[cc * ld + kw]);                \
+                            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                 \
+                                if (t - r >= 0 && t - r < KH)                                   \
+                                    acc[(t - r) * KW + kw] += d[r * CC + cc] * xv;              \
                         }                                                                       \
-                    }                                                                           \
                 }                                                                               \
-    _Pragma("GCC unroll 9") for (int t = 0; t < 9; t++) {                                       \
-        T sum = 0;                                                                              \
-        for (int i = 0; i < (VW); i++) sum += acc[t][i];                                        \
-        out[t] += sum;                                                                          \
+            }                                                                                   \
+        _Pragma("GCC unroll 25") for (ptrdiff_t t = 0; t < KH * KW; t++) {                      \
+            T sum = 0;                                                                          \
+            for (int i = 0; i < (VW); i++) sum += acc[t][i];                                    \
+            out[kd * KH * KW + t] += sum;                                                       \
+        }                                                                                       \
     }                                                                                           \
 }                                                                                               \
+/* `lanes`: KH * KW vectors of scratch for the lane sums of kernels without a constant body. */ \
 static void mt_dw_weight_grad_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* masks,   \
                                        const T* dy, ptrdiff_t dystride, const T* x,             \
-                                       ptrdiff_t xstride, ptrdiff_t nb, T* out)                 \
+                                       ptrdiff_t xstride, ptrdiff_t nb, T* out, V* lanes)       \
 {                                                                                               \
-    if (g->ID == 1 && g->OD == 1 && g->KD == 1 && g->KH == 3 && g->KW == 3) {                   \
-        mt_dw_weight_grad_3x3_##SUFFIX(g, masks, dy, dystride, x, xstride, nb, out);            \
-        return;                                                                                 \
-    }                                                                                           \
-    const ptrdiff_t chunks = (g->OW + (VW) - 1) / (VW), ld = g->KW + 1, KW = g->KW;             \
-    const ptrdiff_t OW = g->OW, IW = g->IW;                                                     \
-    for (ptrdiff_t kd = 0; kd < g->KD; kd++)                                                    \
-        for (ptrdiff_t kh = 0; kh < g->KH; kh++) {                                              \
-            const ptrdiff_t sd = kd * g->DD - g->PD, sh = kh * g->DH - g->PH;                   \
-            ptrdiff_t od0, od1, oh0, oh1;                                                       \
-            mt_dw_span(sd, g->ID, g->OD, &od0, &od1);                                           \
-            mt_dw_span(sh, g->IH, g->OH, &oh0, &oh1);                                           \
-            for (ptrdiff_t kw = 0; kw < KW; kw++) {                                             \
-                V s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};                                       \
-                for (ptrdiff_t b = 0; b < nb; b++)                                              \
-                    for (ptrdiff_t od = od0; od < od1; od++) {                                  \
-                        const T* d = dy + b * dystride + (od * g->OH + oh0) * OW;               \
-                        const T* xr = x + b * xstride + ((od + sd) * g->IH + oh0 + sh) * IW     \
-                                      + kw * g->DW - g->PW;                                     \
-                        ptrdiff_t oh = oh0, j;                                                  \
-                        for (; oh + 1 < oh1; oh += 2, d += 2 * OW, xr += 2 * IW) {              \
-                            for (j = 0; j + 1 < chunks; j += 2) {                               \
-                                const mt_dw_mask_##SUFFIX* mj = masks + j * ld;                 \
-                                s0 += mt_dw_product_##SUFFIX(d, xr, j, mj, kw, KW);             \
-                                s1 += mt_dw_product_##SUFFIX(d + OW, xr + IW, j, mj, kw, KW);   \
-                                s2 += mt_dw_product_##SUFFIX(d, xr, j + 1, mj + ld, kw, KW);    \
-                                s3 += mt_dw_product_##SUFFIX(d + OW, xr + IW, j + 1, mj + ld, kw, KW); \
-                            }                                                                   \
-                            if (j < chunks) {                                                   \
-                                s0 += mt_dw_product_##SUFFIX(d, xr, j, masks + j * ld, kw, KW); \
-                                s1 += mt_dw_product_##SUFFIX(d + OW, xr + IW, j, masks + j * ld, kw, KW); \
-                            }                                                                   \
-                        }                                                                       \
-                        if (oh < oh1)                                                           \
-                            for (j = 0; j < chunks; j++)                                        \
-                                s2 += mt_dw_product_##SUFFIX(d, xr, j, masks + j * ld, kw, KW); \
-                    }                                                                           \
-                s0 += s1 + s2 + s3;                                                             \
-                T sum = 0;                                                                      \
-                for (int i = 0; i < (VW); i++) sum += s0[i];                                    \
-                out[(kd * g->KH + kh) * KW + kw] += sum;                                        \
-            }                                                                                   \
-        }                                                                                       \
+    MT_DW_DISPATCH(mt_dw_weight_grad_body_##SUFFIX, g, (g->OW + (VW) - 1) / (VW),               \
+                   g, masks, dy, dystride, x, xstride, nb, out, lanes);                         \
 }
 MT_DW_WEIGHT_GRAD(f, float, mt_dw_vf, mt_dw_vfu, MT_DW_VWF)
 MT_DW_WEIGHT_GRAD(d, double, mt_dw_vd, mt_dw_vdu, MT_DW_VWD)

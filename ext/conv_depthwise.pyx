@@ -41,10 +41,17 @@ cdef extern from "conv_depthwise.h":
                                const float* w, float bias, float* y) noexcept nogil
     void mt_dw_forward_plane_d(const mt_dw_geom* g, const mt_dw_mask_d* masks, const double* x, Py_ssize_t xstride,
                                const double* w, double bias, double* y) noexcept nogil
+    ctypedef struct mt_dw_vf:
+        pass
+    ctypedef struct mt_dw_vd:
+        pass
     void mt_dw_weight_grad_f(const mt_dw_geom* g, const mt_dw_mask_f* masks, const float* dy, Py_ssize_t dystride,
-                             const float* x, Py_ssize_t xstride, Py_ssize_t nb, float* out) noexcept nogil
+                             const float* x, Py_ssize_t xstride, Py_ssize_t nb, float* out,
+                             mt_dw_vf* lanes) noexcept nogil
     void mt_dw_weight_grad_d(const mt_dw_geom* g, const mt_dw_mask_d* masks, const double* dy, Py_ssize_t dystride,
-                             const double* x, Py_ssize_t xstride, Py_ssize_t nb, double* out) noexcept nogil
+                             const double* x, Py_ssize_t xstride, Py_ssize_t nb, double* out,
+                             mt_dw_vd* lanes) noexcept nogil
+    Py_ssize_t mt_dw_mask_count(const mt_dw_geom* g, int is_double)
     int mt_dw_vbytes()
 
 
@@ -71,21 +78,20 @@ cdef mt_dw_geom _geom(const long long[::1] geo) except *:
     return g
 
 
-cdef class _Masks:
-    """The lane masks of a call (mt_dw_masks_*: KW + 1 per vector of output columns), in a buffer
-    aligned for the masks' vector type."""
+cdef class _Aligned:
+    """`nbytes` of scratch starting on a 64-byte boundary (`start`)."""
     cdef object buffer
     cdef char* start
 
-    def __cinit__(self, Py_ssize_t count, bint is_double):
-        self.buffer = np.empty(count * mt_dw_mask_bytes(is_double) + 64, dtype=np.uint8)
+    def __cinit__(self, Py_ssize_t nbytes):
+        self.buffer = np.empty(nbytes + 64, dtype=np.uint8)
         cdef unsigned char[::1] view = self.buffer
         self.start = <char*>&view[0] + ((-<uintptr_t>&view[0]) % 64)
 
 
-cdef _Masks _masks(const mt_dw_geom* g, bint is_double):
-    cdef Py_ssize_t vw = mt_dw_vbytes() // (8 if is_double else 4)
-    masks = _Masks((g.OW + vw - 1) // vw * (g.KW + 1), is_double)
+cdef _Aligned _masks(const mt_dw_geom* g, bint is_double):
+    """The lane masks of a call (mt_dw_masks_*), aligned for the masks' vector type."""
+    masks = _Aligned(mt_dw_mask_count(g, is_double) * mt_dw_mask_bytes(is_double))
     if is_double:
         mt_dw_masks_d(g, <mt_dw_mask_d*>masks.start)
     else:
@@ -105,7 +111,7 @@ def forward(const real[::1] x, const real[::1] w, const real[::1] bias, real[::1
         raise ValueError("conv_depthwise.forward: the buffers disagree with the geometry")
     if planes == 0 or col == 0:
         return
-    cdef _Masks masks = _masks(&g, real is double)
+    cdef _Aligned masks = _masks(&g, real is double)
     cdef int nt = threads_for(planes * col * g.C * taps, num_threads, MT_MIN_PARALLEL_DEPTHWISE_MACS)
     for item in prange(planes, nogil=True, schedule="static", num_threads=nt):
         n = item // channels
@@ -134,14 +140,20 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] acc, const l
         return
     chunks = (N + chunk - 1) // chunk
     items = chunks * channels
-    cdef _Masks masks = _masks(&g, real is double)
+    cdef _Aligned masks = _masks(&g, real is double)
     cdef int nt = min(acc.shape[0], threads_for(N * channels * col * taps, num_threads, MT_MIN_PARALLEL_DEPTHWISE_MACS))
+    # per thread: taps vectors of lane sums (for kernels whose sizes are not compiled in), each
+    # thread's block on a 64-byte boundary
+    cdef Py_ssize_t block = (taps * mt_dw_vbytes() + 63) // 64 * 64
+    cdef _Aligned lanes = _Aligned(nt * block)
     for item in prange(items, nogil=True, schedule="static", num_threads=nt):
         co = item // chunks
         n0 = (item - co * chunks) * chunk
         if real is float:
             mt_dw_weight_grad_f(&g, <mt_dw_mask_f*>masks.start, &dy[(n0 * channels + co) * col], channels * col,
-                                &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps])
+                                &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps],
+                                <mt_dw_vf*>(lanes.start + threadid() * block))
         else:
             mt_dw_weight_grad_d(&g, <mt_dw_mask_d*>masks.start, &dy[(n0 * channels + co) * col], channels * col,
-                                &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps])
+                                &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps],
+                                <mt_dw_vd*>(lanes.start + threadid() * block))

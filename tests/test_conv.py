@@ -447,6 +447,20 @@ def test_depthwise_kernels_against_reference(shape, kernel, attrs, rng, monkeypa
         assert_close32(got, ref)
 
 
+@pytest.mark.parametrize("x_shape,w_shape,attrs,expected", [
+    ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4}, "depthwise"),
+    ((2, 4, 9, 9), (8, 1, 3, 3), {"group": 4}, "depthwise"),            # multiplier 2
+    ((2, 4, 9, 9), (12, 1, 3, 3), {"group": 4}, "direct"),              # multiplier 3
+    ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "strides": [2, 1]}, "direct"),
+    ((2, 4, 9, 9), (4, 2, 3, 3), {"group": 2}, "direct"),               # two image channels per group
+    ((2, 1, 9, 9), (6, 1, 5, 5), {}, "direct"),                         # LeNet's first layer
+])
+def test_depthwise_route_rule(x_shape, w_shape, attrs, expected):
+    """Stride 1, one image channel and at most DEPTHWISE_MAX_MULTIPLIER column channels per group."""
+    geom = cpu_conv.geometry_for("conv", "Conv", x_shape, w_shape, attrs)
+    assert cpu_conv.route(geom, x_shape[0], 2) == expected
+
+
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [
     ((2, 4, 7, 8), (4, 1, 3, 3), {"group": 4, "pads": [1, 0, 2, 1]}),                  # multiplier 1
     ((2, 4, 6, 11), (4, 1, 2, 3), {"group": 2, "dilations": [2, 1]}),                  # multiplier 2

@@ -6,12 +6,12 @@ the work:
   * conv_data_grad:   image = W^T (*) columns        (ConvGrad's dX; ConvTranspose)
   * conv_weight_grad: dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW)
 and the bias gradient is a per-channel sum.  Three implementations back them (`route` picks):
-  * depthwise (_ext.conv_depthwise): stride-1 convolutions with one image channel per group
-    (any multiplier), the image rows read in place with the pads masked off at the row ends and
-    Y written directly: no grid copy, no crop, which is most of the direct kernels' time when
-    each point meets a single channel's few taps.  The data gradient is the same kernel on the
-    columns with the flipped weight; the weight gradient per channel dot products of dY with the
-    shifted image, OpenMP over (channel, sample chunk) items.
+  * depthwise (_ext.conv_depthwise): stride-1 convolutions with one image channel and one or
+    two column channels per group, the image rows read in place with the pads masked off at the
+    row ends and Y written directly: no grid copy, no crop, which is most of the direct kernels'
+    time when each point meets a single channel's few taps.  The data gradient is the same
+    kernel on the columns with the flipped weight; the weight gradient per channel dot products
+    of dY with the shifted image, OpenMP over (channel, sample chunk) items.
   * direct (_ext.conv_direct): SIMD microkernels over a copy of the image in which every tap is
     one constant offset (the shifted grid, or the width-unrolled grid where the shifted grid's
     garbage columns would cost more than the wider copy: `unrolls`), OpenMP over (sample chunk,
@@ -451,6 +451,10 @@ def direct_weight_grad(cols, img, w_shape, geom, nt):
 # --------------------------------------------------------------------------- depthwise kernels
 # Work items per thread of the depthwise weight gradient: enough for an even static schedule.
 DEPTHWISE_ITEMS_PER_THREAD = 8
+# The most output channels per group (the multiplier) routed to the depthwise kernels: their
+# forward pass reads the image plane once per output channel, where the direct kernels' blocks
+# of output channels share each load, and from 4 on the direct forward pass is the faster.
+DEPTHWISE_MAX_MULTIPLIER = 2
 
 
 def depthwise_forward(img, w, bias, geom, nt):
@@ -485,10 +489,13 @@ def depthwise_weight_grad(cols, img, w_shape, geom, nt):
 
 # --------------------------------------------------------------------------- primitives
 def route(geom, n, nt):
-    """"depthwise" for stride-1 convolutions with one image channel per group; else "direct" for
-    every convolution but 1x1 ones (plain GEMMs, for BLAS) and batches too small to give each
-    thread a (sample, group) item; else "gemm"."""
-    if n > 0 and geom.img_channels == geom.group and all(s == 1 for s in geom.strides):
+    """"depthwise" for stride-1 convolutions with one image channel per group and at most
+    DEPTHWISE_MAX_MULTIPLIER column channels per group; else "direct" for every convolution but
+    1x1 ones (plain GEMMs, for BLAS) and batches too small to give each thread a (sample, group)
+    item; else "gemm"."""
+    g = geom.group
+    if (n > 0 and geom.img_channels == g and geom.col_channels <= DEPTHWISE_MAX_MULTIPLIER * g
+            and all(s == 1 for s in geom.strides)):
         return "depthwise"
     direct = not geom.is_pointwise and n > 0 and (nt == 1 or n * geom.group >= nt)
     return "direct" if direct else "gemm"
