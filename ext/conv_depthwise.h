@@ -158,6 +158,37 @@ static inline void mt_dw_next_block(const mt_dw_geom* g, ptrdiff_t chunks, int R
     k->od++;
 }
 
+/* The image rows of one block, each loaded once (rows oh0 - PH + t*DH, t < R + KH - 1, from
+   `plane`, which points at the block's first column of tap kw = 0): row t meets block row r
+   through kernel row kh = t - r.  Forward (wk given): out[r, cc] += wk[kh, kw] * x; weight
+   gradient (wk NULL): sums[kh, kw] += d[r, cc] * x. */
+#define MT_DW_IMAGE_ROWS(SUFFIX, T, V, VW)                                                      \
+static inline __attribute__((always_inline)) void                                               \
+mt_dw_image_rows_##SUFFIX(const T* plane, ptrdiff_t oh0, const mt_dw_mask_##SUFFIX* pm,         \
+                          const T* wk, V* out, const V* d, V* sums, const int R, const int CC,  \
+                          const ptrdiff_t KH, const ptrdiff_t KW, ptrdiff_t IH, ptrdiff_t IW,   \
+                          ptrdiff_t DH, ptrdiff_t DW, ptrdiff_t PH)                             \
+{                                                                                               \
+    _Pragma("GCC unroll 8") for (ptrdiff_t t = 0; t < R + KH - 1; t++) {                        \
+        const ptrdiff_t ih = oh0 - PH + t * DH;                                                 \
+        if (ih < 0 || ih >= IH) continue;                                                       \
+        _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++)                                 \
+            _Pragma("GCC unroll 5") for (ptrdiff_t kw = 0; kw < KW; kw++) {                     \
+                const V xv = mt_dw_mload_##SUFFIX(plane + ih * IW + cc * (VW) + kw * DW,         \
+                                                  pm[cc * (KW + 1) + kw]);                      \
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                           \
+                    if (t - r < 0 || t - r >= KH) continue;                                     \
+                    if (wk)                                                                     \
+                        out[r * CC + cc] += wk[(t - r) * KW + kw] * xv;                         \
+                    else                                                                        \
+                        sums[(t - r) * KW + kw] += d[r * CC + cc] * xv;                         \
+                }                                                                               \
+            }                                                                                   \
+    }                                                                                           \
+}
+MT_DW_IMAGE_ROWS(f, float, mt_dw_vf, MT_DW_VWF)
+MT_DW_IMAGE_ROWS(d, double, mt_dw_vd, MT_DW_VWD)
+
 /* One output plane: y = bias + sum over c < C and the taps of w[c][tap] * (image plane c shifted
    by the tap), the C image planes x + c * xstride (C = 1 for Conv, the multiplier for the data
    gradient).  Block by block: image row t of a block (oh0 - PH + t*DH) feeds its row r through
@@ -182,18 +213,7 @@ mt_dw_forward_body_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* mask
                 if (id < 0 || id >= ID) continue;                                               \
                 const T* plane = x + c * xstride + id * IH * IW + j * (VW) - g->PW;             \
                 const T* wk = w + c * taps + kd * KH * KW;                                      \
-                _Pragma("GCC unroll 8") for (ptrdiff_t t = 0; t < R + KH - 1; t++) {            \
-                    const ptrdiff_t ih = oh0 - PH + t * DH;                                     \
-                    if (ih < 0 || ih >= IH) continue;                                           \
-                    _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++)                     \
-                        _Pragma("GCC unroll 5") for (ptrdiff_t kw = 0; kw < KW; kw++) {         \
-                            const V xv = mt_dw_mload_##SUFFIX(plane + ih * IW + cc * (VW) + kw * DW, \
-                                                              pm[cc * ld + kw]);                \
-                            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                 \
-                                if (t - r >= 0 && t - r < KH)                                   \
-                                    acc[r * CC + cc] += wk[(t - r) * KW + kw] * xv;             \
-                        }                                                                       \
-                }                                                                               \
+                mt_dw_image_rows_##SUFFIX(plane, oh0, pm, wk, acc, NULL, NULL, R, CC, KH, KW, IH, IW, DH, DW, PH); \
             }                                                                                   \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                     \
             _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++) {                           \
@@ -251,18 +271,7 @@ mt_dw_weight_grad_body_##SUFFIX(const mt_dw_geom* g, const mt_dw_mask_##SUFFIX* 
                             : (V){0};                                                           \
                     }                                                                           \
                 const T* plane = x + b * xstride + id * IH * IW + j * (VW) - g->PW;             \
-                _Pragma("GCC unroll 8") for (ptrdiff_t t = 0; t < R + KH - 1; t++) {            \
-                    const ptrdiff_t ih = oh0 - PH + t * DH;                                     \
-                    if (ih < 0 || ih >= IH) continue;                                           \
-                    _Pragma("GCC unroll 4") for (int cc = 0; cc < CC; cc++)                     \
-                        _Pragma("GCC unroll 5") for (ptrdiff_t kw = 0; kw < KW; kw++) {         \
-                            const V xv = mt_dw_mload_##SUFFIX(plane + ih * IW + cc * (VW) + kw * DW, \
-                                                              pm[cc * ld + kw]);                \
-                            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                 \
-                                if (t - r >= 0 && t - r < KH)                                   \
-                                    acc[(t - r) * KW + kw] += d[r * CC + cc] * xv;              \
-                        }                                                                       \
-                }                                                                               \
+                mt_dw_image_rows_##SUFFIX(plane, oh0, pm, NULL, NULL, d, acc, R, CC, KH, KW, IH, IW, DH, DW, PH); \
             }                                                                                   \
         _Pragma("GCC unroll 25") for (ptrdiff_t t = 0; t < KH * KW; t++) {                      \
             T sum = 0;                                                                          \
