@@ -60,6 +60,40 @@ static void NAME(const T* restrict x, const ptrdiff_t* restrict coff, ptrdiff_t 
     }                                                                                           \
 }
 
+/* The sum of a vector's lanes, as a tree of halvings: kernel B ends every call with MR2 x TB of
+   these, and a chain of scalar adds there costs as much as hundreds of FMAs. */
+#if MT_VBYTES == 64 && defined(__AVX512F__)
+#include <immintrin.h>
+static inline float float_lane_sum(mt_vf v) { return _mm512_reduce_add_ps((__m512)v); }
+static inline double double_lane_sum(mt_vd v) { return _mm512_reduce_add_pd((__m512d)v); }
+#elif MT_VBYTES == 32 && defined(__AVX__)
+#include <immintrin.h>
+static inline float float_lane_sum(mt_vf v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline double double_lane_sum(mt_vd v)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128((__m256d)v), _mm256_extractf128_pd((__m256d)v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+#else
+#define MT_LANE_SUM(T, V, VW)                                                                   \
+static inline T T##_lane_sum(V v)                                                               \
+{                                                                                               \
+    T s[VW];                                                                                    \
+    memcpy(s, &v, sizeof v);                                                                    \
+    for (int w = (VW) / 2; w > 0; w /= 2)                                                       \
+        for (int i = 0; i < w; i++) s[i] += s[i + w];                                           \
+    return s[0];                                                                                \
+}
+MT_LANE_SUM(float, mt_vf, MT_VWF)
+MT_LANE_SUM(double, mt_vd, MT_VWD)
+#undef MT_LANE_SUM
+#endif
+
 /* Kernel B microkernel: out[r * ldo + t] += sum over samples b and p < plen of
    dy[r, b * L + p] x[b * L + p + off[t]]. */
 #define MT_KB(NAME, T, V, VU, VW, MR2, TB)                                                      \
@@ -87,12 +121,9 @@ static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,      
             }                                                                                   \
         }                                                                                       \
     }                                                                                           \
-    for (int r = 0; r < (MR2); r++)                                                             \
-        for (int t = 0; t < (TB); t++) {                                                        \
-            T s = 0;                                                                            \
-            for (int i = 0; i < (VW); i++) s += acc[r][t][i];                                   \
-            out[r * ldo + t] += s;                                                              \
-        }                                                                                       \
+    _Pragma("GCC unroll 16") for (int r = 0; r < (MR2); r++)                                    \
+        _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++)                                 \
+            out[r * ldo + t] += T##_lane_sum(acc[r][t]);                                        \
 }
 
 /* Register blocks: AVX-512 has 32 vector registers, the others 16 (all of them used). */

@@ -307,7 +307,7 @@ cdef inline Item _item(Py_ssize_t it, const Plan* pl, Py_ssize_t N) noexcept nog
 
 
 cdef enum:
-    PIECE = 4096   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
+    PIECE = 2048   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
     PIECE_BYTES = 256 * 1024   # bytes of packed image per kernel-A piece: a quarter of a 1 MiB L2
 
 
@@ -448,8 +448,8 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                 if i < plen:
                     memset(row + i, 0, (plen - i) * sizeof(real))
         acc = &dw_acc[tid, 0] + gi * mpad * pl.C * sb.taps
-        # a block of dy rows stays in cache while every channel's taps stream past it; a long
-        # single pass is cut into pieces of PIECE grid points so that the block stays small
+        # one channel of the image grid stays in L1 while the blocks of dy rows stream past it
+        # from L2; a long single pass is cut into pieces of PIECE grid points so that both fit
         piece = plen
         if kb == 1 and piece > PIECE:
             piece = PIECE
@@ -458,9 +458,9 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
             pn = plen - p0
             if pn > piece:
                 pn = piece
-            mb = 0
-            while mb < pl.M:
-                for c in range(pl.C):
+            for c in range(pl.C):
+                mb = 0
+                while mb < pl.M:
                     nblk = (sb.taps + tbmax - 1) // tbmax
                     t0 = 0
                     while t0 < sb.taps:
@@ -475,5 +475,5 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                                               acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                         nblk = nblk - 1
                         t0 = t0 + tb
-                mb = mb + mr2
+                    mb = mb + mr2
             p0 = p0 + pn

@@ -41,6 +41,11 @@ DIRECT_BYTES = 384 * 1024
 # item let each microkernel call sum over more points before its horizontal sums, up to the
 # point where the grids no longer stay in the last-level cache while the row blocks pass.
 WEIGHT_GRAD_ITEM_BYTES = 8 << 20
+# Grid points one kernel-B call sums over: enough that its closing horizontal sums cost little,
+# few enough that the call's channel of the image grid stays in L1 while every block of dy rows
+# streams past it (ext/conv_direct.pyx runs the channels in the outer loop).  The same as
+# conv_direct.pyx's PIECE.
+WEIGHT_GRAD_CALL_POINTS = 2048
 # The largest dimension or leading dimension BLAS takes: its ints are 32-bit.
 BLAS_INT_MAX = 2 ** 31 - 1
 
@@ -192,9 +197,10 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     samples per work item are chosen so that every thread gets items and, for kernel A, an
     item's scratch stays near DIRECT_BYTES (`rows`: output-grid rows per sample held in
     scratch); for kernel B (`block_rows`: dy rows one microkernel call streams) so that a call
-    sums over about 4096 grid points (its horizontal sums then cost little) while the dy rows it
-    streams (Pext points of each sample, whatever the phases the image has) stay in L2.  `unrolled`: (KU, OW, DW) of the width-unrolled grid, whose rows hold the B
-    samples of an item side by side (u[2] is one sample's width OW; the grid's is B * OW).
+    sums over about WEIGHT_GRAD_CALL_POINTS grid points while the dy rows it streams (Pext points
+    of each sample, whatever the phases the image has) stay in L2.  `unrolled`: (KU, OW, DW) of
+    the width-unrolled grid, whose rows hold the B samples of an item side by side (u[2] is one
+    sample's width OW; the grid's is B * OW).
     Returns (plan, B, L)."""
     def layout(u):
         plane = u[0] * u[1] * u[2]
@@ -217,7 +223,7 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
         pext = records[0]["Pext"]      # the grid points of a sample that a call streams
-        b = max(1, min(n, -(-4096 // pext), (256 << 10) // (block_rows * pext * itemsize),
+        b = max(1, min(n, -(-WEIGHT_GRAD_CALL_POINTS // pext), (256 << 10) // (block_rows * pext * itemsize),
                        WEIGHT_GRAD_ITEM_BYTES // ((c + rows) * length * itemsize)))
     if nt > 1:
         b = _balanced_batch(n, g, b, nt)
