@@ -268,6 +268,14 @@ def _unrolled_weight(w, geom):
     return np.ascontiguousarray(w.transpose(order)).reshape(w.shape[0], w.shape[1] * w.shape[-1], -1)
 
 
+def shared_pad_width(ow, span, iw, pad):
+    """The row width of a stride-1 shifted grid whose rows share their pad columns: a tap that
+    reads past a row's end lands in the next row's leading pad, which is zero, so the row needs
+    only ow outputs, the image's columns and enough of the right pad that no real column is
+    read through that wrap (span: the widest tap shift; was ow + span)."""
+    return max(ow, iw + pad, ow + span - pad)
+
+
 @bounded_cache("cpu conv direct_plan")
 def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=False):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
@@ -285,6 +293,8 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=Fa
     residues = [[(k * d) % s for k in range(kk)] for kk, d, s in zip(kernel, grid_dil, grid_strides)]
     used = [sorted(set(res)) for res in residues]
     u = [o + max(q) for o, q in zip(out, shifts)]
+    if not unrolled and grid_strides[2] == 1:
+        u[2] = shared_pad_width(out[2], max(shifts[2]), geom.img_spatial[-1], geom.pads_begin[-1])
     phases = [(a, b, c) for a in used[0] for b in used[1] for c in used[2]]
     index = {ph: i for i, ph in enumerate(phases)}
 
