@@ -203,6 +203,15 @@ cdef inline void _valid_range(const Plan* pl, Py_ssize_t rw, Py_ssize_t limit, P
         lo[0] = hi[0]
 
 
+cdef inline bint _image_row(const Plan* pl, Py_ssize_t ph, Py_ssize_t ud, Py_ssize_t uh, Py_ssize_t* idd,
+                            Py_ssize_t* ih) noexcept nogil:
+    """(idd, ih): the image row that grid row (phase ph, ud, uh) holds; False where it lies in
+    the padding."""
+    idd[0] = ud * pl.SD + pl.phases[3 * ph] - pl.PD
+    ih[0] = uh * pl.SH + pl.phases[3 * ph + 1] - pl.PH
+    return 0 <= idd[0] < pl.ID and 0 <= ih[0] < pl.IH
+
+
 cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
     """buf[c, b, :] (channel stride B * L, sample stride L) = the shifted grid of image
     img[b, c] for b < nb; every one of the L entries is written (zeros outside the image).
@@ -227,11 +236,9 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
                 if pair:
                     _valid_range(pl, 1, pl.Uw, &lo1, &hi1)
                 for ud in range(pl.Ud):
-                    idd = ud * pl.SD + rd - pl.PD
                     for uh in range(pl.Uh):
-                        ih = uh * pl.SH + rh - pl.PH
                         row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
-                        if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
+                        if not _image_row(pl, ph, ud, uh, &idd, &ih):
                             zero(row, pl.Uw)
                             if pair:
                                 zero(row + rows, pl.Uw)
@@ -251,20 +258,17 @@ cdef void pack_unrolled(const real* img, Py_ssize_t nb, real* buf, const Plan* p
     """buf[c * KU + kw, :] (channel stride L) = the width-unrolled grid of images img[b, c],
     b < nb: grid row (phase, ud, uh) holds, at columns b * OW + ow, image row (idd, ih)'s
     columns ow * SW + kw * DW - PW (zeros outside the image, and for samples nb <= b < B)."""
-    cdef Py_ssize_t b, c, kw, ph, ud, uh, idd, ih, rd, rh
+    cdef Py_ssize_t b, c, kw, ph, ud, uh, idd, ih
     cdef real* dst
     cdef real* row
     cdef const real* src
     for c in range(pl.CI):
         dst = buf + c * pl.KU * pl.L
         for ph in range(pl.nph):
-            rd, rh = pl.phases[3 * ph], pl.phases[3 * ph + 1]
             for ud in range(pl.Ud):
-                idd = ud * pl.SD + rd - pl.PD
                 for uh in range(pl.Uh):
-                    ih = uh * pl.SH + rh - pl.PH
                     row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
-                    if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
+                    if not _image_row(pl, ph, ud, uh, &idd, &ih):
                         for kw in range(pl.KU):
                             zero(row + kw * pl.L, pl.Uw)
                         continue
