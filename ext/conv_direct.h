@@ -60,6 +60,40 @@ static void NAME(const T* restrict x, const ptrdiff_t* restrict coff, ptrdiff_t 
     }                                                                                           \
 }
 
+/* The sum of a vector's lanes, as a tree of halvings: kernel B ends every call with MR2 x TB of
+   these, and a chain of scalar adds there costs as much as hundreds of FMAs. */
+#if MT_VBYTES == 64 && defined(__AVX512F__)
+#include <immintrin.h>
+static inline float float_lane_sum(mt_vf v) { return _mm512_reduce_add_ps((__m512)v); }
+static inline double double_lane_sum(mt_vd v) { return _mm512_reduce_add_pd((__m512d)v); }
+#elif MT_VBYTES == 32 && defined(__AVX__)
+#include <immintrin.h>
+static inline float float_lane_sum(mt_vf v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline double double_lane_sum(mt_vd v)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128((__m256d)v), _mm256_extractf128_pd((__m256d)v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+#else
+#define MT_LANE_SUM(T, V, VW)                                                                   \
+static inline T T##_lane_sum(V v)                                                               \
+{                                                                                               \
+    T s[VW];                                                                                    \
+    memcpy(s, &v, sizeof v);                                                                    \
+    for (int w = (VW) / 2; w > 0; w /= 2)                                                       \
+        for (int i = 0; i < w; i++) s[i] += s[i + w];                                           \
+    return s[0];                                                                                \
+}
+MT_LANE_SUM(float, mt_vf, MT_VWF)
+MT_LANE_SUM(double, mt_vd, MT_VWD)
+#undef MT_LANE_SUM
+#endif
+
 /* Kernel B microkernel: out[r * ldo + t] += sum over samples b and p < plen of
    dy[r, b * L + p] x[b * L + p + off[t]]. */
 #define MT_KB(NAME, T, V, VU, VW, MR2, TB)                                                      \
@@ -87,12 +121,9 @@ static void NAME(const T* restrict dy, ptrdiff_t ldd, const T* restrict x,      
             }                                                                                   \
         }                                                                                       \
     }                                                                                           \
-    for (int r = 0; r < (MR2); r++)                                                             \
-        for (int t = 0; t < (TB); t++) {                                                        \
-            T s = 0;                                                                            \
-            for (int i = 0; i < (VW); i++) s += acc[r][t][i];                                   \
-            out[r * ldo + t] += s;                                                              \
-        }                                                                                       \
+    _Pragma("GCC unroll 16") for (int r = 0; r < (MR2); r++)                                    \
+        _Pragma("GCC unroll 16") for (int t = 0; t < (TB); t++)                                 \
+            out[r * ldo + t] += T##_lane_sum(acc[r][t]);                                        \
 }
 
 /* Register blocks: AVX-512 has 32 vector registers, the others 16 (all of them used). */
@@ -279,21 +310,39 @@ static inline void float_row_pack(float* restrict row, const float* restrict src
         float_row_pack_loops(row, src, n, lo, hi, stride);
     }
 }
+/* Both phases from the same two loads: the even lanes to r0, the odd ones to r1. */
 static void float_row_pack2(float* restrict r0, float* restrict r1, const float* restrict src, ptrdiff_t n,
                             ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
 {
-    float_row_pack(r0, src, n, lo0, hi0, 2);
-    float_row_pack(r1, src + 1, n, lo1, hi1, 2);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (ptrdiff_t i = 0; i < n; i += 16) {
+        __mmask16 m0 = mt_lanes(i, lo0, hi0), m1 = mt_lanes(i, lo1, hi1), out = mt_lanes(i, 0, n);
+        uint32_t wide = _pdep_u32(m0, 0x55555555u) | _pdep_u32(m1, 0xAAAAAAAAu);
+        __m512 a = _mm512_maskz_loadu_ps((__mmask16)(wide & 0xFFFFu), src + 2 * i);
+        __m512 b = _mm512_maskz_loadu_ps((__mmask16)(wide >> 16), src + 2 * i + 16);
+        _mm512_mask_storeu_ps(r0 + i, out, _mm512_maskz_permutex2var_ps(m0, a, even, b));
+        _mm512_mask_storeu_ps(r1 + i, out, _mm512_maskz_permutex2var_ps(m1, a, odd, b));
+    }
 }
 static void float_row_out(float* restrict dst, const float* restrict src, ptrdiff_t n, ptrdiff_t stride,
                           float bias)
 {
+    const __m512 b = _mm512_set1_ps(bias);
+    ptrdiff_t i = 0;
+    if (stride == 2) {          /* 8 points to the even lanes of 16: each duplicated, half stored */
+        const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        for (; i < n; i += 8) {
+            __mmask16 even = (__mmask16)_pdep_u32(mt_lanes(i, 0, n) & 0xFFu, 0x5555u);
+            __m512 v = _mm512_castps256_ps512(_mm256_maskz_loadu_ps((__mmask8)mt_lanes(i, 0, n), src + i));
+            _mm512_mask_storeu_ps(dst + 2 * i, even, _mm512_add_ps(_mm512_permutexvar_ps(twice, v), b));
+        }
+        return;
+    }
     if (stride != 1) {
         float_row_out_loops(dst, src, n, stride, bias);
         return;
     }
-    const __m512 b = _mm512_set1_ps(bias);
-    ptrdiff_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i, _mm512_add_ps(_mm512_loadu_ps(src + i), b));
     if (i < n) {

@@ -203,6 +203,15 @@ cdef inline void _valid_range(const Plan* pl, Py_ssize_t rw, Py_ssize_t limit, P
         lo[0] = hi[0]
 
 
+cdef inline bint _image_row(const Plan* pl, Py_ssize_t ph, Py_ssize_t ud, Py_ssize_t uh, Py_ssize_t* idd,
+                            Py_ssize_t* ih) noexcept nogil:
+    """(idd, ih): the image row that grid row (phase ph, ud, uh) holds; False where it lies in
+    the padding."""
+    idd[0] = ud * pl.SD + pl.phases[3 * ph] - pl.PD
+    ih[0] = uh * pl.SH + pl.phases[3 * ph + 1] - pl.PH
+    return 0 <= idd[0] < pl.ID and 0 <= ih[0] < pl.IH
+
+
 cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexcept nogil:
     """buf[c, b, :] (channel stride B * L, sample stride L) = the shifted grid of image
     img[b, c] for b < nb; every one of the L entries is written (zeros outside the image).
@@ -227,11 +236,9 @@ cdef void pack(const real* img, Py_ssize_t nb, real* buf, const Plan* pl) noexce
                 if pair:
                     _valid_range(pl, 1, pl.Uw, &lo1, &hi1)
                 for ud in range(pl.Ud):
-                    idd = ud * pl.SD + rd - pl.PD
                     for uh in range(pl.Uh):
-                        ih = uh * pl.SH + rh - pl.PH
                         row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
-                        if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
+                        if not _image_row(pl, ph, ud, uh, &idd, &ih):
                             zero(row, pl.Uw)
                             if pair:
                                 zero(row + rows, pl.Uw)
@@ -251,20 +258,17 @@ cdef void pack_unrolled(const real* img, Py_ssize_t nb, real* buf, const Plan* p
     """buf[c * KU + kw, :] (channel stride L) = the width-unrolled grid of images img[b, c],
     b < nb: grid row (phase, ud, uh) holds, at columns b * OW + ow, image row (idd, ih)'s
     columns ow * SW + kw * DW - PW (zeros outside the image, and for samples nb <= b < B)."""
-    cdef Py_ssize_t b, c, kw, ph, ud, uh, idd, ih, rd, rh
+    cdef Py_ssize_t b, c, kw, ph, ud, uh, idd, ih
     cdef real* dst
     cdef real* row
     cdef const real* src
     for c in range(pl.CI):
         dst = buf + c * pl.KU * pl.L
         for ph in range(pl.nph):
-            rd, rh = pl.phases[3 * ph], pl.phases[3 * ph + 1]
             for ud in range(pl.Ud):
-                idd = ud * pl.SD + rd - pl.PD
                 for uh in range(pl.Uh):
-                    ih = uh * pl.SH + rh - pl.PH
                     row = dst + (ph * pl.Ud + ud) * pl.Uh * pl.Uw + uh * pl.Uw
-                    if idd < 0 or idd >= pl.ID or ih < 0 or ih >= pl.IH:
+                    if not _image_row(pl, ph, ud, uh, &idd, &ih):
                         for kw in range(pl.KU):
                             zero(row + kw * pl.L, pl.Uw)
                         continue
@@ -307,7 +311,7 @@ cdef inline Item _item(Py_ssize_t it, const Plan* pl, Py_ssize_t N) noexcept nog
 
 
 cdef enum:
-    PIECE = 4096   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
+    PIECE = 2048   # grid points per kernel-B call over one long sample (a multiple of any SIMD width)
     PIECE_BYTES = 256 * 1024   # bytes of packed image per kernel-A piece: a quarter of a 1 MiB L2
 
 
@@ -448,8 +452,8 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                 if i < plen:
                     memset(row + i, 0, (plen - i) * sizeof(real))
         acc = &dw_acc[tid, 0] + gi * mpad * pl.C * sb.taps
-        # a block of dy rows stays in cache while every channel's taps stream past it; a long
-        # single pass is cut into pieces of PIECE grid points so that the block stays small
+        # one channel of the image grid stays in L1 while the blocks of dy rows stream past it
+        # from L2; a long single pass is cut into pieces of PIECE grid points so that both fit
         piece = plen
         if kb == 1 and piece > PIECE:
             piece = PIECE
@@ -458,9 +462,9 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
             pn = plen - p0
             if pn > piece:
                 pn = piece
-            mb = 0
-            while mb < pl.M:
-                for c in range(pl.C):
+            for c in range(pl.C):
+                mb = 0
+                while mb < pl.M:
                     nblk = (sb.taps + tbmax - 1) // tbmax
                     t0 = 0
                     while t0 < sb.taps:
@@ -475,5 +479,5 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                                               acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                         nblk = nblk - 1
                         t0 = t0 + tb
-                mb = mb + mr2
+                    mb = mb + mr2
             p0 = p0 + pn

@@ -514,6 +514,10 @@ def test_conv_transpose_edge_geometry(x_shape, w_shape, attrs, begin, out, rng):
     ("ConvTranspose", (2, 4, 5, 6), (4, 3, 3, 2), {"group": 2, "strides": [2, 1], "pads": [1, 0, 0, 1],
                                                    "output_padding": [1, 0]}),
     ("ConvTranspose", (2, 3, 7), (3, 2, 4), {"strides": [3], "dilations": [2]}),
+    # stride-1 rows that share their pad columns (shared_pad_width): uneven, wide and end-only pads
+    ("Conv", (2, 3, 6, 7), (4, 3, 3, 3), {"pads": [1, 3, 1, 0], "dilations": [1, 2]}),
+    ("Conv", (2, 3, 6, 7), (4, 3, 2, 4), {"pads": [0, 0, 0, 3]}),
+    ("Conv", (2, 2, 5, 4), (3, 2, 1, 2), {"pads": [0, 4, 0, 4]}),
 ])
 def test_gemm_and_direct_kernels_agree(op, x_shape, w_shape, attrs, rng, monkeypatch):
     """im2col/col2im + BLAS (for 1x1 convolutions and batches too small for the threads) gives

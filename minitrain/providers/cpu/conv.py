@@ -48,6 +48,11 @@ DIRECT_BYTES = 384 * 1024
 # item let each microkernel call sum over more points before its horizontal sums, up to the
 # point where the grids no longer stay in the last-level cache while the row blocks pass.
 WEIGHT_GRAD_ITEM_BYTES = 8 << 20
+# Grid points one kernel-B call sums over: enough that its closing horizontal sums cost little,
+# few enough that the call's channel of the image grid stays in L1 while every block of dy rows
+# streams past it (ext/conv_direct.pyx runs the channels in the outer loop).  The same as
+# conv_direct.pyx's PIECE.
+WEIGHT_GRAD_CALL_POINTS = 2048
 # The largest dimension or leading dimension BLAS takes: its ints are 32-bit.
 BLAS_INT_MAX = 2 ** 31 - 1
 
@@ -199,9 +204,10 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
     samples per work item are chosen so that every thread gets items and, for kernel A, an
     item's scratch stays near DIRECT_BYTES (`rows`: output-grid rows per sample held in
     scratch); for kernel B (`block_rows`: dy rows one microkernel call streams) so that a call
-    sums over about 4096 grid points (its horizontal sums then cost little) while the dy rows it
-    streams (Pext points of each sample, whatever the phases the image has) stay in L2.  `unrolled`: (KU, OW, DW) of the width-unrolled grid, whose rows hold the B
-    samples of an item side by side (u[2] is one sample's width OW; the grid's is B * OW).
+    sums over about WEIGHT_GRAD_CALL_POINTS grid points while the dy rows it streams (Pext points
+    of each sample, whatever the phases the image has) stay in L2.  `unrolled`: (KU, OW, DW) of
+    the width-unrolled grid, whose rows hold the B samples of an item side by side (u[2] is one
+    sample's width OW; the grid's is B * OW).
     Returns (plan, B, L)."""
     def layout(u):
         plane = u[0] * u[1] * u[2]
@@ -224,7 +230,7 @@ def _assemble_plan(g, c, m, u, img, strides, pads, phases, subs, n, itemsize, sl
         b = max(1, min(n, DIRECT_BYTES // max(1, (c + rows) * length * itemsize)))
     else:
         pext = records[0]["Pext"]      # the grid points of a sample that a call streams
-        b = max(1, min(n, -(-4096 // pext), (256 << 10) // (block_rows * pext * itemsize),
+        b = max(1, min(n, -(-WEIGHT_GRAD_CALL_POINTS // pext), (256 << 10) // (block_rows * pext * itemsize),
                        WEIGHT_GRAD_ITEM_BYTES // ((c + rows) * length * itemsize)))
     if nt > 1:
         b = _balanced_batch(n, g, b, nt)
@@ -269,6 +275,14 @@ def _unrolled_weight(w, geom):
     return np.ascontiguousarray(w.transpose(order)).reshape(w.shape[0], w.shape[1] * w.shape[-1], -1)
 
 
+def shared_pad_width(ow, span, iw, pad):
+    """The row width of a stride-1 shifted grid whose rows share their pad columns: a tap that
+    reads past a row's end lands in the next row's leading pad, which is zero, so the row needs
+    only ow outputs, the image's columns and enough of the right pad that no real column is
+    read through that wrap (span: the widest tap shift; was ow + span)."""
+    return max(ow, iw + pad, ow + span - pad)
+
+
 @bounded_cache("cpu conv direct_plan")
 def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=False):
     """The plan of a convolution (image -> columns): stride phases of the image, one offset per
@@ -286,6 +300,8 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=Fa
     residues = [[(k * d) % s for k in range(kk)] for kk, d, s in zip(kernel, grid_dil, grid_strides)]
     used = [sorted(set(res)) for res in residues]
     u = [o + max(q) for o, q in zip(out, shifts)]
+    if not unrolled and grid_strides[2] == 1:
+        u[2] = shared_pad_width(out[2], max(shifts[2]), geom.img_spatial[-1], geom.pads_begin[-1])
     phases = [(a, b, c) for a in used[0] for b in used[1] for c in used[2]]
     index = {ph: i for i, ph in enumerate(phases)}
 
