@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Depthwise convolution at stride 1, read in place: one image channel per group (Conv with
-group == C_in, any multiplier M = C_out / group), 1D, 2D and 3D, any kernel, pads and dilation.
+group == C_in, any multiplier M = C_out / group; minitrain/providers/cpu/conv.py routes M <= 2
+here), 1D, 2D and 3D, any kernel, pads and dilation.
 
 The direct kernels (conv_direct.pyx) copy the image into a padded grid and crop the outputs
 back; with one channel per group there is too little arithmetic per point to pay for those two
@@ -53,11 +54,6 @@ cdef extern from "conv_depthwise.h":
                              mt_dw_vd* lanes) noexcept nogil
     Py_ssize_t mt_dw_mask_count(const mt_dw_geom* g, int is_double)
     int mt_dw_vbytes()
-
-
-def simd_bytes():
-    """Bytes of one SIMD vector in these kernels (64: AVX-512, 32: AVX, 16: otherwise)."""
-    return mt_dw_vbytes()
 
 
 cdef mt_dw_geom _geom(const long long[::1] geo) except *:
