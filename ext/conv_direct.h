@@ -197,28 +197,25 @@ static const mt_kb_d mt_kb_double[24] = MT_B_TABLE(double);
 
 /* Kernel A over points [p0, p1) (a multiple of the vector width): whole NV-vector blocks, then
    the rest one vector at a time, so that no pass computes more than a vector past its end. */
-static void mt_ka_call_float(int variant, const float* x, const ptrdiff_t* coff, ptrdiff_t nct,
-                             const float* wp, float* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
-                             ptrdiff_t mvalid)
-{
-    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * MT_VWF, whole = p0 + (p1 - p0) / block * block;
-    if (whole > p0) mt_ka_float[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);
-    if (p1 > whole) mt_ka_tail_float[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);
+#define MT_KA_CALL(T, VW)                                                                       \
+static void mt_ka_call_##T(int variant, const T* x, const ptrdiff_t* coff, ptrdiff_t nct,       \
+                           const T* wp, T* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,        \
+                           ptrdiff_t mvalid)                                                    \
+{                                                                                               \
+    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * (VW), whole = p0 + (p1 - p0) / block * block; \
+    if (whole > p0) mt_ka_##T[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);            \
+    if (p1 > whole) mt_ka_tail_##T[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);       \
 }
-static void mt_ka_call_double(int variant, const double* x, const ptrdiff_t* coff, ptrdiff_t nct,
-                              const double* wp, double* y, ptrdiff_t ldy, ptrdiff_t p0, ptrdiff_t p1,
-                              ptrdiff_t mvalid)
-{
-    ptrdiff_t block = (ptrdiff_t)mt_a_nv[variant] * MT_VWD, whole = p0 + (p1 - p0) / block * block;
-    if (whole > p0) mt_ka_double[variant](x, coff, nct, wp, y, ldy, p0, whole, mvalid);
-    if (p1 > whole) mt_ka_tail_double[variant](x, coff, nct, wp, y, ldy, whole, p1, mvalid);
-}
-static void mt_kb_call_float(int tb, const float* dy, ptrdiff_t ldd, const float* x, const ptrdiff_t* off,
-                             ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, float* out, ptrdiff_t ldo)
-{ mt_kb_float[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
-static void mt_kb_call_double(int tb, const double* dy, ptrdiff_t ldd, const double* x, const ptrdiff_t* off,
-                              ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, double* out, ptrdiff_t ldo)
-{ mt_kb_double[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
+MT_KA_CALL(float, MT_VWF)
+MT_KA_CALL(double, MT_VWD)
+#undef MT_KA_CALL
+#define MT_KB_CALL(T)                                                                           \
+static void mt_kb_call_##T(int tb, const T* dy, ptrdiff_t ldd, const T* x, const ptrdiff_t* off, \
+                           ptrdiff_t nb, ptrdiff_t L, ptrdiff_t plen, T* out, ptrdiff_t ldo)    \
+{ mt_kb_##T[tb - 1](dy, ldd, x, off, nb, L, plen, out, ldo); }
+MT_KB_CALL(float)
+MT_KB_CALL(double)
+#undef MT_KB_CALL
 /* Row copies with restrict pointers, so that GCC vectorizes them. */
 /* Rows are short: plain vectorized loops, never memcpy/memset calls. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)

@@ -181,6 +181,24 @@ cdef inline void row_out(real* dst, const real* src, Py_ssize_t n, Py_ssize_t st
         double_row_out(dst, src, n, stride, bias)
 
 
+cdef inline void ka_call(int variant, const real* x, const Py_ssize_t* coff, Py_ssize_t nct, const real* wp,
+                         real* y, Py_ssize_t ldy, Py_ssize_t p0, Py_ssize_t p1, Py_ssize_t mvalid) noexcept nogil:
+    """Kernel A over points [p0, p1) (conv_direct.h's mt_ka_call)."""
+    if real is float:
+        mt_ka_call_float(variant, x, coff, nct, wp, y, ldy, p0, p1, mvalid)
+    else:
+        mt_ka_call_double(variant, x, coff, nct, wp, y, ldy, p0, p1, mvalid)
+
+
+cdef inline void kb_call(int tb, const real* dy, Py_ssize_t ldd, const real* x, const Py_ssize_t* off,
+                         Py_ssize_t nb, Py_ssize_t L, Py_ssize_t plen, real* out, Py_ssize_t ldo) noexcept nogil:
+    """Kernel B's microkernel for tb taps (conv_direct.h's mt_kb_call)."""
+    if real is float:
+        mt_kb_call_float(tb, dy, ldd, x, off, nb, L, plen, out, ldo)
+    else:
+        mt_kb_call_double(tb, dy, ldd, x, off, nb, L, plen, out, ldo)
+
+
 cdef inline void zero(real* dst, Py_ssize_t n) noexcept nogil:
     if real is float:
         float_zero(dst, n)
@@ -372,13 +390,8 @@ def forward(const real[::1] x, const real[::1] wp, const real[::1] bias, real[::
                     if p1 > pend:
                         p1 = pend
                     for mb in range(mblocks):
-                        if real is float:
-                            mt_ka_call_float(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
-                                             yb + mb * mr * cs + b * pl.L, cs, p0, p1, pl.M - mb * mr)
-                        else:
-                            mt_ka_call_double(variant, xb + b * pl.L, coff, pl.C * sb.taps,
-                                              wg + mb * mr * pl.C * sb.taps, yb + mb * mr * cs + b * pl.L, cs,
-                                              p0, p1, pl.M - mb * mr)
+                        ka_call(variant, xb + b * pl.L, coff, pl.C * sb.taps, wg + mb * mr * pl.C * sb.taps,
+                                yb + mb * mr * cs + b * pl.L, cs, p0, p1, pl.M - mb * mr)
                     p0 = p1
             # crop the grid into y (+ bias): sample b of the grid at b * L (shifted grid) or at
             # columns b * OW (unrolled)
@@ -469,14 +482,9 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] dw_acc,
                     t0 = 0
                     while t0 < sb.taps:
                         tb = (sb.taps - t0 + nblk - 1) // nblk
-                        if real is float:
-                            mt_kb_call_float(<int>(bvariant * 8 + tb), db + mb * cs + p0, cs,
-                                             xb + c * cs + p0, <const Py_ssize_t*>sb.off + t0, kb, pl.L, pn,
-                                             acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
-                        else:
-                            mt_kb_call_double(<int>(bvariant * 8 + tb), db + mb * cs + p0, cs,
-                                              xb + c * cs + p0, <const Py_ssize_t*>sb.off + t0, kb, pl.L, pn,
-                                              acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
+                        kb_call(<int>(bvariant * 8 + tb), db + mb * cs + p0, cs, xb + c * cs + p0,
+                                <const Py_ssize_t*>sb.off + t0, kb, pl.L, pn,
+                                acc + (mb * pl.C + c) * sb.taps + t0, pl.C * sb.taps)
                         nblk = nblk - 1
                         t0 = t0 + tb
                     mb = mb + mr2

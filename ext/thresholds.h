@@ -26,5 +26,9 @@
 /* Multiply-adds of a GEMM below which BLAS runs on one thread (minitrain/providers/cpu/blas.py):
    waking BLAS's own pool, which then spins, costs more than a product of a few MFLOP. */
 #define MT_MIN_PARALLEL_GEMM_MACS (1 << 23)
+/* Multiply-adds of a GEMM from which, below MT_MIN_PARALLEL_GEMM_MACS, its rows are split over
+   the OpenMP threads, one single-threaded BLAS call each (ext/gemm_rows.pyx): some 5 us of one
+   core's work, a few times a parallel region's start. */
+#define MT_MIN_SPLIT_GEMM_MACS (1 << 19)
 
 #endif

@@ -9,6 +9,7 @@ cdef extern from "thresholds.h":
         MT_MIN_PARALLEL_STREAM
         MT_MIN_PARALLEL_DEPTHWISE_MACS
         MT_MIN_PARALLEL_GEMM_MACS
+        MT_MIN_SPLIT_GEMM_MACS
 
 
 cdef inline int threads_for(Py_ssize_t work, int num_threads, Py_ssize_t min_work) noexcept nogil:

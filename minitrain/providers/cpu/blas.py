@@ -4,7 +4,8 @@ control of its thread count.
 Every BLAS call of minitrain goes to this one library, so one thread pool is in play besides
 OpenMP's.  Small products run on one BLAS thread: waking (and then spinning) a BLAS pool for
 a product of a few MFLOP costs more than it saves, and spinning BLAS threads starve the OpenMP
-threads of the next kernel on a 2-core machine.
+threads of the next kernel on a 2-core machine.  Products of one to a few million
+multiply-adds are split by rows over the OpenMP threads instead (ext/gemm_rows.pyx).
 
 OpenBLAS's thread count is one setting for the whole process, so `blas_threads` holds a lock
 from setting it to restoring it: kernels run from several Python threads at once take turns
@@ -20,11 +21,14 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import blas as _blas
 
+from ..._ext import gemm_rows as _rows
 from ..._ext.thresholds import THRESHOLDS
 from ...threads import get_num_threads
 
-# Below this many multiply-adds a GEMM runs on one BLAS thread (ext/thresholds.h says why).
+# Below this many multiply-adds a GEMM runs on one BLAS thread (ext/thresholds.h says why)...
 PARALLEL_GEMM_MACS = THRESHOLDS["MIN_PARALLEL_GEMM_MACS"]
+# ...split by rows over the OpenMP threads from this many on.
+SPLIT_GEMM_MACS = THRESHOLDS["MIN_SPLIT_GEMM_MACS"]
 
 
 class BlasThreads:
@@ -83,8 +87,14 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):
     m = a.shape[1] if trans_a else a.shape[0]
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]
+    threads = get_num_threads()
+    if (threads > 1 and m >= threads and SPLIT_GEMM_MACS <= m * n * k < PARALLEL_GEMM_MACS
+            and a.flags.c_contiguous and b.flags.c_contiguous):
+        c = np.empty((m, n), dtype=a.dtype)
+        with blas_threads(1):
+            _rows.gemm_rows(a, b, c, trans_a, trans_b, alpha, threads)
+        return c
     routine = _blas.sgemm if a.dtype == np.float32 else _blas.dgemm
-    threads = get_num_threads() if m * n * k >= PARALLEL_GEMM_MACS else 1
-    with blas_threads(threads):
+    with blas_threads(threads if m * n * k >= PARALLEL_GEMM_MACS else 1):
         c_t = routine(alpha, b.T, a.T, trans_a=int(trans_b), trans_b=int(trans_a))
     return c_t.T

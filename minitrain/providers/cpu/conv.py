@@ -279,7 +279,7 @@ def shared_pad_width(ow, span, iw, pad):
     """The row width of a stride-1 shifted grid whose rows share their pad columns: a tap that
     reads past a row's end lands in the next row's leading pad, which is zero, so the row needs
     only ow outputs, the image's columns and enough of the right pad that no real column is
-    read through that wrap (span: the widest tap shift; was ow + span)."""
+    read through that wrap (span: the widest tap shift)."""
     return max(ow, iw + pad, ow + span - pad)
 
 
