@@ -265,6 +265,17 @@ static MT_NO_LIBCALLS void T##_row_pack2_loops(T* restrict r0, T* restrict r1, c
 }
 MT_ROWOPS(float)
 MT_ROWOPS(double)
+/* The row copies as the plain loops above: double everywhere, float without AVX-512. */
+#define MT_ROWOPS_PLAIN(T)                                                                      \
+static void T##_row_pack(T* restrict row, const T* restrict src, ptrdiff_t n, ptrdiff_t lo,     \
+                         ptrdiff_t hi, ptrdiff_t stride)                                        \
+{ T##_row_pack_loops(row, src, n, lo, hi, stride); }                                            \
+static void T##_row_out(T* restrict dst, const T* restrict src, ptrdiff_t n, ptrdiff_t stride,  \
+                        T bias)                                                                 \
+{ T##_row_out_loops(dst, src, n, stride, bias); }                                               \
+static void T##_row_pack2(T* restrict r0, T* restrict r1, const T* restrict src, ptrdiff_t n,   \
+                          ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)           \
+{ T##_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
 
 /* The row copies of float with AVX-512: one masked load and store per 16 points (a row of the
    grid is a few dozen points, so the loops' scalar heads and tails would cost as much as the
@@ -348,15 +359,7 @@ static void float_row_out(float* restrict dst, const float* restrict src, ptrdif
     }
 }
 #else
-static void float_row_pack(float* restrict row, const float* restrict src, ptrdiff_t n, ptrdiff_t lo,
-                           ptrdiff_t hi, ptrdiff_t stride)
-{ float_row_pack_loops(row, src, n, lo, hi, stride); }
-static void float_row_out(float* restrict dst, const float* restrict src, ptrdiff_t n, ptrdiff_t stride,
-                          float bias)
-{ float_row_out_loops(dst, src, n, stride, bias); }
-static void float_row_pack2(float* restrict r0, float* restrict r1, const float* restrict src, ptrdiff_t n,
-                            ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
-{ float_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
+MT_ROWOPS_PLAIN(float)
 #endif
 /* One image row into the KU rows (dstride apart) of the width-unrolled grid:
    dst[kw * dstride + i] = src[i * stride + kw * dw - pad] where that column lies in [0, width),
@@ -385,15 +388,7 @@ static void T##_row_unroll(T* restrict dst, ptrdiff_t dstride, const T* restrict
         T##_row_pack(dst + kw * dstride, src + shift, n, lo, hi, stride);                       \
     }                                                                                           \
 }
-static void double_row_pack(double* restrict row, const double* restrict src, ptrdiff_t n, ptrdiff_t lo,
-                            ptrdiff_t hi, ptrdiff_t stride)
-{ double_row_pack_loops(row, src, n, lo, hi, stride); }
-static void double_row_out(double* restrict dst, const double* restrict src, ptrdiff_t n, ptrdiff_t stride,
-                           double bias)
-{ double_row_out_loops(dst, src, n, stride, bias); }
-static void double_row_pack2(double* restrict r0, double* restrict r1, const double* restrict src, ptrdiff_t n,
-                             ptrdiff_t lo0, ptrdiff_t hi0, ptrdiff_t lo1, ptrdiff_t hi1)
-{ double_row_pack2_loops(r0, r1, src, n, lo0, hi0, lo1, hi1); }
+MT_ROWOPS_PLAIN(double)
 MT_ROW_UNROLL(double)
 #if MT_VBYTES == 64 && defined(__AVX512F__)
 #define float_row_unroll float_row_unroll_rows
