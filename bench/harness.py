@@ -1,10 +1,10 @@
 """Shared timing harness of minitrain's benchmarks.
 
 Peers run in the same process on the same inputs, interleaved round by round (minitrain, then
-each peer), as ../shared/bench/BASELINES.md measured them: 3 warm-up calls, then enough calls
-to fill `min_time` (at least `min_calls`, by default 20, at most 400), the median taken per
-round and the median of the round medians reported; ratios between peers may be taken per round
-(`paired_ratio`).  Thread counts are set before numpy or torch is imported.
+each peer): 3 warm-up calls, then enough calls to fill `min_time` (at least `min_calls`, by
+default 20, at most 400), the median taken per round and the median of the round medians
+reported; ratios between peers may be taken per round (`paired_ratio`).  Thread counts are set
+before numpy or torch is imported.
 """
 import os
 import statistics

@@ -447,7 +447,7 @@ def test_relu_and_max_pool_stay_when_their_values_are_fetched_or_read_elsewhere(
 def bench_cases():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     try:
-        bench_train = importlib.import_module("bench_train")
+        bench_train = importlib.import_module("train")
     finally:
         sys.path.pop(0)
     return bench_train

@@ -1,6 +1,7 @@
-"""Training step on CUDA: minitrain (whole step captured in a CUDA Graph) against PyTorch eager
-and PyTorch with the same step captured in one CUDA Graph, in one process (see
-../shared/bench/BASELINES_GPU_H100.md for how PyTorch's capture is done), strict FP32 and TF32.
+"""train.py --device cuda: minitrain's training step (whole step captured in a CUDA Graph)
+against PyTorch eager and PyTorch with the same step captured in one CUDA Graph, in one process,
+strict FP32 and TF32.  PyTorch's capture: five warm-up steps on a side stream, then
+`torch.cuda.graph(g)` around forward, loss, backward and the SGD update; a step is `g.replay()`.
 
 Device time per step: CUDA events around `steps` steps queued back to back (no host wait
 inside), median of `rounds` rounds.  minitrain is fed device-resident batches like PyTorch
@@ -9,7 +10,7 @@ torch.cuda.max_memory_allocated for PyTorch; for minitrain the session's device 
 (parameters, momentum), the captured step's arena and its input tensors.  Also one epoch of
 examples/cnn1d_mnist1d.py on the GPU and on the CPU.
 
-    python bench/bench_train.py --device cuda [--steps 200] [--rounds 5] [--out bench/results/train_gpu.md]
+    python bench/train.py --device cuda [--steps 200] [--rounds 5] [--out bench/results/train_cuda.md]
 """
 import datetime
 import statistics

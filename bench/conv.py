@@ -11,8 +11,9 @@ Each round times every candidate in turn (median of its calls, harness.median_ms
 the best round (--stat min, the default: on a machine shared with other work the slow rounds are
 the ones other processes disturbed) or the median round (--stat median).
 
-    python bench/bench_conv.py [--threads 2] [--rounds 5] [--cases a,b] [--min-time 0.5]
-                               [--stat min|median] [--out FILE]
+    python bench/conv.py [--threads 2] [--rounds 5] [--cases a,b] [--min-time 0.5]
+                         [--stat min|median] [--out FILE]
+    python bench/conv.py --device cuda [--rounds 7] [--cases a,b]    (gpu_kernels.py's conv section)
 """
 import os
 import sys
@@ -167,6 +168,10 @@ def machine():
 
 
 def main():
+    if arg("--device", "cpu") == "cuda":
+        import gpu_kernels
+        gpu_kernels.main(sections=["conv"])
+        return
     rounds = arg("--rounds", 5)
     min_time = arg("--min-time", 0.5)
     stat = arg("--stat", "min")

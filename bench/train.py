@@ -9,13 +9,13 @@ fresh subprocess per framework: the peak RSS of the first 8 steps over the RSS b
 (Linux VmHWM, reset through /proc/self/clear_refs: the same yardstick for both), and for
 minitrain also tracemalloc's peak during one step and the plan's own estimate.
 
-    python bench/bench_train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
-                                [--fuse | --no-fuse] [--no-arena] [--cases lenet5_b64,cnn1d_b64]
-                                [--out bench/results/train.md]
+    python bench/train.py [--threads 2] [--blas-threads 2] [--rounds 3] [--min-time 1.0]
+                          [--fuse | --no-fuse] [--no-arena] [--cases lenet5_b64,cnn1d_b64]
+                          [--out bench/results/train.md]
 
 --fuse / --no-fuse run minitrain's plans fused or not (minitrain/fusion/; default: the session's
 default); --no-arena runs the CPU step without its planned arena (capture=False).
-    python bench/bench_train.py --device cuda      (see train_gpu.py)
+    python bench/train.py --device cuda [--steps 200] [--rounds 5] [--out FILE]    (_train_cuda.py)
 """
 import os
 import sys
@@ -236,7 +236,7 @@ def main():
         memory_child(sys.argv[i + 1], sys.argv[i + 2])
         return
     if arg("--device", "cpu") == "cuda":
-        from train_gpu import main_gpu
+        from _train_cuda import main_gpu
         import torch as cuda_torch
         main_gpu(cuda_torch, minitrain_model, torch_model, arg, arg("--out", ""))
         return
@@ -282,7 +282,7 @@ def main():
         f"{minitrain._ext.LEVEL}; numpy {np.__version__}" + (f", torch {torch.__version__}" if torch else "") + ".",
         f"minitrain sessions: fuse={'default' if fuse_flag() is None else fuse_flag()}, "
         f"step arena {'off' if '--no-arena' in sys.argv else 'on'}.",
-        "One step: forward, mean softmax cross-entropy, backward, SGD update (bench/bench_train.py).",
+        "One step: forward, mean softmax cross-entropy, backward, SGD update (bench/train.py).",
         "Times are the median over rounds of per-round medians, interleaved in one process.",
         "", markdown_table(header, rows), "",
         "Peak memory of the steps (fresh process per framework: peak RSS of the first 8 steps over the RSS "

@@ -1,9 +1,10 @@
 """The GPU kernels against PyTorch on the same device, in one process.
 
 Runs bench/cases.py's pooling and activation gradients (POOL_CASES, ACT_CASES), GEMM_CASES and
-CONV_CASES (gpu_conv.py: strict FP32 and TF32, with cuDNN and without) on the CUDA provider and with PyTorch's CUDA kernels on the same float32 inputs, checks that
-both agree, and times each with CUDA events after a warm-up (the median over rounds of the
-mean time per call over a batch of calls).  Memory-bound rows report effective GB/s (tensors
+CONV_CASES (_gpu_conv.py: strict FP32 and TF32, with cuDNN and without) on the CUDA provider
+and with PyTorch's CUDA kernels on the same float32 inputs, checks that both agree, and times
+each with CUDA events after a warm-up (the median over rounds of the mean time per call over a
+batch of calls).  Memory-bound rows report effective GB/s (tensors
 read and written once, cases.py's convention) and their fraction of the device's copy
 bandwidth, measured in the same run as a device-to-device copy of 256 MiB (bytes read plus
 written).  GEMM rows report GFLOP/s in strict FP32 (TF32 off on both sides).  The host cost of
@@ -13,8 +14,11 @@ timed against torch's eager op overhead on the same tensor.
 minitrain is timed through nodes bound once, as the Executor runs them (the kernel's Python
 side and output allocation from the session's pool included).
 
-    python bench/bench_gpu.py [--rounds 7] [--sections pool_act,gemm,host,conv] [--cases a,b]
-                              [--out bench/RESULTS_GPU.md]
+    python bench/gpu_kernels.py [--rounds 7] [--sections pool_act,gemm,host,conv] [--cases a,b]
+                                [--out bench/results/gpu_kernels.md]
+
+(`python bench/conv.py --device cuda` and `python bench/pool_activation.py --device cuda` run
+its conv and pool_act sections alone.)
 
 Targets: each elementwise gradient at >= 90% of PyTorch's GB/s, SoftmaxGrad/LogSoftmaxGrad and
 both pool gradients at >= 100%, Gemm at >= 95% of torch.matmul.
@@ -31,9 +35,9 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 import minitrain  # noqa: E402
-from bench_pool_act import ACT_GRAD_OPS, torch_act_grad  # noqa: E402
+from pool_activation import ACT_GRAD_OPS, torch_act_grad  # noqa: E402
 from cases import ACT_CASES, GEMM_CASES, POOL_CASES, make_inputs  # noqa: E402
-from gpu_conv import CONV_CALLS, conv_section  # noqa: E402
+from _gpu_conv import CONV_CALLS, conv_section  # noqa: E402
 from harness import markdown_table  # noqa: E402
 from minitrain.executor import bind_node  # noqa: E402
 from minitrain.ops.schema import TensorType  # noqa: E402
@@ -192,11 +196,12 @@ def host_cost_rows(torch, provider):
     return rows
 
 
-def main():
+def main(sections=None):
+    """Run the named sections (default: --sections, else all) and print the report."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    sections = arg("--sections", "pool_act,gemm,host,conv").split(",")
+    sections = sections or arg("--sections", "pool_act,gemm,host,conv").split(",")
     rounds = int(arg("--rounds", 7))
     provider = get_provider("cuda").for_session()
     timer = Timer(torch, provider, rounds)
@@ -205,7 +210,7 @@ def main():
     started = time.time()
     lines = [
         f"# GPU benchmark: minitrain's CUDA provider against PyTorch on {device}", "",
-        f"{datetime.date.today()}, `python bench/bench_gpu.py --sections {','.join(sections)}`, "
+        f"{datetime.date.today()}, `python bench/gpu_kernels.py --sections {','.join(sections)}`, "
         f"PyTorch {torch.__version__}, GPU time from CUDA events (each batch of calls queued behind a spin kernel, "
         f"so host launch cost is excluded; it is the host-cost table), median of {timer.rounds} rounds of {CALLS} "
         f"calls ({CONV_CALLS} for convolutions) after warm-up, float32, TF32 off unless a table says otherwise; "

@@ -6,7 +6,7 @@ Models: LeNet-5 and the 1D CNN of cases.MODEL_CASES (batch 64, and 1024 on CUDA)
 cross-entropy, SGD.  CPU: wall time of a step; CUDA: device-resident batches, `STEPS` steps
 queued back to back (captured and replayed), then one wait, per step.
 
-    python bench/bench_fusion.py [--device cpu|cuda] [--threads 2] [--rounds 3] [--out FILE]
+    python bench/fusion.py [--device cpu|cuda] [--threads 2] [--rounds 3] [--out FILE]
 """
 import os
 import sys
@@ -23,7 +23,7 @@ import minitrain  # noqa: E402
 from minitrain import nn, optim  # noqa: E402
 from minitrain.training import TrainingSession  # noqa: E402
 
-from bench_train import arg, minitrain_model  # noqa: E402
+from train import arg, minitrain_model  # noqa: E402
 from cases import MODEL_CASES, make_inputs, with_batch  # noqa: E402
 
 STEPS = 20

@@ -10,7 +10,7 @@ reports the median time of BLOCKS blocks of steps, then its page faults and CPU 
 (getrusage over STEPS steps): fresh pages that glibc hands out for large buffers are mapped and
 zeroed by the kernel on first touch, in whichever thread touches them first.
 
-    python bench/bench_step_memory.py [--threads 2] [--rounds 5] [--out bench/results/step_memory.md]
+    python bench/step_memory.py [--threads 2] [--rounds 5] [--out bench/results/step_memory.md]
 """
 import os
 import sys
@@ -34,7 +34,7 @@ from minitrain import nn, optim  # noqa: E402
 from minitrain._ext import LEVEL  # noqa: E402
 from minitrain.training import TrainingSession  # noqa: E402
 
-from bench_train import arg, minitrain_model, torch_step  # noqa: E402
+from train import arg, minitrain_model, torch_step  # noqa: E402
 from cases import MODEL_CASES, make_inputs  # noqa: E402
 
 STEPS = 50

@@ -1,6 +1,6 @@
 """Two builds of minitrain side by side in one process: did a change make a kernel slower?
 
-    python bench/ab_builds.py BASE_TREE NEW_TREE [--threads 2] [--rounds 15]
+    python bench/compare_builds.py BASE_TREE NEW_TREE [--threads 2] [--rounds 15]
 
 Each tree is a checkout with its extensions built in place.  Its `minitrain` package is copied
 under another name (mt_base, mt_new) into a temporary folder, so both load at once, and the same

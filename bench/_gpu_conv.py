@@ -1,4 +1,4 @@
-"""bench_gpu.py's convolution section: minitrain's CUDA convolutions against PyTorch's.
+"""gpu_kernels.py's convolution section: minitrain's CUDA convolutions against PyTorch's.
 
 For every case of cases.CONV_CASES, forward (Conv / ConvTranspose) and backward (dX + dW + dB
 in one call: ConvGrad / ConvTransposeGrad against aten's convolution_backward with an all-true
@@ -8,7 +8,7 @@ algorithms only).  PyTorch runs with torch.backends.cudnn.benchmark = True, so b
 search once per shape before timing.  The table names the algorithm the search ranked first for
 each primitive and its workspace.
 
-Ratios are PyTorch's time / minitrain's (above 1: minitrain faster).  Targets (issue 12): with
+Ratios are PyTorch's time / minitrain's (above 1: minitrain faster).  Targets: with
 cuDNN, every case forward and backward >= 0.95 and the geometric mean >= 1.1; hidden, the
 geometric mean >= 0.6 and the depthwise case >= 1.0.
 """
@@ -83,7 +83,7 @@ def conv_section(torch, provider_for, timer_for, bound, cases=None):
         timer = timer_for(provider)
         conv_search.clear_cache()
         if hidden:
-            cudnn.hide("hidden by bench_gpu.py")
+            cudnn.hide("hidden by gpu_kernels.py")
         rows, fwd_x, bwd_x = [], {}, {}
         try:
             for case in cases:
