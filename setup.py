@@ -118,7 +118,7 @@ def extensions():
     # Sanitized builds compile at -O1, as ASan advises (-O3 with the checks took 2.5x as long),
     # and keep Python's -g for line numbers in reports; others drop it (-g0: 7x smaller modules).
     # Functions start on 64-byte boundaries: otherwise an unrelated change elsewhere in a module
-    # can shift a hot loop across a fetch boundary and move its speed (bench/RESULTS.md, issue 14).
+    # can shift a hot loop across a fetch boundary and move its speed (docs/measurements.md, "Function alignment").
     optimization = ["-O1"] if SANITIZE else ["-O3", "-g0", "-falign-functions=64"]
     compile_args = optimization + ["-ffast-math", "-fno-finite-math-only"] + sanitizer_flags(SANITIZE)
     link_args = sanitizer_flags(SANITIZE)

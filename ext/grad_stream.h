@@ -5,7 +5,7 @@
    elements it wrote; the caller writes the head before the first line and the tail after the
    last with its scalar loop, which computes the same formula in the same order.  Whole lines
    only: a line half streamed and half stored (SoftmaxGrad rows of 1000 floats, AVX2) costs
-   more than plain stores (bench/RESULTS.md, "Streaming stores"). */
+   more than plain stores (docs/measurements.md, "Streaming stores"). */
 #ifndef MINITRAIN_GRAD_STREAM_H
 #define MINITRAIN_GRAD_STREAM_H
 #include "stream.h"

@@ -165,7 +165,7 @@ cdef void _softmax_grad_rows(const real* dy, const real* y, real* dx, Py_ssize_t
                              Py_ssize_t rows, bint log_softmax, bint stream) noexcept nogil:
     """`rows` consecutive contiguous rows, pipelined: SUM_CHUNK elements at a time, a row's
     last pass (its inputs in L1) alternates with the next row's first pass (from memory or a
-    farther cache), so those loads never wait for a whole last pass (bench/RESULTS.md,
+    farther cache), so those loads never wait for a whole last pass (docs/measurements.md,
     "Streaming stores", has what it gained)."""
     cdef Py_ssize_t r, k, c, m
     cdef real exps[2 * ROW_EXPS]          # this row's exps and the next row's (LOG_EXPS)

@@ -3,7 +3,7 @@
    that an ordinary store costs on every cache line is wasted bandwidth.  A streaming kernel
    computes one vector at a time in the GCC vector types below (the widest the compiler
    targets) and stores it straight from the register with mt_stream_vf/vd: staging blocks in
-   an L1 buffer and streaming them from there loses most of the gain (bench/RESULTS.md,
+   an L1 buffer and streaming them from there loses most of the gain (docs/measurements.md,
    "Streaming stores").  A thread calls mt_stream_fence() once after its last streaming store.  When to stream is
    decided in Python (minitrain/providers/cpu/streaming.py). */
 #ifndef MINITRAIN_STREAM_H

@@ -3,7 +3,7 @@
    a parallel region (a few microseconds with the bounded spin of minitrain/threads.py, tens
    when a sleeping thread must wake), so a loop goes parallel only when one core would take
    several times that.  The counts differ by how much work one element is.  Measurements behind
-   them: bench/RESULTS.md ("Parallel thresholds"). */
+   them: docs/measurements.md ("Parallel thresholds"). */
 #ifndef MINITRAIN_THRESHOLDS_H
 #define MINITRAIN_THRESHOLDS_H
 

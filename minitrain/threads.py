@@ -41,7 +41,7 @@ _num_threads = _threads_from_env()
 # a spinning one costs about one.  libgomp's default spin (about 3 ms) starves the working
 # threads when another process holds a core; SPIN_COUNT (about 0.1 ms) still bridges the gaps
 # between a training step's kernels.  OMP_WAIT_POLICY=PASSIVE, which never spins, is the
-# setting for a machine known to be loaded.  The measurements: bench/RESULTS.md ("OpenMP
+# setting for a machine known to be loaded.  The measurements: docs/measurements.md ("OpenMP
 # wait policy").  Only libgomp reads GOMP_SPINCOUNT (LLVM's libomp would keep its own KMP_BLOCKTIME), and only
 # if it loads after this: torch's wheel ships a libgomp.so.1 too, and with torch imported
 # first, its copy serves both with libgomp's defaults.

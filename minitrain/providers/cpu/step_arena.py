@@ -1,10 +1,10 @@
-"""A CPU step's memory as one arena, the CPU side of issue 13's static memory plan.
+"""A CPU step's memory as one arena: the CPU side of the static memory plan.
 
 Freshly allocated NumPy buffers of a training step cost page faults: glibc serves large blocks
 from fresh mmaps or trims its heap between steps, so the kernel maps and zeroes new pages every
 step, in every thread that first touches them.  An arena that the step's allocations reuse
 keeps its pages mapped, and a buffer that the plan reuses soon after its previous tensor died
-is still in cache.  The figures: bench/RESULTS.md ("Static memory plan on the CPU").
+is still in cache.  The figures: docs/measurements.md ("CPU step arena").
 
 Per plan and input signature (a bounded cache, as for CUDA's captured graphs) the first run is a
 plain warm-up (caches fill), the second traces every NumPy allocation of at least

@@ -11,7 +11,7 @@ reported size is what the rule trusts.
 Only memory-bound kernels stream, the callers decide which: the gradients of Relu, LeakyRelu,
 Sigmoid, Tanh, Softmax and LogSoftmax (whose last pass reuses the exps of its first).
 QuickGeluGrad, an exp per element, and the forward activations do not: their arithmetic, not
-the bus, sets their pace.  The measurements behind the rule: bench/RESULTS.md ("Streaming
+the bus, sets their pace.  The measurements behind the rule: docs/measurements.md ("Streaming
 stores").
 
 The cache size comes from Linux's sysfs (the largest cache level of cpu0), then from
