@@ -10,7 +10,8 @@ reports the median time of BLOCKS blocks of steps, then its page faults and CPU 
 (getrusage over STEPS steps): fresh pages that glibc hands out for large buffers are mapped and
 zeroed by the kernel on first touch, in whichever thread touches them first.
 
-    python bench/step_memory.py [--threads 2] [--rounds 5] [--out bench/results/step_memory.md]
+    python bench/step_memory.py [--threads 2] [--rounds 5] [--cases lenet5_b64,cnn1d_b64]
+                                [--out bench/results/step_memory.md]
 """
 import os
 import sys
@@ -95,8 +96,9 @@ def main():
     rounds = arg("--rounds", 5)
     out = arg("--out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "step_memory.md"))
     variants = list(VARIANTS) + (["torch"] if optional_torch(THREADS) is not None else [])
+    chosen = arg("--cases", ",".join(c.name for c in MODEL_CASES)).split(",")
     rows = []
-    for case in MODEL_CASES:
+    for case in [c for c in MODEL_CASES if c.name in chosen]:
         runs = {v: [] for v in variants}
         for _ in range(rounds):
             for variant in variants:
