@@ -24,6 +24,11 @@ def data(n=24, seed=0, dtype=np.float64):
     return x, (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5)
 
 
+def arrays(model):
+    """The model's parameter arrays by name."""
+    return {n: p.data for n, p in model.named_parameters()}
+
+
 def session(model, optimizer=None, **kw):
     return TrainingSession(model, nn.CrossEntropyLoss(), optimizer or SGD(0.1, momentum=0.9), input_shape=(6,), **kw)
 
@@ -39,8 +44,8 @@ def test_train_step_learns_and_matches_accumulate_then_step():
         b_model_losses.append(b.accumulate(x, y))
         b.step()
     np.testing.assert_array_equal(losses, b_model_losses)
-    for name, p in a.model.parameters().items():
-        np.testing.assert_array_equal(p, b.model.parameters()[name])
+    for name, p in arrays(a.model).items():
+        np.testing.assert_array_equal(p, arrays(b.model)[name])
     assert a.step_count == b.step_count == 30
 
 
@@ -62,8 +67,8 @@ def test_micro_batches_give_the_same_update():
         a = whole.train_step(x, y)
         b = split.train_step(x, y, micro_batches=4)
         assert b == pytest.approx(a, rel=1e-12)
-    for name, p in whole.model.parameters().items():
-        np.testing.assert_allclose(split.model.parameters()[name], p, rtol=1e-10, atol=1e-12)
+    for name, p in arrays(whole.model).items():
+        np.testing.assert_allclose(arrays(split.model)[name], p, rtol=1e-10, atol=1e-12)
     assert all(not g.any() for g in split.grads.values()), "train_step leaves gradients zero"
     with pytest.raises(ValueError, match="micro_batches"):
         split.train_step(x[:2], y[:2], micro_batches=3)
@@ -77,9 +82,9 @@ def test_zero_grad_semantics():
     s.accumulate(x, y)
     for k, g in s.grads.items():
         np.testing.assert_allclose(g, 2 * once[k], rtol=1e-12), "accumulate adds"
-    before = {k: p.copy() for k, p in s.model.parameters().items()}
+    before = {k: p.copy() for k, p in arrays(s.model).items()}
     s.step()
-    assert any(not np.array_equal(p, before[k]) for k, p in s.model.parameters().items())
+    assert any(not np.array_equal(p, before[k]) for k, p in arrays(s.model).items())
     for k, g in s.grads.items():
         np.testing.assert_allclose(g, 2 * once[k], rtol=1e-12), "step() keeps the gradients"
     s.zero_grad()
@@ -142,7 +147,7 @@ def test_float32_sessions_and_ignore_index():
     s = TrainingSession(mlp(dtype=np.float32), nn.CrossEntropyLoss(ignore_index=-100), SGD(0.1), input_shape=(6,))
     loss = s.train_step(x, y)
     assert isinstance(loss, float) and np.isfinite(loss)
-    assert s.model.parameters()["0.weight"].dtype == np.float32
+    assert arrays(s.model)["0.weight"].dtype == np.float32
 
 
 def test_a_parameter_the_loss_ignores_is_an_error():
@@ -187,15 +192,15 @@ def test_targets_are_cast_and_losses_must_be_scalar():
 def test_compiled_update_follows_the_schedule_and_clips():
     x, y = data(16)
     s = session(mlp(), SGD(0.5, schedule=StepLR(1, gamma=0.0)))     # factor 1, then 0
-    before = {k: p.copy() for k, p in s.model.parameters().items()}
+    before = {k: p.copy() for k, p in arrays(s.model).items()}
     s.train_step(x, y)
-    after_first = {k: p.copy() for k, p in s.model.parameters().items()}
+    after_first = {k: p.copy() for k, p in arrays(s.model).items()}
     assert any(not np.array_equal(after_first[k], before[k]) for k in before)
     s.train_step(x, y)                       # the schedule's factor is now 0
-    for k, p in s.model.parameters().items():
+    for k, p in arrays(s.model).items():
         np.testing.assert_array_equal(p, after_first[k])
     clipped = session(mlp(), SGD(1.0, max_grad_norm=1e-3))
-    start = {k: p.copy() for k, p in clipped.model.parameters().items()}
+    start = {k: p.copy() for k, p in arrays(clipped.model).items()}
     clipped.train_step(x, y)
-    moved = np.sqrt(sum(np.sum((p - start[k]) ** 2) for k, p in clipped.model.parameters().items()))
+    moved = np.sqrt(sum(np.sum((p - start[k]) ** 2) for k, p in arrays(clipped.model).items()))
     assert moved == pytest.approx(1e-3, rel=1e-3) and clipped.last_grad_norm > 1e-3

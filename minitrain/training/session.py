@@ -78,7 +78,7 @@ class TrainingSession:
         self.capture = bool(capture)
         self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)
-        self.params = model.parameters()
+        self.params = {name: p.data for name, p in model.named_parameters()}
         if not self.params:
             raise ValueError("TrainingSession: the model has no parameters to train")
         dtype = np.dtype(input_dtype or next(iter(self.params.values())).dtype)
@@ -141,7 +141,7 @@ class TrainingSession:
 
     def pull(self):
         """Copy parameters, optimizer state and BatchNorm statistics from the device into the
-        host arrays (model.parameters(), optimizer.state): before reading them on the host."""
+        host arrays (the model's Parameters, optimizer.state): before reading them on the host."""
         self.state.pull()
 
     def push(self):
