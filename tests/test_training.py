@@ -150,16 +150,134 @@ def test_float32_sessions_and_ignore_index():
     assert arrays(s.model)["0.weight"].dtype == np.float32
 
 
-def test_a_parameter_the_loss_ignores_is_an_error():
-    class Unused(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.used, self.unused = nn.Linear(6, 3), nn.Linear(6, 3)
+class WithAuxHead(nn.Module):
+    """An auxiliary head: never called (`computed` False), or computed and dropped."""
 
-        def forward(self, x):
-            return self.used(x)
-    with pytest.raises(GraphError, match="unused"):
-        session(Unused())
+    def __init__(self, computed):
+        super().__init__()
+        self.computed = computed
+        self.body, self.aux = nn.Linear(6, 3), nn.Linear(6, 3)
+
+    def forward(self, x):
+        if self.computed:
+            self.aux(x)
+        return self.body(x)
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["never_called", "output_dropped"])
+def test_an_unused_layer_gets_no_gradient_no_update_and_one_log_line(computed, caplog):
+    minitrain.random.seed(0)
+    model = WithAuxHead(computed).to_dtype(np.float64)
+    aux_before = {k: v.copy() for k, v in arrays(model).items() if k.startswith("aux.")}
+    with caplog.at_level("WARNING", logger="minitrain.training.session"):
+        s = session(model)
+        x, y = data()
+        for _ in range(3):
+            s.train_step(x, y)
+        s.accumulate(x, y)
+        s.step()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "'aux.weight', 'aux.bias'" in lines[0] and "no update" in lines[0]
+    assert sorted(s.trained) == ["body.bias", "body.weight"] and sorted(s.grads) == ["body.bias", "body.weight"]
+    for k, v in aux_before.items():
+        np.testing.assert_array_equal(arrays(model)[k], v)
+    assert not np.array_equal(arrays(model)["body.weight"], WithAuxHead(computed).body.weight.data)
+
+
+def frozen_mlp():
+    model = mlp()
+    model[0].requires_grad_(False)
+    return model
+
+
+def test_frozen_parameters_get_no_gradient_nodes_and_no_update():
+    model = frozen_mlp()
+    frozen = {k: v.copy() for k, v in arrays(model).items() if k.startswith("0.")}
+    s = session(model, SGD(0.1, momentum=0.9, weight_decay=0.1))
+    assert sorted(s.trained) == ["2.bias", "2.weight"]
+    produced = {o for n in s.grad_graph.nodes for o in n.outputs}
+    assert not [o for o in produced if o.startswith(("0.weight_grad", "0.bias_grad"))], "no gradient nodes"
+    assert [o for o in produced if o.startswith("2.weight_grad")]
+    assert set(s.optimizer.state["momentum"]) == {"2.bias", "2.weight"}
+    x, y = data()
+    before = arrays(model)["2.weight"].copy()
+    for _ in range(3):
+        s.train_step(x, y)
+    for k, v in frozen.items():
+        np.testing.assert_array_equal(arrays(model)[k], v)
+    assert not np.array_equal(arrays(model)["2.weight"], before)
+
+
+def test_frozen_training_matches_torch():
+    torch = pytest.importorskip("torch")
+    model = frozen_mlp()
+    tmodel = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).double()
+    with torch.no_grad():
+        for (_, ours), theirs in zip(model.named_parameters(), tmodel.parameters()):
+            theirs.copy_(torch.tensor(ours.data))
+    tmodel[0].requires_grad_(False)
+    s = session(model, SGD(0.1, momentum=0.9, weight_decay=0.01))
+    topt = torch.optim.SGD([p for p in tmodel.parameters() if p.requires_grad], 0.1, 0.9, weight_decay=0.01)
+    x, y = data()
+    for _ in range(3):
+        loss = s.train_step(x, y)
+        topt.zero_grad()
+        tloss = torch.nn.functional.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(y))
+        tloss.backward()
+        topt.step()
+        assert loss == pytest.approx(tloss.item(), rel=1e-12)
+    for (name, ours), theirs in zip(model.named_parameters(), tmodel.parameters()):
+        np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_requires_grad_changed_after_building_is_an_error():
+    model = mlp()
+    s = session(model)
+    model[2].weight.requires_grad = False
+    x, y = data()
+    with pytest.raises(ValueError, match=r"requires_grad of \['2.weight'\] changed after the session was built"):
+        s.train_step(x, y)
+    with pytest.raises(ValueError, match="requires_grad"):
+        s.accumulate(x, y)
+    model.requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter to train"):
+        session(model)
+
+
+def test_parameter_groups_in_a_session_match_torch_with_a_schedule():
+    """No weight decay on biases, a larger lr on the last layer, a StepLR schedule over both."""
+    torch = pytest.importorskip("torch")
+    model = mlp()
+    params = dict(model.named_parameters())
+    groups = [{"params": [params["0.weight"]]}, {"params": ["0.bias", "2.bias"], "weight_decay": 0.0},
+              {"params": [params["2.weight"]], "lr": 0.3}]
+    s = session(model, SGD(groups, lr=0.1, momentum=0.9, weight_decay=0.05, schedule=StepLR(2, 0.5)))
+    tmodel = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).double()
+    with torch.no_grad():
+        for (_, ours), theirs in zip(model.named_parameters(), tmodel.parameters()):
+            theirs.copy_(torch.tensor(ours.data))
+    t = dict(tmodel.named_parameters())
+    topt = torch.optim.SGD([{"params": [t["0.weight"]]}, {"params": [t["0.bias"], t["2.bias"]], "weight_decay": 0.0},
+                            {"params": [t["2.weight"]], "lr": 0.3}], lr=0.1, momentum=0.9, weight_decay=0.05)
+    tsched = torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
+    x, y = data()
+    for _ in range(5):
+        s.train_step(x, y)
+        topt.zero_grad()
+        torch.nn.functional.cross_entropy(tmodel(torch.tensor(x)), torch.tensor(y)).backward()
+        topt.step()
+        tsched.step()
+    for (name, ours), theirs in zip(model.named_parameters(), tmodel.parameters()):
+        np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_parameters_outside_the_optimizer_groups_are_not_trained():
+    model = mlp()
+    before = arrays(model)["0.weight"].copy()
+    s = session(model, Adam([model[2].weight, model[2].bias], lr=0.01))
+    assert sorted(s.trained) == ["2.bias", "2.weight"]
+    s.train_step(*data())
+    np.testing.assert_array_equal(arrays(model)["0.weight"], before)
 
 
 def test_cuda_without_pycuda_is_a_clear_error():

@@ -140,11 +140,13 @@ class Optimizer:
         name = type(self).__name__
         if self.param_groups[0]["params"] is None:
             return {n: 0 for n in named}
-        by_array = {id(getattr(v, "data", v)): n for n, v in named.items()}
+        def array(value):
+            return value.data if isinstance(value, Parameter) else value
+        by_array = {id(array(v)): n for n, v in named.items()}
         assigned = {}
         for i, group in enumerate(self.param_groups):
             for entry in group["params"]:
-                key = entry if isinstance(entry, str) else by_array.get(id(getattr(entry, "data", entry)))
+                key = entry if isinstance(entry, str) else by_array.get(id(array(entry)))
                 if key not in named:
                     raise OptimizerArgumentError(f"{name}: parameter group {i} lists {_describe(entry)}, which is "
                                                  f"not a parameter of the model ({sorted(named)})")
@@ -273,10 +275,16 @@ class Optimizer:
         return self.last_grad_norm
 
     # ------------------------------------------------------------------ checkpoints
+    def _group_members(self):
+        return [[n for n, g in zip(self.params, self._group_of) if g == i] for i in range(len(self.param_groups))]
+
     def state_dict(self):
-        """Arrays (copies) and scalars that `load_state_dict` restores."""
+        """Arrays (copies) and scalars that `load_state_dict` restores: the state arrays, the
+        update count, and each parameter group's lr, weight decay and attached parameters."""
         arrays = {f"{s}/{n}": a.copy() for s, group in self.state.items() for n, a in group.items()}
-        return {"type": type(self).__name__, "step_count": self.step_count, "arrays": arrays}
+        groups = [{"lr": g["lr"], "weight_decay": g["weight_decay"], "params": members}
+                  for g, members in zip(self.param_groups, self._group_members())]
+        return {"type": type(self).__name__, "step_count": self.step_count, "arrays": arrays, "groups": groups}
 
     def check_state_dict(self, state):
         """Raise ValueError unless `state` fits this optimizer and its parameters."""
@@ -290,6 +298,16 @@ class Optimizer:
             if a.shape != expected[key].shape or a.dtype != expected[key].dtype:
                 raise ValueError(f"optimizer state {key!r} is {a.dtype}{a.shape}, expected "
                                  f"{expected[key].dtype}{expected[key].shape}")
+        groups = state.get("groups")
+        if groups is not None:
+            members = [g.get("params") if isinstance(g, dict) else g for g in groups]
+            if members != self._group_members():
+                raise ValueError(f"optimizer state holds the parameter groups {members}, this optimizer "
+                                 f"{self._group_members()}")
+            for i, group in enumerate(groups):
+                check_real(type(self).__name__, f"parameter group {i}'s lr in the state", group.get("lr"), above=0)
+                check_real(type(self).__name__, f"parameter group {i}'s weight_decay in the state",
+                           group.get("weight_decay"), minimum=0)
 
     def load_state_dict(self, state):
         """Restore state in place (the arrays keep their identity, so compiled plans see it)."""
@@ -297,6 +315,8 @@ class Optimizer:
         for key, a in state["arrays"].items():
             s, n = key.split("/", 1)
             np.copyto(self.state[s][n], a)
+        for group, saved in zip(self.param_groups, state.get("groups") or []):
+            group.update({key: float(saved[key]) for key in GROUP_SETTINGS})
         self.step_count = int(state["step_count"])
 
 
