@@ -143,8 +143,8 @@ def check_agreement(torch, case):
     for ours, theirs in losses:
         assert abs(ours - theirs) <= 1e-4 * max(1.0, abs(theirs)), (case.name, losses)
     tparams = [p.detach().numpy() for p in tmodel.parameters()]
-    for (name, ours), theirs in zip(model.parameters().items(), tparams):
-        err = float(np.max(np.abs(ours - theirs)))
+    for (name, ours), theirs in zip(model.named_parameters(), tparams):
+        err = float(np.max(np.abs(ours.data - theirs)))
         assert err <= 1e-4, f"{case.name}: {name} differs from torch by {err}"
     return losses[0]
 

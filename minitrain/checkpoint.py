@@ -1,5 +1,6 @@
-"""Checkpoints of a TrainingSession: parameters and buffers, optimizer state, step count, the
-global random generator's state, and a caller's `extra` dict (epoch, data-loader state...).
+"""Checkpoints of a TrainingSession: parameters and buffers, optimizer state (with each parameter
+group's lr and weight decay), step count, the global random generator's state, and a caller's
+`extra` dict (epoch, data-loader state...).
 
 The file is a zip archive: `checkpoint.json` (format name, version, scalars, extra) and one
 `.npy` entry per array, read back without pickle.  `save` writes a temporary file beside the
@@ -42,7 +43,8 @@ def save(path, session, extra=None):
     session.pull()
     optimizer = session.optimizer.state_dict()
     meta = {"format": FORMAT, "version": VERSION, "step": session.step_count,
-            "optimizer": {"type": optimizer["type"], "step_count": optimizer["step_count"]},
+            "optimizer": {"type": optimizer["type"], "step_count": optimizer["step_count"],
+                          "groups": optimizer["groups"]},
             "rng": mt_random.get_state(), "extra": extra or {},
             "model_arrays": list(session.model.state_dict()), "optimizer_arrays": list(optimizer["arrays"])}
     folder = os.path.dirname(os.path.abspath(path))
@@ -94,6 +96,9 @@ def _check_meta(path, meta):
         bad("optimizer.type", optimizer.get("type"), "the optimizer's class name")
     if not _is_count(optimizer.get("step_count")):
         bad("optimizer.step_count", optimizer.get("step_count"), "a count >= 0")
+    groups = optimizer.get("groups")
+    if groups is not None and not (isinstance(groups, list) and all(isinstance(g, dict) for g in groups)):
+        bad("optimizer.groups", groups, "a list of parameter group dicts")
     if not isinstance(meta.get("extra"), dict):
         bad("extra", meta.get("extra"), "a dict")
     for entry in ("model_arrays", "optimizer_arrays"):
@@ -144,7 +149,7 @@ def load(path, session):
     changed unless the whole file is valid and fits the session's model and optimizer."""
     meta, model_state, optimizer_arrays = read(path)
     optimizer_state = {"type": meta["optimizer"]["type"], "step_count": meta["optimizer"]["step_count"],
-                       "arrays": optimizer_arrays}
+                       "arrays": optimizer_arrays, "groups": meta["optimizer"].get("groups")}
     try:
         session.model.check_state_dict(model_state)
         session.optimizer.check_state_dict(optimizer_state)

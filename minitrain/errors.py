@@ -34,6 +34,11 @@ class CheckpointError(MinitrainError, ValueError):
     """A checkpoint file is truncated, foreign or of an unsupported version."""
 
 
+class OptimizerArgumentError(MinitrainError, ValueError, TypeError):
+    """An optimizer's hyperparameter or parameter group is of the wrong type or out of range
+    (caught as either ValueError or TypeError)."""
+
+
 class ProviderUnavailableError(MinitrainError, RuntimeError):
     """An execution provider was asked for on a machine that cannot run it (no pycuda, no
     driver, no device); the message says which of these is missing."""

@@ -183,6 +183,37 @@ def test_checkpoint_of_another_model_or_optimizer_is_rejected(tmp_path):
         sgd.load(path)
 
 
+def grouped_session(bias_lr):
+    """No weight decay and their own lr on the biases."""
+    minitrain.random.seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(8, 6), nn.Relu(), nn.Linear(6, 3))
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    optimizer = SGD([{"params": weights}, {"params": biases, "lr": bias_lr, "weight_decay": 0}], lr=0.1,
+                    momentum=0.9, weight_decay=0.01)
+    return TrainingSession(model, nn.CrossEntropyLoss(), optimizer, input_shape=(1, 8))
+
+
+def test_parameter_groups_survive_a_checkpoint(tmp_path):
+    s = grouped_session(0.5)
+    for x, y in batches(2):
+        s.train_step(x, y)
+    s.optimizer.param_groups[1]["lr"] = 0.25
+    path = tmp_path / "ck.mtc"
+    s.save(path)
+    resumed = grouped_session(0.5)
+    resumed.load(path)
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == [0.1, 0.25]
+    assert_same(snapshot(resumed), snapshot(s))
+    for x, y in batches(2, seed=1):
+        assert resumed.train_step(x, y) == s.train_step(x, y)
+    assert_same(snapshot(resumed), snapshot(s))
+    other = TrainingSession(grouped_session(0.5).model, nn.CrossEntropyLoss(), SGD(0.1, momentum=0.9),
+                            input_shape=(1, 8))
+    with pytest.raises(CheckpointError, match="parameter groups"):
+        other.load(path)
+
+
 def _with_meta(good, path, change):
     """A copy of checkpoint `good` whose checkpoint.json went through `change(meta)`: every
     CRC is valid, only the metadata is wrong."""
@@ -209,6 +240,9 @@ BAD_META = {
     "bad_rng": (lambda m: m.update(rng={"bit_generator": "PCG64", "state": 5}), "'rng'"),
     "no_step": (lambda m: m.pop("step"), "'step'"),
     "array_names_not_a_list": (lambda m: m.update(model_arrays="0.weight"), "'model_arrays'"),
+    "groups_not_a_list": (lambda m: m["optimizer"].update(groups="all"), "'optimizer.groups'"),
+    "group_lr_text": (lambda m: m["optimizer"]["groups"][0].update(lr="fast"), "lr"),
+    "group_members_differ": (lambda m: m["optimizer"]["groups"][0]["params"].pop(), "parameter groups"),
 }
 
 

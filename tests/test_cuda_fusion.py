@@ -101,7 +101,7 @@ def cuda_params(spec, bench_train, fuse_on, optimizer, dtype, batches):
         x, y = batches[step % len(batches)]
         session.train_step(x.astype(dtype), y)
     session.pull()
-    return session, {k: np.array(v) for k, v in model.parameters().items()}
+    return session, {k: np.array(v) for k, v in model.named_parameters()}
 
 
 @pytest.mark.parametrize("case", ["lenet5_b64", "cnn1d_b64"])

@@ -411,7 +411,7 @@ def test_swapped_relu_max_pool_trains_bitwise_the_same(pool, rng):
         model, session = conv_relu_pool_session(fuse_on, pool)
         losses = [session.train_step(x, y) for _ in range(10)]
         session.pull()
-        params.append((losses, {k: np.array(v) for k, v in model.parameters().items()}))
+        params.append((losses, {k: np.array(v) for k, v in model.named_parameters()}))
     assert params[0][0] == params[1][0]
     for name in params[0][1]:
         np.testing.assert_array_equal(params[1][1][name], params[0][1][name], err_msg=name)
@@ -461,7 +461,7 @@ def train(make_model, loss, optimizer, input_shape, batches, fuse_on, dtype=np.f
         x, y = batches[step % len(batches)]
         session.train_step(x.astype(dtype), y)
     session.pull()
-    return session, {k: np.array(v) for k, v in model.parameters().items()}
+    return session, {k: np.array(v) for k, v in model.named_parameters()}
 
 
 def assert_same_training(make_model, loss, input_shape, batches, dtype, fused_ops):

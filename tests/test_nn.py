@@ -135,7 +135,7 @@ def test_whole_model_gradients_by_finite_differences(rng):
     model.to_dtype(np.float64)
     builder, out = nn.trace(model, {"x": (np.float64, (3, 2, 4))}, training=True)
     feeds = {"x": rng.standard_normal((3, 2, 4))}
-    gradcheck_graph(builder.graph, feeds, ["x"] + list(model.parameters()), loss=out.name, rtol=1e-4, atol=1e-7)
+    gradcheck_graph(builder.graph, feeds, ["x"] + [n for n, _ in model.named_parameters()], loss=out.name, rtol=1e-4, atol=1e-7)
 
 
 def test_forward_and_backward_match_torch(rng):
@@ -149,8 +149,8 @@ def test_forward_and_backward_match_torch(rng):
              "head.1": tlin}
     with torch.no_grad():
         for prefix, tm in pairs.items():
-            tm.weight.copy_(torch.tensor(model.parameters()[f"{prefix}.weight"]))
-            tm.bias.copy_(torch.tensor(model.parameters()[f"{prefix}.bias"]))
+            tm.weight.copy_(torch.tensor(dict(model.named_parameters())[f"{prefix}.weight"].data))
+            tm.bias.copy_(torch.tensor(dict(model.named_parameters())[f"{prefix}.bias"].data))
 
     def tforward(x):
         x = tstem(x)
@@ -166,10 +166,10 @@ def test_forward_and_backward_match_torch(rng):
     assert loss == pytest.approx(tloss.item(), rel=1e-12)
     for prefix, tm in pairs.items():
         np.testing.assert_allclose(session.grads[f"{prefix}.weight"], tm.weight.grad.numpy(), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(model.buffers()["block.bn1.running_mean"], tbn1.running_mean.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(dict(model.named_buffers())["block.bn1.running_mean"].data, tbn1.running_mean.numpy(), rtol=1e-12)
     with torch.no_grad():     # running_var: ONNX's biased batch variance, torch's unbiased one
         for prefix, bn in (("block.bn1", tbn1), ("block.bn2", tbn2)):
-            bn.running_var.copy_(torch.tensor(model.buffers()[f"{prefix}.running_var"]))
+            bn.running_var.copy_(torch.tensor(dict(model.named_buffers())[f"{prefix}.running_var"].data))
     for m in pairs.values():
         m.eval()
     np.testing.assert_allclose(session.eval_step(x), tforward(torch.tensor(x)).detach().numpy(), rtol=1e-10)
@@ -202,14 +202,94 @@ def test_build_errors_name_the_layer():
 
 def test_state_dict_round_trip_keeps_array_identity():
     model = lenet()
-    weights = model.parameters()["0.weight"]
+    weights = dict(model.named_parameters())["0.weight"].data
     state = model.state_dict()
-    model.parameters()["0.weight"][...] = 0
+    dict(model.named_parameters())["0.weight"].data[...] = 0
     model.load_state_dict(state)
-    assert model.parameters()["0.weight"] is weights and np.array_equal(weights, state["0.weight"])
+    assert dict(model.named_parameters())["0.weight"].data is weights and np.array_equal(weights, state["0.weight"])
     with pytest.raises(ValueError, match="missing"):
         model.load_state_dict({k: v for k, v in state.items() if k != "0.bias"})
     bad = dict(state, **{"0.bias": np.zeros(7, np.float32)})
     with pytest.raises(ValueError, match="0.bias"):
         model.load_state_dict(bad)
-    assert np.array_equal(model.parameters()["0.bias"], state["0.bias"]), "nothing changed on error"
+    assert np.array_equal(dict(model.named_parameters())["0.bias"].data, state["0.bias"]), "nothing changed on error"
+
+
+class Block(nn.Module):
+    """The ResNet idiom: attributes set to None first, then maybe to a layer or a Parameter."""
+
+    def __init__(self, downsample, bias):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1, bias=False)
+        self.downsample = None
+        self.bias = None
+        if downsample:
+            self.downsample = nn.Conv2d(2, 2, 1)
+        if bias:
+            self.bias = nn.Parameter(np.zeros((1, 2, 1, 1), np.float32))
+
+    def forward(self, x):
+        y = self.conv(x)
+        y = y + (self.downsample(x) if self.downsample is not None else x)
+        return y + self.bias if self.bias is not None else y
+
+
+@pytest.mark.parametrize("downsample,bias", [(False, False), (True, False), (False, True), (True, True)])
+def test_attribute_first_none_then_a_layer_or_parameter(downsample, bias, rng):
+    block = Block(downsample, bias)
+    assert (block.downsample is not None) == downsample and (block.bias is not None) == bias
+    assert ("downsample" in vars(block)) != downsample and ("bias" in vars(block)) != bias, "one place only"
+    names = [n for n, _ in block.named_parameters()]
+    expected = ["conv.weight"] + ["downsample.weight", "downsample.bias"] * downsample + ["bias"] * bias
+    assert sorted(names) == sorted(expected)
+    builder, out = nn.trace(block, {"x": (np.float32, ("N", 2, 4, 4))})
+    assert set(builder.graph.initializers) == set(expected)
+    assert run(block, rng.standard_normal((1, 2, 4, 4)).astype(np.float32)).shape == (1, 2, 4, 4)
+
+
+def test_registered_names_take_none_and_refuse_other_values():
+    layer = nn.Linear(3, 2)
+    layer.bias = None                   # as PyTorch: the name stays registered, holding None
+    assert layer.bias is None and [n for n, _ in layer.named_parameters()] == ["weight"]
+    assert "bias" in layer._parameters and "bias" not in vars(layer)
+    layer.bias = nn.Parameter(np.zeros(2, np.float32))
+    assert [n for n, _ in layer.named_parameters()] == ["weight", "bias"]
+    with pytest.raises(TypeError, match="'weight'.*Parameter or None"):
+        layer.weight = np.zeros((2, 3), np.float32)
+    model = nn.Sequential(nn.Linear(3, 2), nn.Relu())
+    model.head = nn.Linear(2, 2)
+    model.head = None
+    assert model.head is None and [n for n, _ in model.named_modules()] == ["", "0", "1"]
+    with pytest.raises(TypeError, match="'head'.*Module or None"):
+        model.head = "linear"
+    model.head = nn.Parameter(np.ones(2, np.float32))      # another kind replaces the layer
+    assert model.head.shape == (2,) and "head" not in model._modules
+    del model.head
+    assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias"]
+    bn = nn.BatchNorm1d(2)
+    with pytest.raises(TypeError, match="'running_mean'.*Buffer or None"):
+        bn.running_mean = 0.0
+
+
+def test_parameters_yield_parameters_as_pytorch():
+    model = lenet()
+    params = list(model.parameters())
+    assert all(type(p) is nn.Parameter for p in params) and len(params) == 10
+    assert [p for _, p in model.named_parameters()] == params
+    assert all(type(b) is nn.Buffer for b in nn.BatchNorm2d(3).buffers())
+    np.testing.assert_array_equal(np.asarray(params[0]), params[0].data)
+    assert np.asarray(params[0]) is params[0].data and np.array(params[0]) is not params[0].data
+    model[0].requires_grad_(False)
+    assert [p.requires_grad for p in model.parameters()][:3] == [False, False, True]
+    assert "requires_grad=False" in repr(model[0].weight)
+
+
+def test_pytorch_spellings_and_printout():
+    assert nn.ReLU is nn.Relu and nn.LeakyReLU is nn.LeakyRelu
+    text = repr(nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
+                              nn.AvgPool2d(3, stride=1), nn.Linear(4, 2, bias=False), nn.LeakyReLU(0.2)))
+    assert "Conv2d(1, 4, kernel_size=(3, 3), stride=1, bias=False)" in text
+    assert "MaxPool2d(kernel_size=2, stride=2," in text and "stride=None" not in text
+    assert "AvgPool2d(kernel_size=3, stride=1," in text
+    assert "Dropout(p=0.25)" in text and "Linear(4, 2, bias=False)" in text and "negative_slope=0.2" in text
+    assert "padding=1, groups=2)" in repr(nn.Conv2d(2, 2, 3, padding=1, groups=2))

@@ -1,12 +1,12 @@
 """Optimizer update kernels against NumPy references over several steps (and torch.optim where
-installed), gradient clipping and learning-rate schedules."""
+installed), parameter groups, hyperparameter checks, gradient clipping and learning-rate schedules."""
 import math
 
 import numpy as np
 import pytest
 
-from minitrain import run_node
-from minitrain.errors import OpAttributeError, ShapeError
+from minitrain import nn, run_node
+from minitrain.errors import OpAttributeError, OptimizerArgumentError, ShapeError
 from minitrain.optim import SGD, Adam, AdamW, CosineLR, LinearWarmup, StepLR, clip_grad_norm, global_norm
 
 SHAPES = {"w": (4, 3), "b": (3,), "k": (2, 1, 3, 3)}
@@ -67,11 +67,11 @@ def reference_adam(params, stream, lr, betas=(0.9, 0.999), eps=1e-8, weight_deca
 
 CASES = [
     ("sgd", lambda: SGD(0.05), dict(lr=0.05)),
-    ("sgd_momentum_wd", lambda: SGD(0.05, 0.9, weight_decay=0.01), dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
-    ("sgd_nesterov_clip", lambda: SGD(0.05, 0.9, nesterov=True, max_grad_norm=2.0),
+    ("sgd_momentum_wd", lambda: SGD(lr=0.05, momentum=0.9, weight_decay=0.01), dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
+    ("sgd_nesterov_clip", lambda: SGD(lr=0.05, momentum=0.9, nesterov=True, max_grad_norm=2.0),
      dict(lr=0.05, momentum=0.9, nesterov=True, max_norm=2.0)),
     ("adam", lambda: Adam(0.01), dict(lr=0.01)),
-    ("adam_l2_clip", lambda: Adam(0.01, (0.8, 0.99), 1e-6, weight_decay=0.05, max_grad_norm=1.0),
+    ("adam_l2_clip", lambda: Adam(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05, max_grad_norm=1.0),
      dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05, max_norm=1.0)),
     ("adamw", lambda: AdamW(0.01, weight_decay=0.1), dict(lr=0.01, weight_decay=0.1, decoupled=True)),
 ]
@@ -121,7 +121,7 @@ def test_schedule_drives_the_learning_rate():
 def test_against_torch_optim():
     torch = pytest.importorskip("torch")
     for make, tmake in [
-        (lambda: SGD(0.1, 0.9, nesterov=True, weight_decay=0.01),
+        (lambda: SGD(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
          lambda p: torch.optim.SGD(p, 0.1, 0.9, nesterov=True, weight_decay=0.01)),
         (lambda: Adam(0.01, weight_decay=0.01), lambda p: torch.optim.Adam(p, 0.01, weight_decay=0.01)),
         (lambda: AdamW(0.01, weight_decay=0.1), lambda p: torch.optim.AdamW(p, 0.01, weight_decay=0.1)),
@@ -180,4 +180,124 @@ def test_bad_arguments_name_the_problem():
         run_node("AdamOptimizer", [np.array(0.1), np.array(1), w, g, w.copy()], domain="com.microsoft")
     with pytest.raises(ShapeError, match="step"):
         run_node("AdamOptimizer", [np.array(0.1), np.array(0), w, g, np.zeros(3), np.zeros(3)],
+                 domain="com.microsoft")
+
+
+@pytest.mark.parametrize("make,arg", [
+    (lambda: Adam(float("nan")), "lr"), (lambda: SGD("0.1"), "first argument"), (lambda: SGD(lr="0.1"), "lr"),
+    (lambda: SGD(lr=-1), "lr"), (lambda: AdamW(lr=math.inf), "lr"), (lambda: SGD(0.1, momentum="0.9"), "momentum"),
+    (lambda: SGD(0.1, momentum=-0.5), "momentum"), (lambda: SGD(0.1, momentum=0.9, nesterov="no"), "nesterov"),
+    (lambda: SGD(0.1, weight_decay=float("nan")), "weight_decay"), (lambda: Adam(betas=(0.9,)), "betas"),
+    (lambda: Adam(betas=(0.9, 1.0)), r"betas\[1\]"), (lambda: Adam(eps=0), "eps"), (lambda: Adam(eps=True), "eps"),
+    (lambda: AdamW(weight_decay=-0.1), "weight_decay"), (lambda: SGD(0.1, max_grad_norm=0), "max_grad_norm"),
+    (lambda: SGD(0.1, schedule=0.5), "schedule"), (lambda: SGD(0.1, 0.9), "lr=0.9"),
+])
+def test_hyperparameters_are_checked_at_construction(make, arg):
+    with pytest.raises(OptimizerArgumentError, match=arg) as caught:
+        make()
+    assert str(caught.value).split(":")[0] in ("SGD", "Adam", "AdamW"), "names the optimizer"
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, TypeError)
+
+
+def _groups_reference(kind, start, stream, groups, **common):
+    """Each group's parameters through the single-group reference with the group's settings."""
+    reference = reference_adam if kind.startswith("adam") else reference_sgd
+    out = {}
+    for names, settings in groups:
+        out.update(reference({n: start[n] for n in names}, [{n: g[n] for n in names} for g in stream],
+                             **{**common, **settings}))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw"])
+def test_parameter_groups_take_their_own_lr_and_weight_decay(kind, dtype):
+    params = _params(dtype)
+    start = {n: a.copy() for n, a in params.items()}
+    stream = _grad_stream(dtype, 5)
+    groups = [{"params": ["w", "k"]}, {"params": [params["b"]], "lr": 0.02, "weight_decay": 0}]
+    make = {"sgd": lambda: SGD(groups, lr=0.05, momentum=0.9, weight_decay=0.01),
+            "adam": lambda: Adam(groups, lr=0.01, weight_decay=0.05),
+            "adamw": lambda: AdamW(groups, lr=0.01, weight_decay=0.1)}[kind]
+    opt = make().attach(params)
+    assert [g["lr"] for g in opt.param_groups] == [opt.defaults["lr"], 0.02]
+    assert opt.attrs()["weight_decays"] == [opt.defaults["weight_decay"], 0.0, opt.defaults["weight_decay"]]
+    for grads in stream:
+        opt.step(grads)
+    common = {"sgd": dict(momentum=0.9), "adam": {}, "adamw": dict(decoupled=True)}[kind]
+    expected = _groups_reference(kind, start, stream, [(["w", "k"], dict(lr=opt.defaults["lr"],
+                                                        weight_decay=opt.defaults["weight_decay"])),
+                                                       (["b"], dict(lr=0.02, weight_decay=0.0))], **common)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for n in params:
+        np.testing.assert_allclose(params[n], expected[n], rtol=tol, atol=tol)
+
+
+def test_parameter_groups_against_torch_with_a_schedule():
+    torch = pytest.importorskip("torch")
+    for make, tmake in [
+        (lambda g: SGD(g, lr=0.1, momentum=0.9, weight_decay=0.01, schedule=StepLR(2, 0.5)),
+         lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9, weight_decay=0.01)),
+        (lambda g: AdamW(g, lr=0.01, weight_decay=0.1, schedule=StepLR(2, 0.5)),
+         lambda g: torch.optim.AdamW(g, lr=0.01, weight_decay=0.1)),
+    ]:
+        params = _params(np.float64)
+        tparams = {n: torch.tensor(a.copy(), requires_grad=True) for n, a in params.items()}
+        opt = make([{"params": ["w", "k"]}, {"params": ["b"], "lr": 0.3, "weight_decay": 0.0}]).attach(params)
+        topt = tmake([{"params": [tparams["w"], tparams["k"]]},
+                      {"params": [tparams["b"]], "lr": 0.3, "weight_decay": 0.0}])
+        tsched = torch.optim.lr_scheduler.StepLR(topt, 2, 0.5)
+        for grads in _grad_stream(np.float64, 6):
+            assert opt.current_lrs() == pytest.approx(tsched.get_last_lr())
+            for n, t in tparams.items():
+                t.grad = torch.tensor(grads[n])
+            opt.step(grads)
+            topt.step()
+            tsched.step()
+        for n, t in tparams.items():
+            np.testing.assert_allclose(params[n], t.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_group_lr_changed_between_updates_is_used():
+    params = _params(np.float64)
+    start = {n: a.copy() for n, a in params.items()}
+    grads = _grad_stream(np.float64, 1)[0]
+    opt = SGD([{"params": ["w", "b"]}, {"params": ["k"]}], lr=0.1).attach(params)
+    opt.param_groups[1]["lr"] = 0.5
+    opt.step(grads)
+    np.testing.assert_allclose(params["w"], start["w"] - 0.1 * grads["w"], rtol=1e-12)
+    np.testing.assert_allclose(params["k"], start["k"] - 0.5 * grads["k"], rtol=1e-12)
+
+
+def test_bad_parameter_groups_name_the_problem():
+    params = _params(np.float64)
+    with pytest.raises(OptimizerArgumentError, match="not a parameter of the model"):
+        SGD([{"params": ["w", "nope"]}], lr=0.1).attach(params)
+    with pytest.raises(OptimizerArgumentError, match="'w' is in parameter groups 0 and 1"):
+        SGD([{"params": ["w"]}, {"params": [params["w"]]}], lr=0.1).attach(params)
+    with pytest.raises(OptimizerArgumentError, match=r"\['k'\] are in no parameter group"):
+        SGD([{"params": ["w", "b"]}], lr=0.1).attach(params)
+    with pytest.raises(OptimizerArgumentError, match="group 1 sets \\['momentum'\\]"):
+        SGD([{"params": ["w"]}, {"params": ["b"], "momentum": 0.5}], lr=0.1)
+    with pytest.raises(OptimizerArgumentError, match="group 0 has no 'params'"):
+        SGD([{"lr": 0.1}])
+    with pytest.raises(OptimizerArgumentError, match="empty"):
+        Adam([])
+    with pytest.raises(OptimizerArgumentError, match="group 1's lr"):
+        SGD([{"params": ["w"]}, {"params": ["b"], "lr": -1.0}], lr=0.1)
+    with pytest.raises(OptimizerArgumentError, match="Parameters, parameter names or arrays"):
+        SGD([nn.Buffer(np.zeros(3))], lr=0.1)
+
+
+def test_optimizer_kernels_take_a_rate_per_parameter():
+    w, b = np.ones(3), np.ones(2)
+    gw, gb = np.full(3, 2.0), np.full(2, 4.0)
+    run_node("SGDOptimizer", [np.array([0.5, 0.25]), w, b, gw, gb], attrs={"weight_decays": [1.0, 0.0]},
+             domain="com.microsoft")
+    np.testing.assert_allclose(w, 1 - 0.5 * (2.0 + 1.0))
+    np.testing.assert_allclose(b, 1 - 0.25 * 4.0)
+    with pytest.raises(ShapeError, match="one rate per parameter"):
+        run_node("SGDOptimizer", [np.array([0.5, 0.25, 0.1]), w, b, gw, gb], domain="com.microsoft")
+    with pytest.raises(OpAttributeError, match="weight_decays"):
+        run_node("SGDOptimizer", [np.array(0.5), w, b, gw, gb], attrs={"weight_decays": [1.0]},
                  domain="com.microsoft")

@@ -173,7 +173,7 @@ def test_steps_with_the_arena_give_the_same_bits(fuse, rng):
         losses = [session.train_step(x[i % 2 * 8:][:8], y[i % 2 * 8:][:8]) for i in range(12)]
         losses.append(session.train_step(x[:5], y[:5]))      # another batch size: another signature
         session.pull()
-        runs.append((losses, {k: np.array(v) for k, v in model.parameters().items()}, session))
+        runs.append((losses, {k: np.array(v) for k, v in model.named_parameters()}, session))
     assert runs[0][0] == runs[1][0]
     for name in runs[0][1]:
         np.testing.assert_array_equal(runs[1][1][name], runs[0][1][name], err_msg=name)

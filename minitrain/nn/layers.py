@@ -67,8 +67,12 @@ class _ConvNd(Module):
                       output_padding=self.output_padding)
 
     def extra_repr(self):
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}")
+        """PyTorch's printout: the settings that differ from the defaults."""
+        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        for name, default in (("padding", 0), ("dilation", 1), ("output_padding", 0), ("groups", 1)):
+            if getattr(self, name) != default:
+                text += f", {name}={getattr(self, name)}"
+        return text + (", bias=False" if self.bias is None else "")
 
 
 def _conv_class(name, ndim, transposed):
@@ -93,7 +97,9 @@ class _MaxPoolNd(Module):
         return F.max_pool(x, self.ndim, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}"
+        stride = self.kernel_size if self.stride is None else self.stride
+        return (f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class _AvgPoolNd(Module):
@@ -109,7 +115,9 @@ class _AvgPoolNd(Module):
                           self.count_include_pad)
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}"
+        stride = self.kernel_size if self.stride is None else self.stride
+        return (f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}, "
+                f"ceil_mode={self.ceil_mode}, count_include_pad={self.count_include_pad}")
 
 
 MaxPool1d, MaxPool2d, MaxPool3d = (type(f"MaxPool{n}d", (_MaxPoolNd,), {"ndim": n, "__doc__": f"{n}-D max pooling."})
@@ -129,6 +137,9 @@ class GlobalAvgPool(Module):
         y = F.global_avg_pool(x)
         return F.flatten(y) if self.flatten else y
 
+    def extra_repr(self):
+        return f"flatten={self.flatten}"
+
 
 class Flatten(Module):
     """(N, d1, d2, ...) -> (N, d1 * d2 * ...) (from start_dim on)."""
@@ -139,6 +150,9 @@ class Flatten(Module):
 
     def forward(self, x):
         return F.flatten(x, self.start_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}"
 
 
 class Relu(Module):
@@ -153,6 +167,12 @@ class LeakyRelu(Module):
 
     def forward(self, x):
         return F.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+ReLU, LeakyReLU = Relu, LeakyRelu      # PyTorch's spellings
 
 
 class Sigmoid(Module):
@@ -173,6 +193,9 @@ class QuickGelu(Module):
     def forward(self, x):
         return F.quick_gelu(x, self.alpha)
 
+    def extra_repr(self):
+        return f"alpha={self.alpha}"
+
 
 class Softmax(Module):
     def __init__(self, dim=-1):
@@ -181,6 +204,9 @@ class Softmax(Module):
 
     def forward(self, x):
         return F.softmax(x, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
 
 
 class LogSoftmax(Softmax):
@@ -200,6 +226,9 @@ class Dropout(Module):
 
     def forward(self, x):
         return F.dropout(x, self.p)
+
+    def extra_repr(self):
+        return f"p={self.p}"
 
 
 class _BatchNormNd(Module):

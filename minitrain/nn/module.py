@@ -16,11 +16,15 @@ from .tensor import GraphBuilder, Tensor
 
 
 class Parameter:
-    """A trainable array (C-contiguous; float32 unless given otherwise)."""
-    __slots__ = ("data",)
+    """A trainable array (C-contiguous; float32 unless given otherwise).
 
-    def __init__(self, data):
+    requires_grad=False freezes it: a TrainingSession built afterwards gives it no gradient
+    nodes and no update (it reads the flag when it is built; see TrainingSession)."""
+    __slots__ = ("data", "requires_grad")
+
+    def __init__(self, data, requires_grad=True):
         self.data = np.ascontiguousarray(data)
+        self.requires_grad = bool(requires_grad)
 
     @property
     def shape(self):
@@ -34,13 +38,26 @@ class Parameter:
     def size(self):
         return self.data.size
 
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(parameter) is its array (np.array(parameter) a copy)."""
+        if copy or (dtype is not None and np.dtype(dtype) != self.data.dtype):
+            return self.data.astype(dtype or self.data.dtype, copy=True)
+        return self.data
+
     def __repr__(self):
-        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype})"
+        frozen = "" if self.requires_grad else ", requires_grad=False"
+        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}{frozen})"
 
 
 class Buffer(Parameter):
     """A non-trainable array of the model's state (saved and loaded with it)."""
     __slots__ = ()
+
+    def __init__(self, data):
+        super().__init__(data, requires_grad=False)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype})"
 
 
 class Module:
@@ -53,18 +70,28 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
 
     def __setattr__(self, name, value):
+        """Register Parameters, Buffers and Modules by assignment, with PyTorch's rules: a new
+        kind of value under a name replaces the old one (a plain `self.downsample = None`
+        followed by a Module); a registered name takes None (registered as absent) or a value
+        of its kind, anything else is a TypeError."""
         if "_modules" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning {name!r}")
-        for registry in (self._parameters, self._buffers, self._modules):
-            registry.pop(name, None)
-        if isinstance(value, Buffer):
-            self._buffers[name] = value
-        elif isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
-        else:
-            object.__setattr__(self, name, value)
+        kinds = (("_buffers", Buffer), ("_parameters", Parameter), ("_modules", Module))
+        for registry, kind in kinds:
+            if isinstance(value, kind):
+                self.__dict__.pop(name, None)
+                for other, _ in kinds:
+                    self.__dict__[other].pop(name, None)
+                self.__dict__[registry][name] = value
+                return
+        for registry, kind in kinds:
+            if name in self.__dict__[registry]:
+                if value is not None:
+                    raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} to "
+                                    f"{name!r}, which holds a {kind.__name__} (a {kind.__name__} or None expected)")
+                self.__dict__[registry][name] = None
+                return
+        object.__setattr__(self, name, value)
 
     def __getattr__(self, name):
         for registry in ("_parameters", "_buffers", "_modules"):
@@ -72,6 +99,13 @@ class Module:
             if values is not None and name in values:
                 return values[name]
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __delattr__(self, name):
+        for registry in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__[registry]:
+                del self.__dict__[registry][name]
+                return
+        object.__delattr__(self, name)
 
     # ------------------------------------------------------------------ building
     def forward(self, *inputs):
@@ -92,46 +126,62 @@ class Module:
 
     # ------------------------------------------------------------------ introspection
     def named_modules(self, prefix=""):
-        """(qualified name, module) for this module and every descendant, depth first."""
+        """(qualified name, module) for this module and every descendant, depth first (a
+        child set to None is skipped)."""
         yield prefix, self
         for name, child in self._modules.items():
-            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+            if child is not None:
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def _named(self, registry):
         for prefix, module in self.named_modules():
             for name, value in getattr(module, registry).items():
-                yield (f"{prefix}.{name}" if prefix else name), value
+                if value is not None:
+                    yield (f"{prefix}.{name}" if prefix else name), value
 
     def named_parameters(self):
-        return list(self._named("_parameters"))
+        """(qualified name, Parameter) pairs, as PyTorch's named_parameters()."""
+        return self._named("_parameters")
 
     def named_buffers(self):
-        return list(self._named("_buffers"))
+        """(qualified name, Buffer) pairs."""
+        return self._named("_buffers")
 
     def parameters(self):
-        """Parameter arrays by qualified name (the arrays themselves, not copies)."""
-        return OrderedDict((n, p.data) for n, p in self.named_parameters())
+        """The Parameters (their arrays are `.data`; names come with named_parameters())."""
+        return (p for _, p in self.named_parameters())
 
     def buffers(self):
-        return OrderedDict((n, b.data) for n, b in self.named_buffers())
+        """The Buffers (BatchNorm's running statistics)."""
+        return (b for _, b in self.named_buffers())
+
+    def named_state(self):
+        """(qualified name, Parameter or Buffer): every array saved with the model."""
+        return list(self.named_parameters()) + list(self.named_buffers())
+
+    def requires_grad_(self, requires_grad=True):
+        """Set requires_grad on every parameter (False freezes this module); returns self."""
+        for p in self.parameters():
+            p.requires_grad = bool(requires_grad)
+        return self
 
     def num_parameters(self):
-        return sum(p.size for _, p in self.named_parameters())
+        return sum(p.size for p in self.parameters())
 
     def names(self):
         """id() of every sub-module, parameter and buffer -> its qualified name."""
         names = {id(m): n for n, m in self.named_modules()}
-        names.update({id(p): n for n, p in self.named_parameters() + self.named_buffers()})
+        names.update({id(p): n for n, p in self.named_state()})
         return names
 
     # ------------------------------------------------------------------ state
     def state_dict(self):
         """Copies of every parameter and buffer array, by qualified name."""
-        return OrderedDict((n, p.data.copy()) for n, p in self.named_parameters() + self.named_buffers())
+        return OrderedDict((n, p.data.copy()) for n, p in self.named_state())
 
     def check_state_dict(self, state):
         """Raise ValueError naming the first mismatch between `state` and this model."""
-        own = OrderedDict((n, p.data) for n, p in self.named_parameters() + self.named_buffers())
+        own = OrderedDict((n, p.data) for n, p in self.named_state())
         missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
         if missing or unexpected:
             raise ValueError(f"state does not fit the model: missing {missing}, unexpected {unexpected}")
@@ -144,12 +194,12 @@ class Module:
     def load_state_dict(self, state):
         """Copy `state` into the model's arrays in place, after checking all of it."""
         self.check_state_dict(state)
-        for name, p in self.named_parameters() + self.named_buffers():
+        for name, p in self.named_state():
             np.copyto(p.data, state[name])
 
     def to_dtype(self, dtype):
         """Convert every parameter and buffer to `dtype` (new arrays: do it before compiling)."""
-        for _, p in self.named_parameters() + self.named_buffers():
+        for _, p in self.named_state():
             p.data = np.ascontiguousarray(p.data, dtype=dtype)
         return self
 

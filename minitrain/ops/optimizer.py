@@ -8,6 +8,10 @@ once; the sequences are flattened into one variadic input `tensors`:
     SGDOptimizer(learning_rate, params..., grads..., [momentum buffers...])
     AdamOptimizer(learning_rate, step, params..., grads..., m..., v...)
 
+`learning_rate` is a scalar, or a 1-D tensor with one rate per parameter; the attribute
+`weight_decays`, when given, holds one decay per parameter in place of `weight_decay`: so one
+node updates parameter groups with their own settings (torch.optim's param_groups).
+
 The update follows PyTorch's torch.optim (SGD, Adam, AdamW).  With max_norm > 0 the gradients
 are first scaled by min(1, max_norm / (global L2 norm + 1e-6)), as clip_grad_norm_ does.  The
 one output is that global norm (before clipping), so a training loop can log it.  `step` is
@@ -17,7 +21,7 @@ import numpy as np
 
 from .schema import MS_DOMAIN, Attr, Input, schema
 
-_COMMON = {"weight_decay": Attr("float", 0.0), "max_norm": Attr("float", 0.0)}
+_COMMON = {"weight_decay": Attr("float", 0.0), "weight_decays": Attr("floats"), "max_norm": Attr("float", 0.0)}
 SGD_ATTRS = {"momentum": Attr("float", 0.0), "nesterov": Attr("int", 0), **_COMMON}
 ADAM_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999), "epsilon": Attr("float", 1e-8),
               "decoupled_weight_decay": Attr("int", 0), **_COMMON}
@@ -31,19 +35,32 @@ def tensor_groups(num_tensors, groups):
     return num_tensors // groups
 
 
+def per_parameter(learning_rate, attrs, count):
+    """(learning rates, weight decays) as lists of `count` floats, one per parameter, from the
+    `learning_rate` array (a scalar or one per parameter) and the attributes."""
+    rates = [float(r) for r in np.asarray(learning_rate).reshape(-1)]
+    decays = attrs.get("weight_decays") or [attrs["weight_decay"]] * count
+    return (rates * count if len(rates) == 1 else rates), [float(d) for d in decays]
+
+
 def _check_update(ctx, first_tensor, groups):
-    """Shared checks: scalar learning rate, tensors in equal groups of equal shapes."""
+    """Shared checks: a scalar learning rate or one per parameter, one weight decay per
+    parameter when weight_decays is given, tensors in equal groups of equal shapes."""
     for name in ("weight_decay", "max_norm"):
         if ctx.attrs[name] < 0:
             ctx.attr_fail(name, "must be >= 0")
-    lr = ctx.shape(0)
-    if lr is not None and (len(lr) > 1 or (len(lr) == 1 and lr[0] != 1)):
-        ctx.fail(f"input 'learning_rate' must be a scalar, got shape {tuple(lr)}")
     shapes = [t.shape if t is not None else None for t in ctx.input_types[first_tensor:]]
     count = tensor_groups(len(shapes), groups)
     if count is None:
         ctx.fail(f"input 'tensors' holds {len(shapes)} tensors; expected {groups} groups of equal "
                  f"length (params, grads{', state' * (groups - 2)})")
+    lr = ctx.shape(0)
+    if lr is not None and (len(lr) > 1 or (len(lr) == 1 and lr[0] not in (1, count))):
+        ctx.fail(f"input 'learning_rate' must be a scalar or hold one rate per parameter ({count}), "
+                 f"got shape {tuple(lr)}")
+    decays = ctx.attrs["weight_decays"]
+    if decays is not None and (len(decays) != count or any(not d >= 0 for d in decays)):
+        ctx.attr_fail("weight_decays", f"must hold one decay >= 0 per parameter ({count})")
     for k in range(count):
         group = [shapes[k + j * count] for j in range(groups)]
         known = [s for s in group if s is not None]

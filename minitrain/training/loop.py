@@ -51,8 +51,10 @@ def _progress(iterable, total, enabled, desc):
 
 
 def evaluate(session, x, y, *, task="classification", batch_size=512):
-    """Loss and accuracy (classification) or loss alone (regression, where the loss is the
-    MSE) of the inference plan over (x, y), in chunks of batch_size."""
+    """Run the inference plan over (x, y) in chunks of batch_size and return a dict:
+    {"test_loss", "test_accuracy"} for task="classification" (accuracy: the share of rows whose
+    largest output is the label), {"test_loss", "test_mse"} for task="regression" (test_mse
+    repeats the mean loss, which is the MSE for an MSELoss)."""
     if len(x) == 0:
         raise ValueError("evaluate: the test set is empty")
     total_loss, correct = 0.0, 0
@@ -101,11 +103,26 @@ def _write_metrics(path, history):
 
 def fit(session, loader, *, epochs, test=None, task="classification", out_dir=None, progress=True,
         max_steps=None, resume=False, overwrite=False, log=print, profile=None):
-    """Train for `epochs` epochs over `loader` ((inputs, targets) batches); evaluate on
-    `test` = (x, y) after each epoch.  task: "classification" (accuracy) or "regression"
-    (test_mse).  max_steps caps the batches per epoch (smoke runs).  resume/overwrite: the
-    run folder rules above.  profile: a path for the Chrome trace of the third step.  Returns
-    the list of per-epoch metric dicts."""
+    """Train `session` for `epochs` epochs over `loader` and return the per-epoch metrics.
+
+    session: a TrainingSession.  loader: an iterable of (inputs, targets) batches with len()
+    (minitrain.data.DataLoader; its order is saved in checkpoints when out_dir is given).
+    epochs: the total count (a resumed run trains the ones left).  test: (x, y) arrays
+    evaluated after each epoch (see `evaluate`), or None.  task: "classification" (accuracy
+    is reported) or "regression" (test_mse).  out_dir: a folder for metrics.jsonl,
+    checkpoint.mtc (after each epoch), checkpoint-best.mtc (the best epoch by test_accuracy,
+    test_mse or, without a test set, train_loss) and metrics.png; None writes nothing.
+    progress: a tqdm bar per epoch (when tqdm is installed).  max_steps: at most this many
+    batches per epoch (smoke runs).  resume: continue the run in out_dir from its checkpoint;
+    overwrite: delete the run files in out_dir and start again (a folder that holds a run is
+    refused without one of them; not both).  log: called with each line to print (the epoch
+    summaries).  profile: a path for the Chrome trace of the third step, timed node by node
+    (default: the MINITRAIN_PROFILE environment variable).
+
+    Each epoch's dict holds epoch, step, lr, train_loss, steps_per_s, train_accuracy
+    (classification), the `evaluate` metrics when `test` is given, and seconds.  A
+    non-finite loss raises TrainingDivergedError; the checkpoints keep the last finished
+    epoch."""
     profile = profile or os.environ.get(PROFILE_VARIABLE)
     if test is not None and len(test[0]) == 0:
         raise ValueError("fit: the test set is empty; pass test=None to train without evaluation")

@@ -20,6 +20,13 @@ Gradients and `zero_grad`, as in PyTorch:
 
 BatchNorm running statistics are updated after every training run (train_step or accumulate).
 
+The parameters trained (`trained`: name -> array) are those that require gradients
+(Parameter.requires_grad, read when the session is built: changing a flag afterwards makes the
+next training call raise, as the compiled plans cannot follow it; build a new session), that the
+optimizer's parameter groups list (all by default), and that the loss depends on.  A parameter
+the loss does not depend on (a layer defined but unused, an auxiliary head) gets no gradient and
+no update, as in PyTorch, and the session says so once in a logging warning.
+
 Devices: `device="cuda"` runs the plans on the provider list ["cuda", "cpu"] (each node on the
 first provider with a kernel for it; `plan_description()` shows where each landed).  The
 parameters, optimizer state, BatchNorm statistics and accumulated gradients live on the device
@@ -35,6 +42,8 @@ and `last_grad_norm` are fetched without waiting and read when asked for.
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..autodiff import build_gradient_graph
@@ -49,6 +58,8 @@ from ..providers.pending import PendingScalar, PendingValues
 from ..scheduler import schedule
 from .state import DeviceState
 from .targets import as_targets
+
+logger = logging.getLogger(__name__)
 
 INPUT, TARGET = "input", "target"
 SCALE_INPUT = "accumulate.scale"
@@ -78,25 +89,37 @@ class TrainingSession:
         self.capture = bool(capture)
         self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)
-        self.params = model.parameters()
+        named = dict(model.named_parameters())
+        self.params = {name: p.data for name, p in named.items()}
         if not self.params:
             raise ValueError("TrainingSession: the model has no parameters to train")
         dtype = np.dtype(input_dtype or next(iter(self.params.values())).dtype)
         self.input_spec = (dtype, ("N",) + tuple(input_shape))
         self._target_shape, self._target_dtype = target_shape, target_dtype
-        optimizer.attach(self.params)
+        self._requires_grad = [(p, p.requires_grad) for p in named.values()]
+        in_groups = optimizer.assign_groups(self.params)
+        wanted = [n for n, p in named.items() if p.requires_grad and n in in_groups]
+        if not wanted:
+            raise ValueError("TrainingSession: no parameter to train: every one is frozen (requires_grad=False) "
+                             "or in none of the optimizer's parameter groups")
 
         forward, self.output_name, self.loss_name, self.state_updates = self._build(training=True)
-        self.grad_graph, grads = build_gradient_graph(forward, self.loss_name, list(self.params))
-        missing = [p for p, g in grads.items() if g is None]
-        if missing:
-            raise GraphError(f"TrainingSession: the loss does not depend on parameter(s) {missing}")
-        self.grad_names = grads
+        self.grad_graph, grads = build_gradient_graph(forward, self.loss_name,
+                                                      [n for n in wanted if n in forward.initializers])
+        self.grad_names = {n: grads[n] for n in wanted if grads.get(n)}
+        unused = [n for n in wanted if n not in self.grad_names]
+        if unused:
+            logger.warning("TrainingSession: the loss does not depend on parameter(s) %s; they get no gradient "
+                           "and no update", unused)
+        if not self.grad_names:
+            raise GraphError(f"TrainingSession: the loss depends on none of the parameters to train {wanted}")
+        self.trained = {n: self.params[n] for n in self.grad_names}
+        optimizer.attach(self.trained, among=self.params)
         train_graph = self.grad_graph.copy()
-        self.norm_name = optimizer.add_to_graph(train_graph, grads)
+        self.norm_name = optimizer.add_to_graph(train_graph, self.grad_names)
         self.train_plan = self._schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
                                                        *self.state_updates])
-        _check_update_runs_last(self.train_plan, set(self.params))
+        _check_update_runs_last(self.train_plan, set(self.trained))
         self._train = self._executor(self.train_plan)
         self._grad = None        # forward + backward + accumulation, for accumulate(); built on first use
         self._update = None      # the optimizer update of the accumulated gradients, for step()
@@ -141,7 +164,7 @@ class TrainingSession:
 
     def pull(self):
         """Copy parameters, optimizer state and BatchNorm statistics from the device into the
-        host arrays (model.parameters(), optimizer.state): before reading them on the host."""
+        host arrays (the model's Parameters, optimizer.state): before reading them on the host."""
         self.state.pull()
 
     def push(self):
@@ -215,10 +238,20 @@ class TrainingSession:
             self.optimizer.updated(PendingScalar(self._last, "norm"))
         return PendingScalar(self._last, "loss")
 
+    def _check_requires_grad(self):
+        """The compiled plans train the parameters that required gradients when they were
+        built: a flag changed since is an error, not a silent no-op."""
+        changed = [p for p, flag in self._requires_grad if p.requires_grad != flag]
+        if changed:
+            names = {id(p): n for n, p in self.model.named_parameters()}
+            raise ValueError(f"TrainingSession: requires_grad of {[names.get(id(p)) for p in changed]} changed "
+                             "after the session was built; build a new TrainingSession to train with it")
+
     def train_step(self, inputs, targets, micro_batches=1, *, wait=True):
         """One update on this batch; returns the loss (mean over micro-batches when split).
         wait=False (one micro-batch) returns at once with a PendingScalar: float() of it
         waits for the step."""
+        self._check_requires_grad()
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
@@ -246,6 +279,7 @@ class TrainingSession:
         loss as a PendingScalar; `self._profiled.profile` holds the per-node seconds."""
         if self._profiled is None:
             self._profiled = self._executor(self.train_plan, profile=True)
+        self._check_requires_grad()
         self.zero_grad()
         results = self._profiled.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
                                      [self.loss_name, self.output_name, self.norm_name], to_host=False)
@@ -274,7 +308,7 @@ class TrainingSession:
                                               domain=MS_DOMAIN, name=f"accumulate.{param}"))
         fetch = [self.loss_name, self.output_name, *accumulated, *self.state_updates]
         self._grad = self._executor(self._schedule(graph, fetch))
-        update = Graph(initializers={**self.params, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
+        update = Graph(initializers={**self.trained, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
                        name="update")
         norm = self.optimizer.add_to_graph(update, buffers)
         self._update = (self._executor(self._schedule(update, [norm])), norm)
@@ -282,6 +316,7 @@ class TrainingSession:
     def accumulate(self, inputs, targets, scale=1.0):
         """Forward and backward on a batch; add scale * gradients into the gradient buffers
         (`self.grads`) on the device.  Returns the loss."""
+        self._check_requires_grad()
         if self._grad is None:
             self._build_accumulation()
         feeds = {**self._feeds(inputs, targets), SCALE_INPUT: np.array(scale, dtype=self.input_spec[0])}

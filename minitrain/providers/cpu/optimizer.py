@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from ..._ext import optimizer as _opt
-from ...ops.optimizer import tensor_groups
+from ...ops.optimizer import per_parameter, tensor_groups
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import get_num_threads
@@ -31,10 +31,10 @@ def sgd(ctx):
     threads = get_num_threads()
     norm = global_norm(grads, threads)
     scale = clip_scale(norm, a["max_norm"])
-    lr = float(ctx.inputs[0].reshape(-1)[0])
-    for k, (w, g, buf) in enumerate(zip(params, grads, buffers)):
+    rates, decays = per_parameter(ctx.inputs[0], a, count)
+    for w, g, buf, lr, decay in zip(params, grads, buffers, rates, decays):
         _opt.sgd_update(w.reshape(-1), g.reshape(-1), buf.reshape(-1),
-                        lr, momentum, a["weight_decay"], scale, bool(a["nesterov"]), threads)
+                        lr, momentum, decay, scale, bool(a["nesterov"]), threads)
     return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
 
 
@@ -51,10 +51,10 @@ def adam(ctx):
     threads = get_num_threads()
     norm = global_norm(grads, threads)
     scale = clip_scale(norm, a["max_norm"])
-    lr = float(ctx.inputs[0].reshape(-1)[0])
+    rates, decays = per_parameter(ctx.inputs[0], a, count)
     bias1, bias2 = 1 - a["beta1"] ** step, 1 - a["beta2"] ** step
     for k in range(count):
         _opt.adam_update(params[k].reshape(-1), grads[k].reshape(-1), m[k].reshape(-1), v[k].reshape(-1),
-                         lr, a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"],
+                         rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k],
                          bool(a["decoupled_weight_decay"]), scale, bias1, bias2, threads)
     return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
