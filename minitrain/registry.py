@@ -35,11 +35,13 @@ class KernelDef:
     host_outputs: frozenset = frozenset()
 
     def input_on_host(self, index):
-        """Whether input `index` is read from host memory (every input on the CPU provider)."""
-        return self.provider == "cpu" or index in self.host_inputs
+        """Whether the kernel reads input `index` from host memory, whatever memory its
+        provider's own values live in (a provider with host memory reads every input there)."""
+        return index in self.host_inputs
 
     def output_on_host(self, name):
-        return self.provider == "cpu" or name in self.host_outputs
+        """Whether the kernel returns output `name` in host memory (see input_on_host)."""
+        return name in self.host_outputs
 
     def holds(self, opset):
         return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)

@@ -10,7 +10,7 @@ import pytest
 import minitrain
 from minitrain import nn, optim
 from minitrain._ext.step_arena import StepArena
-from minitrain.executor import BoundNode
+from minitrain.binding import BoundNode
 from minitrain.memory_plan import check_disjoint
 from minitrain.providers.cpu import step_arena
 from minitrain.providers.cpu.step_arena import MAX_TRACES, StepArenas, plan_arena

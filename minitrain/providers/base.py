@@ -18,6 +18,9 @@ class Provider(abc.ABC):
     """An execution provider: where values live and how they are made and moved."""
 
     name: str = ""
+    # Whether native values live in host memory (NumPy arrays): such a provider reads the
+    # values that kernels declare host-resident where they are, with no copy node.
+    host_memory: bool = False
 
     @abc.abstractmethod
     def from_numpy(self, array):

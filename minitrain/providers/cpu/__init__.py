@@ -18,6 +18,7 @@ class CpuProvider(Provider):
     """Host memory: native values are NumPy arrays, so no copy is ever made where the caller's
     array is already C-contiguous (kernels never write into their inputs)."""
     name = "cpu"
+    host_memory = True
     profiles_step_graphs = True
 
     def from_numpy(self, array):

@@ -63,7 +63,7 @@ def capture_blocker(plan, provider):
     if others:
         return f"nodes run on {', '.join(others)}"
     host = [v.name for v in plan.graph.inputs
-            if v.name in plan.needed_inputs and plan.locations.get(v.name, "cpu") != provider.name]
+            if v.name in plan.needed_inputs and plan.locations[v.name] != provider.name]
     if host:
         return f"input(s) {host} are read from host memory"
     return None
