@@ -33,6 +33,7 @@ class KernelDef:
     type_constraints: dict
     host_inputs: frozenset = frozenset()
     host_outputs: frozenset = frozenset()
+    reference: bool = False
 
     def input_on_host(self, index):
         """Whether the kernel reads input `index` from host memory, whatever memory its
@@ -83,11 +84,13 @@ _KERNELS: dict = {}
 
 
 def register_kernel(op_type, *, domain=ONNX_DOMAIN, since=1, end=None, provider="cpu",
-                    dtypes=(np.float32, np.float64), host_inputs=(), host_outputs=()):
+                    dtypes=(np.float32, np.float64), host_inputs=(), host_outputs=(), reference=False):
     """Decorator: register `fn(ctx) -> dict` as the kernel of op_type for opsets since..end.
-    `host_inputs` (input indices) and `host_outputs` (output names) live in host memory."""
+    `host_inputs` (input indices) and `host_outputs` (output names) live in host memory.
+    `reference` marks a fused op's kernel that gives its results but is no faster than the
+    nodes it stands for: graphs that hold the op run it, the fusion pass never chooses it."""
     kdef = KernelDef(op_type, domain, since, end, provider, {"T": tuple(np.dtype(d) for d in dtypes)},
-                     frozenset(host_inputs), frozenset(host_outputs))
+                     frozenset(host_inputs), frozenset(host_outputs), reference)
 
     def register(fn: Callable):
         entries = _KERNELS.setdefault((domain, op_type), [])
