@@ -79,7 +79,7 @@ class Executor:
     `profile=True`, per-node times (host wall time on the CPU, GPU time between events on a
     device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
     per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
-    that can (CUDA) captures the whole step into a graph and replays it (see
+    that can (CUDA) captures the whole step into a graph and replays it (see step_replay.py and
     providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.  On the CPU,
     `capture=True` serves the step's allocations from a planned arena
     (providers/cpu/step_arena.py), profiled or not.
