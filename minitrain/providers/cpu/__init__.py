@@ -9,6 +9,7 @@ import pkgutil
 import numpy as np
 
 from ..base import Provider
+from .step_arena import StepArenas
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
@@ -50,7 +51,6 @@ class CpuProvider(Provider):
 
     def step_graphs(self, executor):
         """The step's large allocations served from a planned arena (step_arena.py)."""
-        from .step_arena import StepArenas
         return StepArenas(executor)
 
 
