@@ -8,7 +8,7 @@
 `final test_accuracy=<value>` (or `final test_mse=<value>`).  Examples are found in ./examples
 and in the examples/ folder of the source tree minitrain is installed from; an example is
 named by its file stem only, never by a path.  Given an .onnx file instead (a path), `train`
-trains that classifier on the built-in data set `--data` (minitrain.onnx.train) and writes the
+trains that classifier on the built-in data set `--data` (minitrain.training.onnx_file) and writes the
 trained model as <out>/<model stem>.onnx beside the checkpoint.  `export` writes an example's
 model (its build_model() on inputs (N, *INPUT_SHAPE)) as an inference .onnx file, with the
 parameters of a run's checkpoint or the seeded initial ones.  The ONNX commands need the
@@ -124,7 +124,7 @@ def onnx_training(parser, args):
     """run(**options) that trains the .onnx file args.example on args.data; refused, with the
     parser's usage, without --data or --out."""
     from .errors import OnnxImportError, ShapeError
-    from .onnx.train import DATASETS, train_onnx
+    from .training.onnx_file import DATASETS, train_onnx
     if not args.data:
         parser.error(f"training an .onnx model needs --data, the data set ({', '.join(DATASETS)})")
     if not args.out:

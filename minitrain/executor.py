@@ -1,65 +1,26 @@
 """Running nodes: `run_node` for one node on NumPy arrays, `Executor` for a scheduled plan.
 
-Both go through `bind_node`, which resolves the schema in force, checks and completes the
-attributes and picks the kernel from the registry; neither branches on the provider.
+Both run nodes bound by binding.py (the schema in force, the checked and completed attributes,
+the kernel from the registry); neither branches on the provider.  The executor runs the plan it
+is given: planning is the scheduler's (scheduler.py).
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from .caches import freeze
+from .binding import bind_node
 from .errors import DTypeError, OpAttributeError
-from .inference import check_node
 from .ops import get_schema
 from .ops.schema import TensorType
 from .profiling import NodeProfiler
-from .providers import get_provider, provider_list
-from .registry import KernelContext, lookup
-
-
-@dataclass
-class BoundNode:
-    """A node with its schema, resolved attributes and kernel settled."""
-    op_type: str
-    name: str
-    schema: object
-    attrs: dict
-    kernel: object
-    dtype: np.dtype
-    wanted: tuple
-    kdef: object = None
-    attrs_key: object = field(default=None, init=False)
-
-    def __post_init__(self):
-        try:        # the kernels' plan caches key by it on every run: made once here
-            self.attrs_key = freeze(self.attrs)
-        except TypeError:
-            self.attrs_key = None
-
-    def run(self, provider, inputs, output_shapes=None):
-        ctx = KernelContext(self.op_type, self.name, inputs, self.attrs, self.wanted,
-                            output_shapes or {}, self.dtype, provider, self.attrs_key)
-        results = self.kernel(ctx)
-        missing = [w for w in self.wanted if w not in results]
-        if missing:
-            raise RuntimeError(f"kernel of {self.op_type} did not produce {missing}")
-        return [results[w] for w in self.wanted]
+from .providers import get_provider
 
 
 def newest_opset(op_type, domain):
     """The opset at which the newest version of an op starts."""
     return get_schema(op_type, domain, None).since_version
-
-
-def bind_node(op_type, input_types, attrs, *, domain="", opset, provider, wanted=None, node_name=None):
-    """Validate a node against its schema and pick its kernel.  Returns (BoundNode, output types)."""
-    checked = check_node(op_type, domain, opset, attrs, tuple(input_types), wanted, node_name)
-    kdef, kernel = lookup(op_type, domain, opset, provider.name, checked.dtype)
-    return (BoundNode(op_type, node_name, checked.schema, checked.attrs, kernel, checked.dtype, checked.wanted,
-                      kdef), list(checked.out_types))
 
 
 def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cpu", outputs=None,
@@ -91,7 +52,7 @@ def run_node(op_type, inputs, *, attrs=None, domain="", opset=None, provider="cp
                                    f"of the op ({list(bound.schema.outputs)})")
         shapes[name] = tuple(int(d) for d in shape)
     kdef = bound.kdef
-    placed = [None if a is None else _to_host(a) if kdef.input_on_host(i) else prov.as_native(a)
+    placed = [None if a is None else _to_host(a) if prov.host_memory or kdef.input_on_host(i) else prov.as_native(a)
               for i, a in enumerate(arrays)]
     results = bound.run(prov, placed, shapes)
     if native:
@@ -118,20 +79,16 @@ class Executor:
     `profile=True`, per-node times (host wall time on the CPU, GPU time between events on a
     device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
     per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
-    that can (CUDA) captures the whole step into a graph and replays it (see
+    that can (CUDA) captures the whole step into a graph and replays it (see step_replay.py and
     providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.  On the CPU,
     `capture=True` serves the step's allocations from a planned arena
     (providers/cpu/step_arena.py), profiled or not.
 
-    `provider` (a name or a provider list) re-plans a plan made for other providers;
-    `providers` maps provider names to the Provider objects to use (a session's own).
+    `providers` maps provider names to the Provider objects to use (a session's own); the
+    others are found by name.
     """
 
-    def __init__(self, plan, provider=None, profile=False, *, state=None, providers=None, write_back=None,
-                 capture=False):
-        if provider is not None and tuple(provider_list(provider)) != tuple(plan.providers):
-            from .scheduler import schedule
-            plan = schedule(plan.graph, plan.fetch, provider)
+    def __init__(self, plan, *, profile=False, state=None, providers=None, write_back=None, capture=False):
         self.plan = plan
         self.providers = {name: (providers or {}).get(name) or get_provider(name) for name in plan.providers}
         self.provider = self.providers[plan.providers[0]]
@@ -142,7 +99,7 @@ class Executor:
         self.state = state
         self.constants = {}
         for name, array in plan.graph.initializers.items():
-            location = plan.locations.get(name, "cpu")
+            location = plan.locations[name]
             if state is not None and state.provider.name == location:
                 self.constants[name] = state.native(name, array)
             else:
@@ -203,8 +160,8 @@ class Executor:
         """The fed inputs where the plan reads them (copied to the device where needed)."""
         placed = {}
         for name, array in fed.items():
-            provider = self.providers[self.plan.locations.get(name, "cpu")]
-            placed[name] = provider.as_native(array) if provider.name != "cpu" else _to_host(array)
+            provider = self.providers[self.plan.locations[name]]
+            placed[name] = _to_host(array) if provider.host_memory else provider.as_native(array)
         return placed
 
     def execute(self, inputs, dims, dims_key):
@@ -227,14 +184,13 @@ class Executor:
                 if name not in keep:
                     env.pop(name, None)
         for out_name, initializer in self.write_back.items():
-            location = plan.locations.get(initializer, "cpu")
-            self.providers[location].copy_into(env[initializer], env[out_name])
+            self.providers[plan.locations[initializer]].copy_into(env[initializer], env[out_name])
         return {name: env[name] for name in plan.fetch}
 
     def _host(self, name, value):
         if isinstance(value, np.ndarray):
             return value
-        return self.providers[self.plan.locations.get(name, "cpu")].to_numpy(value)
+        return self.providers[self.plan.locations[name]].to_numpy(value)
 
 
 def _bind_dims(value, shape, dims):

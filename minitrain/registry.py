@@ -33,13 +33,16 @@ class KernelDef:
     type_constraints: dict
     host_inputs: frozenset = frozenset()
     host_outputs: frozenset = frozenset()
+    reference: bool = False
 
     def input_on_host(self, index):
-        """Whether input `index` is read from host memory (every input on the CPU provider)."""
-        return self.provider == "cpu" or index in self.host_inputs
+        """Whether the kernel reads input `index` from host memory, whatever memory its
+        provider's own values live in (a provider with host memory reads every input there)."""
+        return index in self.host_inputs
 
     def output_on_host(self, name):
-        return self.provider == "cpu" or name in self.host_outputs
+        """Whether the kernel returns output `name` in host memory (see input_on_host)."""
+        return name in self.host_outputs
 
     def holds(self, opset):
         return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)
@@ -81,11 +84,13 @@ _KERNELS: dict = {}
 
 
 def register_kernel(op_type, *, domain=ONNX_DOMAIN, since=1, end=None, provider="cpu",
-                    dtypes=(np.float32, np.float64), host_inputs=(), host_outputs=()):
+                    dtypes=(np.float32, np.float64), host_inputs=(), host_outputs=(), reference=False):
     """Decorator: register `fn(ctx) -> dict` as the kernel of op_type for opsets since..end.
-    `host_inputs` (input indices) and `host_outputs` (output names) live in host memory."""
+    `host_inputs` (input indices) and `host_outputs` (output names) live in host memory.
+    `reference` marks a fused op's kernel that gives its results but is no faster than the
+    nodes it stands for: graphs that hold the op run it, the fusion pass never chooses it."""
     kdef = KernelDef(op_type, domain, since, end, provider, {"T": tuple(np.dtype(d) for d in dtypes)},
-                     frozenset(host_inputs), frozenset(host_outputs))
+                     frozenset(host_inputs), frozenset(host_outputs), reference)
 
     def register(fn: Callable):
         entries = _KERNELS.setdefault((domain, op_type), [])

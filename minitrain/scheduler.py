@@ -9,26 +9,24 @@ provider can free or reuse their buffers.
 
 Providers are assigned as ONNX Runtime assigns them: the session's ordered provider list (for
 example ["cuda", "cpu"]) is tried in order and each node runs on the first provider with a
-kernel for it.  Every value then has a location: the provider whose memory holds it ("cpu"
-for host memory, which is also where host-resident kernel inputs and outputs live).  Where a
-consumer needs a value in another location, the plan holds an explicit copy node
-(MemcpyFromHost or MemcpyToHost, run by the device provider) before the consumer.
+kernel for it.  Every value then has a location: the provider whose memory holds it (host
+memory is the location of the provider whose `host_memory` is set, the CPU's, which is also
+where host-resident kernel inputs and outputs live).  Where a consumer needs a value in another
+location, the plan holds an explicit copy node (MemcpyFromHost or MemcpyToHost, run by the
+device provider) before the consumer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .binding import bind
 from .caches import LRUCache
 from .errors import GraphError
-from .executor import BoundNode
 from .graph import Node
 from .inference import check_graph_node, initializer_type, topological_order
 from .ops.schema import describe_op
-from .providers import provider_list
-from .registry import find, lookup
+from .providers import get_provider, provider_list
 from .tensor_limit import check_tensor_bytes
-
-HOST = "cpu"
 
 
 @dataclass
@@ -39,9 +37,9 @@ class Step:
     node: object
     schema_outputs: tuple
     out_types: list
-    frees: tuple = ()
-    provider: str = HOST
-    bound: object = None
+    frees: tuple
+    provider: str
+    bound: object
     _shape_cache: LRUCache = field(default_factory=lambda: LRUCache("step output shapes"), repr=False,
                                    compare=False)
 
@@ -73,8 +71,8 @@ class Plan:
     fetch: list
     needed_inputs: set
     last_use: dict
-    providers: tuple = (HOST,)
-    locations: dict = field(default_factory=dict)
+    providers: tuple
+    locations: dict
 
     def free_step(self, name):
         """Index of the step after which `name` is dropped (None: kept to the end)."""
@@ -133,25 +131,15 @@ def _bytes(t, dims):
 
 
 def _bind(graph, node, checked, providers):
-    """Bind the validated `node` to the kernel of the first provider in `providers` that has
-    one; the error for a node that none serves names what the first provider registers."""
-    opset = graph.opset(node.domain)
-    for provider in providers:
-        found = find(node.op_type, node.domain, opset, provider, checked.dtype)
-        if found is not None:
-            break
-    else:
-        lookup(node.op_type, node.domain, opset, providers[0], checked.dtype)
-    kdef, kernel = found
-    bound = BoundNode(node.op_type, node.name, checked.schema, checked.attrs, kernel, checked.dtype,
-                      checked.wanted, kdef)
-    return bound
+    """The validated `node` of `graph` bound on the first of `providers` with a kernel for it."""
+    return bind(checked, node.op_type, domain=node.domain, opset=graph.opset(node.domain), providers=providers,
+                node_name=node.name)
 
 
-def schedule(graph, fetch=None, providers=(HOST,)):
+def schedule(graph, fetch=None, providers="cpu"):
     """Plan the run of `graph` producing `fetch` (default: the graph outputs) on the ordered
     `providers` (a list of names, or one device name: "cuda" means ["cuda", "cpu"])."""
-    providers = tuple(provider_list(providers if not isinstance(providers, str) else providers))
+    providers = tuple(provider_list(providers))
     fetch = list(graph.outputs if fetch is None else fetch)
     order = topological_order(graph)
     unknown = [f for f in fetch if f not in graph.all_value_names()]
@@ -202,21 +190,26 @@ def schedule(graph, fetch=None, providers=(HOST,)):
 def _place(graph, bound_steps, providers, types):
     """Locations of every value, and the steps with copy nodes inserted before the consumers
     that need a value in another provider's memory (their types are added to `types`)."""
-    device = next((p for p in providers if p != HOST), HOST)
+    in_host_memory = {name: get_provider(name).host_memory for name in providers}
+    host = next((name for name in providers if in_host_memory[name]), None)
+    if host is None:
+        raise ValueError(f"providers {list(providers)}: none keeps its values in host memory, where graph inputs, "
+                         "initializers and host-resident kernel values live; add 'cpu'")
+    device = next((name for name in providers if not in_host_memory[name]), host)
     wants = {}
     for node, bound, _ in bound_steps:
         for i, name in enumerate(node.inputs):
             if name:
-                wants.setdefault(name, set()).add(HOST if bound.kdef.input_on_host(i) else bound.kdef.provider)
+                wants.setdefault(name, set()).add(host if bound.kdef.input_on_host(i) else bound.kdef.provider)
     locations = {}
     for name in list(graph.input_names) + list(graph.initializers):
-        wanted = wants.get(name, {HOST})
-        locations[name] = device if device in wanted else HOST
+        wanted = wants.get(name, {host})
+        locations[name] = device if device in wanted else host
     for node, bound, _ in bound_steps:
         for name, out in zip(node.outputs, bound.schema.outputs):
             if name:
-                locations[name] = HOST if bound.kdef.output_on_host(out) else bound.kdef.provider
-    if device == HOST:
+                locations[name] = host if bound.kdef.output_on_host(out) else bound.kdef.provider
+    if device == host:
         return locations, bound_steps
     copies = {}
     steps = []
@@ -225,15 +218,15 @@ def _place(graph, bound_steps, providers, types):
         for i, name in enumerate(inputs):
             if not name:
                 continue
-            target = HOST if bound.kdef.input_on_host(i) else bound.kdef.provider
+            target = host if bound.kdef.input_on_host(i) else bound.kdef.provider
             if locations[name] == target:
                 continue
             if (name, target) not in copies:
-                op = "MemcpyToHost" if target == HOST else "MemcpyFromHost"
+                op = "MemcpyToHost" if target == host else "MemcpyFromHost"
                 copied = f"{name}@{target}"
                 copy = Node(op, [name], [copied], {}, "", f"{op}({name})")
                 checked = check_graph_node(graph, copy, types)
-                runs_on = locations[name] if target == HOST else target
+                runs_on = locations[name] if target == host else target
                 steps.append((copy, _bind(graph, copy, checked, (runs_on,)), list(checked.out_types)))
                 types[copied] = checked.out_types[0]
                 locations[copied] = target

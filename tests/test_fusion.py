@@ -2,6 +2,7 @@
 each fused op against the unfused nodes it replaces, its gradients against finite differences,
 the rules' conditions (fetched values stay, providers must match), and whole training runs:
 the fused plan gives the unfused plan's parameters after 20 SGD and Adam steps."""
+import dataclasses
 import importlib
 import os
 import sys
@@ -270,11 +271,13 @@ def test_fetched_values_are_never_fused_away():
 def test_no_fusion_across_providers(monkeypatch):
     """A fused op whose kernel is on another provider than the nodes it replaces is not used."""
     session = mlp_session()
-    real = Rewrite.provider_for
+    real = Rewrite.kernel_for
 
     def fused_elsewhere(self, op_type, domain, dtype):
-        return "cuda" if op_type.startswith("Fused") or domain == FUSED_DOMAIN else real(self, op_type, domain, dtype)
-    monkeypatch.setattr(Rewrite, "provider_for", fused_elsewhere)
+        kdef = real(self, op_type, domain, dtype)
+        fused = op_type.startswith("Fused") or domain == FUSED_DOMAIN
+        return dataclasses.replace(kdef, provider="cuda") if fused else kdef
+    monkeypatch.setattr(Rewrite, "kernel_for", fused_elsewhere)
     fused = fuse(session.train_plan.graph, session.train_plan.fetch)
     assert len(fused.nodes) == len(session.train_plan.graph.nodes)
 
@@ -288,16 +291,20 @@ def conv_pool_session(pool_attrs, pooled_features=36):
 
 @pytest.fixture
 def as_if_on_cuda(monkeypatch):
-    """The rules see every kernel the CPU has as a CUDA kernel (the MaxPool rule is CUDA's)."""
-    real = Rewrite.provider_for
+    """The rules see every kernel the CPU has as a CUDA kernel, none a reference kernel (the
+    MaxPool rule needs a MaxPoolActivationGrad that is not one)."""
+    real = Rewrite.kernel_for
 
     def on_cuda(self, op_type, domain, dtype):
-        return "cuda" if real(self, op_type, domain, dtype) == "cpu" else None
-    monkeypatch.setattr(Rewrite, "provider_for", on_cuda)
+        kdef = real(self, op_type, domain, dtype)
+        return None if kdef is None else dataclasses.replace(kdef, provider="cuda", reference=False)
+    monkeypatch.setattr(Rewrite, "kernel_for", on_cuda)
 
 
-def test_max_pool_gradient_fuses_only_on_cuda():
+def test_max_pool_gradient_never_fuses_into_a_reference_kernel():
     session = conv_pool_session({"kernel_size": 2})
+    kernel, = [k for k in minitrain.registered_kernels("MaxPoolActivationGrad") if k.provider == "cpu"]
+    assert kernel.reference
     assert "MaxPoolActivationGrad" not in op_counts(fuse(session.train_plan.graph, session.train_plan.fetch))
 
 

@@ -138,6 +138,20 @@ def test_save_refuses_an_unknown_what(tmp_path):
         mx.save(small_session(), tmp_path / "m.onnx", what="deploy")
 
 
+def test_session_export_writes_what_save_writes(tmp_path):
+    session = small_session()
+    for what in ("inference", "training"):
+        exported = session.export(tmp_path / f"{what}.onnx", what=what)
+        saved = mx.save(session, tmp_path / f"{what}-saved.onnx", what=what)
+        assert exported.SerializeToString() == saved.SerializeToString()
+        assert onnx.load(str(tmp_path / f"{what}.onnx")).SerializeToString() == saved.SerializeToString()
+
+
+def test_save_refuses_what_it_cannot_export(tmp_path):
+    with pytest.raises(TypeError, match="cannot export a dict"):
+        mx.save({"w": np.ones(3)}, tmp_path / "m.onnx")
+
+
 # --------------------------------------------------------------------------- training
 def test_imported_model_trains_on_digits(tmp_path):
     path = tmp_path / "cnn.onnx"

@@ -126,11 +126,14 @@ def test_a_cpu_plan_has_no_copies():
     assert not any(op.startswith("Memcpy") for _, op, _ in plan.placement())
 
 
-def test_executor_replans_for_another_provider_list():
-    x = np.ones((2, 3), np.float32)
-    executor = Executor(schedule(graph()), ["fake", "cpu"])
-    assert executor.plan.providers == ("fake", "cpu")
-    np.testing.assert_allclose(executor.run({"x": x})["y"], expected(x), rtol=1e-6)
+def test_a_provider_list_without_host_memory_is_refused():
+    assert not PROVIDER.host_memory and providers.get_provider("cpu").host_memory
+    g = Graph(name="relu")
+    g.add_input("x", np.float32, (2, 3))
+    g.add_node("Relu", ["x"], ["y"])
+    g.outputs = ["y"]
+    with pytest.raises(ValueError, match=r"\['fake'\]: none keeps its values in host memory"):
+        schedule(g, providers=["fake"])
 
 
 def test_a_feed_of_the_wrong_dtype_is_refused():

@@ -10,9 +10,8 @@ import pytest
 import minitrain
 from minitrain import nn, optim
 from minitrain._ext.step_arena import StepArena
-from minitrain.executor import BoundNode
+from minitrain.binding import BoundNode
 from minitrain.memory_plan import check_disjoint
-from minitrain.providers.cpu import step_arena
 from minitrain.providers.cpu.step_arena import MAX_TRACES, StepArenas, plan_arena
 from minitrain.training import TrainingSession
 
@@ -249,7 +248,7 @@ def test_a_step_whose_allocations_change_turns_its_arena_off():
 
 
 def test_signatures_are_bounded(monkeypatch):
-    monkeypatch.setattr(step_arena, "MAX_SIGNATURES", 2)
+    monkeypatch.setattr(StepArenas, "max_signatures", 2)
     arenas = StepArenas(ChangingExecutor())
     for key in range(4):
         arenas.run({}, {}, (key,))

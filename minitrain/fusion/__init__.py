@@ -6,7 +6,8 @@ Each rule (one module each, applied in RULES order) replaces a pattern of nodes 
 node of minitrain/ops/fused.py, and only where
 
   * the provider that would run each replaced node (the first of `providers` with a kernel
-    for it) is the one that runs the fused node, so nothing moves between devices;
+    for it) is the one that runs the fused node, so nothing moves between devices, and its
+    kernel of the fused op is not a reference kernel (registry.register_kernel);
   * no value that disappears is fetched, a graph output, or read by a node outside the pattern
     (a rule may rewire such a reader only where the result is the same, as ReluGrad reading
     Relu's output instead of its input).

@@ -38,7 +38,7 @@ def apply(rewrite):
         if not all(_rewirable(r, act, z) for r in others):
             continue
         op = FUSED[producer.op_type]
-        if not rewrite.same_provider([producer, act], op, MS_DOMAIN):
+        if not rewrite.can_fuse([producer, act], op, MS_DOMAIN):
             continue
         fused = fused_node(op, MS_DOMAIN, producer.inputs, act.outputs, _activation_attrs(producer, act),
                            [producer, act])

@@ -52,7 +52,7 @@ def apply(rewrite):
         if found is None:
             continue
         reader, db = found
-        if not rewrite.same_provider([grad, reader], FUSED, FUSED_DOMAIN):
+        if not rewrite.can_fuse([grad, reader], FUSED, FUSED_DOMAIN):
             continue
         fused = fused_node(FUSED, FUSED_DOMAIN, grad.inputs, [grad.outputs[0], db], gradient_attrs(grad),
                            [grad, reader])

@@ -7,15 +7,15 @@ ReluGrad, the input of the Relu that gave X (the same mask).  The fused op finds
 maximum in X again, with the forward kernel's rule, so it gives the unfused bits.  Once nothing
 else reads the MaxPool's Indices, the MaxPool stops writing them.
 
-The rule applies where CUDA runs the nodes: the CPU kernel (the unfused kernels in one call,
-the MaxPool run again for its Indices) would cost the CPU about what it saves."""
+The rule applies where the provider running the nodes has a MaxPoolActivationGrad kernel that
+is not a reference kernel (CUDA's): the CPU's runs the unfused kernels in turn, the MaxPool
+again for its Indices, and would cost about what it saves."""
 from ..ops.fused import FUSED_DOMAIN
 from ..ops.schema import MS_DOMAIN, ONNX_DOMAIN
 from .activation_grad_bias import GRADIENTS, bias_reader, gradient_attrs, take_over_bias
 from .rewrite import fused_node
 
 FUSED = "MaxPoolActivationGrad"
-PROVIDER = "cuda"
 
 
 def tiled_kernel(pool):
@@ -64,8 +64,7 @@ def apply(rewrite):
         back, pool, kernel = found
         bias = bias_reader(rewrite, grad.outputs[0])
         parts = [back, grad] + ([bias[0]] if bias else [])
-        if (not rewrite.same_provider(parts, FUSED, FUSED_DOMAIN)
-                or rewrite.provider_for(FUSED, FUSED_DOMAIN, rewrite.dtype_of(grad)) != PROVIDER):
+        if not rewrite.can_fuse(parts, FUSED, FUSED_DOMAIN):
             continue
         outputs = [grad.outputs[0]] + ([bias[1]] if bias else [])
         fused = fused_node(FUSED, FUSED_DOMAIN, [back.inputs[0], pool.inputs[0]], outputs,

@@ -12,12 +12,14 @@ an element with Z <= 0, which ReluGrad zeroes.  No element with Z > 0 ever recei
 window, so every sum adds the same terms in the same order.  Only the indices of the
 non-positive windows change, so I may have no reader but the MaxPoolGrad that is rewritten.
 
-The rule applies where the CPU runs all four nodes (the CUDA step keeps its measured plan).
+The rule applies where one provider runs all four nodes and would not run a fused
+MaxPoolActivationGrad (max_pool_activation_grad.py, the later rule): where it would (CUDA), the
+gradient pair is that rule's, and the step keeps its measured plan.
 """
 from ..graph import Node
+from ..ops.fused import FUSED_DOMAIN
 from ..ops.schema import MS_DOMAIN, ONNX_DOMAIN
-
-PROVIDER = "cpu"
+from .max_pool_activation_grad import FUSED as MAX_POOL_GRADIENT_FUSED
 
 
 def _only_reader(rewrite, name, op_type, domain):
@@ -46,8 +48,12 @@ def _gradient_pair(rewrite, pool, relu):
     return pool_grad, relu_grad
 
 
-def _on_cpu(rewrite, nodes):
-    return all(rewrite.provider_for(n.op_type, n.domain, rewrite.dtype_of(n)) == PROVIDER for n in nodes)
+def _applies(rewrite, nodes):
+    """Whether one provider runs every node and would not fuse their MaxPool gradient."""
+    dtype = rewrite.dtype_of(nodes[0])
+    providers = {rewrite.provider_for(n.op_type, n.domain, rewrite.dtype_of(n)) for n in nodes}
+    return (len(providers) == 1 and None not in providers
+            and rewrite.fuses_on(MAX_POOL_GRADIENT_FUSED, FUSED_DOMAIN, dtype) not in providers)
 
 
 def apply(rewrite):
@@ -65,7 +71,7 @@ def apply(rewrite):
         pair = _gradient_pair(rewrite, pool, relu)
         if pair is False or (pair is None and grad_readers) or (pair and grad_readers not in ([], [pair[1]])):
             continue
-        if not _on_cpu(rewrite, [relu, pool] + list(pair or ())):
+        if not _applies(rewrite, [relu, pool] + list(pair or ())):
             continue
         p = pool.outputs[0]
         q = rewrite.graph.unique_name(f"{p}.unactivated")

@@ -36,15 +36,30 @@ class Rewrite:
         """The element type a node runs in (its schema's float type)."""
         return check_graph_node(self.graph, node, self.types).dtype
 
+    def kernel_for(self, op_type, domain, dtype):
+        """The KernelDef of the first provider with a kernel for this op and dtype, or None."""
+        opset = self.graph.opset(domain)
+        for provider in self.providers:
+            found = find(op_type, domain, opset, provider, dtype)
+            if found is not None:
+                return found[0]
+        return None
+
     def provider_for(self, op_type, domain, dtype):
         """The first provider with a kernel for this op and dtype, or None."""
-        opset = self.graph.opset(domain)
-        return next((p for p in self.providers if find(op_type, domain, opset, p, dtype)), None)
+        kdef = self.kernel_for(op_type, domain, dtype)
+        return None if kdef is None else kdef.provider
 
-    def same_provider(self, nodes, op_type, domain):
-        """Whether the fused op (op_type, domain) runs where every one of `nodes` runs."""
-        dtype = self.dtype_of(nodes[0])
-        target = self.provider_for(op_type, domain, dtype)
+    def fuses_on(self, op_type, domain, dtype):
+        """The provider whose kernel would run the fused op (op_type, domain), or None where that
+        kernel is a reference kernel (registry.register_kernel: no faster than the nodes)."""
+        kdef = self.kernel_for(op_type, domain, dtype)
+        return None if kdef is None or kdef.reference else kdef.provider
+
+    def can_fuse(self, nodes, op_type, domain):
+        """Whether the fused op (op_type, domain) may replace `nodes`: its kernel, not a
+        reference one, runs where every one of them runs."""
+        target = self.fuses_on(op_type, domain, self.dtype_of(nodes[0]))
         return target is not None and all(
             self.provider_for(n.op_type, n.domain, self.dtype_of(n)) == target for n in nodes)
 

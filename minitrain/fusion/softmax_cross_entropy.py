@@ -25,7 +25,7 @@ def apply(rewrite):
             continue
         if dy in rewrite.producers or log_prob in rewrite.kept or rewrite.readers_of(log_prob) != [grad]:
             continue
-        if not rewrite.same_provider([loss, grad], FUSED, FUSED_DOMAIN):
+        if not rewrite.can_fuse([loss, grad], FUSED, FUSED_DOMAIN):
             continue
         inputs = [loss.inputs[0], labels, dy] + ([_weights(loss, 2)] if _weights(loss, 2) else [])
         fused = fused_node(FUSED, FUSED_DOMAIN, inputs, [loss.outputs[0], grad.outputs[0]], loss.attrs, [loss, grad])

@@ -1,11 +1,15 @@
-"""minitrain Graph, TrainingSession or nn Module -> ONNX ModelProto.
+"""minitrain Graph -> ONNX ModelProto, for a Graph, an nn Module or a TrainingSession.
 
-`what="inference"` writes the model's eval graph (BatchNorm on running statistics, no Dropout)
-with the session's (or module's) current parameters and checks it with onnx.checker (full
-shape inference), so the file is a plain ONNX model any runtime takes; its IR version is the
-oldest that its opsets allow, so that older runtimes load it too.  `what="training"` writes the forward,
-loss and gradient graph with its com.microsoft gradient ops and their opset imports; ONNX's
-checker does not know those ops, so that file is meant for minitrain (or ONNX Runtime
+What is written is a Graph with its initializers.  A Graph is written as it is; an nn Module
+is traced in eval mode; any other source (a TrainingSession) hands over its graph through its
+`export_graph(what)` method, so this layer knows nothing of training.
+
+`what="inference"` asks for the model's eval graph (BatchNorm on running statistics, no
+Dropout) with the current parameters, and the model is checked with onnx.checker (full shape
+inference), so the file is a plain ONNX model any runtime takes; its IR version is the oldest
+that its opsets allow, so that older runtimes load it too.  `what="training"` asks for the
+forward, loss and gradient graph with its com.microsoft gradient ops and their opset imports;
+ONNX's checker does not know those ops, so that file is meant for minitrain (or ONNX Runtime
 training) and re-imports with `minitrain.onnx.load`.
 """
 from __future__ import annotations
@@ -21,11 +25,13 @@ from ..ops.schema import ONNX_DOMAIN
 from ._backend import require_onnx
 
 WHAT = ("inference", "training")
+MODULE_INPUT = "input"      # the input of a traced nn Module
 
 
 def save(source, path, what="inference", **module_options):
-    """Write `source` (a Graph, a TrainingSession or an nn Module) to `path` as an ONNX model;
-    returns the ModelProto written.  See to_model for the Module's options."""
+    """Write `source` (a Graph, an nn Module, or an object with an `export_graph(what)` method
+    such as a TrainingSession) to `path` as an ONNX model; returns the ModelProto written.  See
+    to_model for the Module's options."""
     onnx = require_onnx()
     model = to_model(source, what, **module_options)
     onnx.save(model, os.fspath(path))
@@ -35,8 +41,8 @@ def save(source, path, what="inference", **module_options):
 def to_model(source, what="inference", *, input_shape=None, input_dtype=np.float32):
     """The ModelProto of `source` (see the module docstring for `what`).  A Graph is written
     as it is; an nn Module is traced in eval mode on one input "input" of shape
-    (N, *input_shape) and dtype input_dtype (inference only).  The inference export is checked
-    with onnx.checker."""
+    (N, *input_shape) and dtype input_dtype (inference only); another source gives the graph
+    of its `export_graph(what)`.  The inference export is checked with onnx.checker."""
     onnx = require_onnx()
     if what not in WHAT:
         raise ValueError(f"minitrain.onnx.save: what must be one of {WHAT}, got {what!r}")
@@ -46,29 +52,18 @@ def to_model(source, what="inference", *, input_shape=None, input_dtype=np.float
         if what != "inference" or input_shape is None:
             raise ValueError("minitrain.onnx.save: an nn Module exports for inference only, and needs its "
                              f"input_shape (per sample); got what={what!r}, input_shape={input_shape!r}")
-        graph = _eval_graph(source, (np.dtype(input_dtype), ("N",) + tuple(input_shape)))
+        builder, _ = trace(source, {MODULE_INPUT: (np.dtype(input_dtype), ("N",) + tuple(input_shape))},
+                           training=False, name="inference")
+        graph = builder.graph
+    elif hasattr(source, "export_graph"):
+        graph = source.export_graph(what)
     else:
-        graph = _session_graph(source, what)
+        raise TypeError(f"minitrain.onnx.save: cannot export a {type(source).__name__}; give a Graph, an nn "
+                        "Module or an object with an export_graph(what) method (a TrainingSession)")
     model = _model(graph)
     if what == "inference":
         onnx.checker.check_model(model, full_check=True)
     return model
-
-
-def _session_graph(session, what):
-    """The graph of a TrainingSession: its gradient graph for training, else its eval graph
-    with the current parameters (pulled from the device first)."""
-    if what == "training":
-        return session.grad_graph
-    session.pull()
-    return _eval_graph(session.model, session.input_spec)
-
-
-def _eval_graph(model, input_spec):
-    """`model` traced in eval mode on the session input (dtype, shape)."""
-    from ..training.session import INPUT
-    builder, _ = trace(model, {INPUT: input_spec}, training=False, name="inference")
-    return builder.graph
 
 
 def _model(graph):

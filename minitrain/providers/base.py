@@ -18,6 +18,9 @@ class Provider(abc.ABC):
     """An execution provider: where values live and how they are made and moved."""
 
     name: str = ""
+    # Whether native values live in host memory (NumPy arrays): a plan keeps its host-resident
+    # values (learning rates, shapes, what no device reads) at this provider's location.
+    host_memory: bool = False
 
     @abc.abstractmethod
     def from_numpy(self, array):

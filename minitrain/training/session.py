@@ -51,7 +51,10 @@ from ..errors import GraphError
 from ..executor import Executor
 from ..fusion import fuse as fuse_graph
 from ..graph import Graph
+from ..nn.module import trace
 from ..nn.tensor import GraphBuilder
+from ..onnx import load as load_onnx
+from ..onnx import save as save_onnx
 from ..ops.schema import MS_DOMAIN
 from ..providers import get_provider, provider_list
 from ..providers.pending import PendingScalar, PendingValues
@@ -144,8 +147,7 @@ class TrainingSession:
     @classmethod
     def from_onnx(cls, model, loss, optimizer, *, trainable=None, **kwargs):
         """from_graph on an ONNX model (a path or a ModelProto; needs the `onnx` extra)."""
-        from ..onnx import load
-        return cls.from_graph(load(model), loss, optimizer, trainable=trainable, **kwargs)
+        return cls.from_graph(load_onnx(model), loss, optimizer, trainable=trainable, **kwargs)
 
     def _executor(self, plan, profile=False):
         return Executor(plan, profile=profile, state=self.state, providers={self.device: self._provider},
@@ -348,6 +350,22 @@ class TrainingSession:
         executor, out, loss = self._eval_executor(with_loss=True)
         results = executor.run(self._feeds(inputs, targets))
         return float(results[loss]), results[out]
+
+    # ------------------------------------------------------------------ export
+    def export_graph(self, what="inference"):
+        """The graph `export` writes: for "training" the forward, loss and gradient graph; for
+        "inference" the model traced in eval mode with the current parameters (pulled from the
+        device first)."""
+        if what == "training":
+            return self.grad_graph
+        self.pull()
+        builder, _ = trace(self.model, {INPUT: self.input_spec}, training=False, name="inference")
+        return builder.graph
+
+    def export(self, path, what="inference"):
+        """Write the session's model to `path` as an ONNX model (minitrain.onnx.save; needs the
+        `onnx` extra); returns the ModelProto written."""
+        return save_onnx(self, path, what)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path, extra=None):

@@ -9,6 +9,7 @@ import pkgutil
 import numpy as np
 
 from ..base import Provider
+from .step_arena import StepArenas
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
@@ -18,6 +19,7 @@ class CpuProvider(Provider):
     """Host memory: native values are NumPy arrays, so no copy is ever made where the caller's
     array is already C-contiguous (kernels never write into their inputs)."""
     name = "cpu"
+    host_memory = True
     profiles_step_graphs = True
 
     def from_numpy(self, array):
@@ -49,7 +51,6 @@ class CpuProvider(Provider):
 
     def step_graphs(self, executor):
         """The step's large allocations served from a planned arena (step_arena.py)."""
-        from .step_arena import StepArenas
         return StepArenas(executor)
 
 

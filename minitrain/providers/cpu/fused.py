@@ -49,8 +49,10 @@ def _part(ctx, op_type, inputs, wanted, attrs=None, output_shapes=None):
                          output_shapes or {}, ctx.dtype, ctx.provider)
 
 
-@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN)
+@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, reference=True)
 def max_pool_activation_grad(ctx):
+    """The unfused kernels in turn, the MaxPool run again for its Indices: no faster than the
+    nodes it stands for, so a reference kernel."""
     dy, x = ctx.inputs
     tiles = max_pool_tiles(ctx.attrs["kernel_shape"])
     indices = max_pool(_part(ctx, ctx.op_type, [x], ("Y", "Indices"), tiles))["Indices"]

@@ -6,21 +6,21 @@ step, in every thread that first touches them.  An arena that the step's allocat
 keeps its pages mapped, and a buffer that the plan reuses soon after its previous tensor died
 is still in cache.  The figures: docs/measurements.md ("CPU step arena").
 
-Per plan and input signature (a bounded cache, as for CUDA's captured graphs) the first run is a
-plain warm-up (caches fill), the second traces every NumPy allocation of at least
-MIN_ARENA_BYTES (size, and when it is made and freed: ext/step_arena.pyx), which
-memory_plan.pack places in one arena; later runs are served from it, the i-th allocation at
-the i-th block's offset.  Blocks still live after the traced run (the fetched values, anything
-a kernel caches) come from malloc in every run, so nothing the caller keeps lives in the arena.
-A block is handed out only when no block sharing its bytes is live, so an allocation sequence
-that differs from the traced one is slower, never wrong; such a run traces the step again, up
-to MAX_TRACES times, after which the signature runs without the arena (one log line).
+Per plan and input signature the runs follow step_replay.StepReplay, as CUDA's captured graphs
+do: the first run is a plain warm-up (caches fill), the second (the recording) traces every
+NumPy allocation of at least MIN_ARENA_BYTES (size, and when it is made and freed:
+ext/step_arena.pyx), which memory_plan.pack places in one arena; later runs replay, served from
+it, the i-th allocation at the i-th block's offset.  Blocks still live after the traced run
+(the fetched values, anything a kernel caches) come from malloc in every run, so nothing the
+caller keeps lives in the arena.  A block is handed out only when no block sharing its bytes is
+live, so an allocation sequence that differs from the traced one is slower, never wrong; such a
+run traces the step again, up to MAX_TRACES times, after which the signature runs without the
+arena (one log line).
 
 A second Python thread running the same plan while one runs it goes without the arena.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 from dataclasses import dataclass
@@ -28,11 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._ext.step_arena import StepArena
-from ...caches import lru_entry
 from ...memory_plan import check_disjoint, pack
+from ...step_replay import Signature, StepReplay
 
 log = logging.getLogger("minitrain.arena")
-MAX_SIGNATURES = 4
 MAX_TRACES = 3
 # Smaller allocations come from malloc's free lists, whose pages stay mapped: nothing to gain.
 MIN_ARENA_BYTES = 4096
@@ -68,57 +67,39 @@ def plan_arena(sizes, starts, ends):
 
 
 @dataclass
-class _Signature:
-    runs: int = 0
-    traces: int = 0
+class _Signature(Signature):
     arena: StepArena = None
     plan: ArenaPlan = None
-    off: bool = False
 
 
-class StepArenas:
+class StepArenas(StepReplay):
     """The arenas of one Executor's plan, per input signature; the CPU provider's step_graphs."""
+    what = "step arena"
+    logger = log
+    signature_type = _Signature
+    max_records = MAX_TRACES
 
     def __init__(self, executor):
-        self.executor = executor
-        self.signatures = collections.OrderedDict()
-        self.stats = collections.Counter()
-        self.disabled = None
+        super().__init__(executor)
         self._running = threading.Lock()
 
     def run(self, fed, dims, dims_key):
-        """Run the step on `fed` (validated host arrays); returns every value the plan fetches."""
-        inputs = self.executor.place_inputs(fed)
+        """Run the step on `fed` (validated host arrays); returns every value the plan fetches.
+        A run while another thread runs the plan goes without the arena."""
         if not self._running.acquire(blocking=False):
             self.stats["concurrent"] += 1
-            return self.executor.execute(inputs, dims, dims_key)
+            return self.run_plain(fed, dims, dims_key)
         try:
-            return self._run(self._signature(dims_key), inputs, dims, dims_key)
+            return super().run(fed, dims, dims_key)
         finally:
             self._running.release()
 
-    def _signature(self, dims_key):
-        return lru_entry(self.signatures, dims_key, _Signature, MAX_SIGNATURES)
-
-    def _run(self, sig, inputs, dims, dims_key):
-        sig.runs += 1
-        if sig.off or sig.runs == 1:
-            self.stats["plain"] += 1
-            return self.executor.execute(inputs, dims, dims_key)
-        if sig.plan is None:
-            return self._trace(sig, inputs, dims, dims_key)
+    def replay(self, sig, fed, dims, dims_key):
+        """Run with the traced allocations served from the arena."""
         arena = sig.arena
         arena.replay()
-        values, made = self._execute_in(arena, inputs, dims, dims_key)
-        self.stats["replays"] += 1
-        if arena.diverged or made != len(sig.plan.sizes):
-            self.stats["diverged"] += 1
-            sig.plan = None
-            if sig.traces >= MAX_TRACES:
-                sig.off = True
-                log.info("step arena off for plan %r at %s: its allocations differ from run to run",
-                         self.executor.plan.graph.name, dict(dims) or "its fixed shapes")
-        return values
+        values, made = self._execute_in(arena, self.executor.place_inputs(fed), dims, dims_key)
+        return values, not arena.diverged and made == len(sig.plan.sizes)
 
     def _execute_in(self, arena, inputs, dims, dims_key):
         """Run the step with NumPy's allocations going through `arena`; (the fetched values,
@@ -131,12 +112,11 @@ class StepArenas:
             made = arena.stop()
         return values, made
 
-    def _trace(self, sig, inputs, dims, dims_key):
+    def record(self, sig, fed, dims, dims_key):
         """Run with every large allocation traced; plan the arena from the trace."""
         arena = StepArena(MIN_ARENA_BYTES)
         arena.trace()
-        values, _ = self._execute_in(arena, inputs, dims, dims_key)
-        sig.traces += 1
+        values, _ = self._execute_in(arena, self.executor.place_inputs(fed), dims, dims_key)
         self.stats["traces"] += 1
         plan = plan_arena(*arena.traced_blocks())
         arena.load(plan.sizes, plan.offsets, plan.conflict_ptr, plan.conflict_idx, plan.memory.arena_bytes)
@@ -144,9 +124,9 @@ class StepArenas:
         log.info("step arena for plan %r at %s: %d bytes for %d allocations of %d bytes in all (%d outlive the step)",
                  self.executor.plan.graph.name, dict(dims) or "its fixed shapes", plan.memory.arena_bytes,
                  len(plan.memory.blocks), plan.memory.total_bytes, int(np.sum(plan.offsets < 0)))
-        return values
+        return values, True
 
     def memory(self):
         """(arena bytes, sum of the planned allocations' bytes) of each planned signature."""
         return {key: (sig.plan.memory.arena_bytes, sig.plan.memory.total_bytes)
-                for key, sig in self.signatures.items() if sig.plan is not None}
+                for key, sig in self.signatures.items() if sig.ready}

@@ -1,12 +1,13 @@
 """Whole-step CUDA Graphs for an Executor: a step with a static input signature is captured once
 and replayed.
 
-Per plan and input signature (the batch size, say), the first run is a plain warm-up (kernels
-compile, convolution searches run, caches fill); the second records every allocation the step
-makes and packs them into one arena (memory_plan.pack); the third captures the step, its
-allocations served from that arena, into a graph; every later run copies the inputs into the
-graph's input tensors and launches the graph.  The step then allocates nothing and does not
-wait for the GPU.
+Per plan and input signature (the batch size, say) the runs follow step_replay.StepReplay, as
+the CPU's step arena does: the first run is a plain warm-up (kernels compile, convolution
+searches run, caches fill); recording takes two runs, the first recording every allocation the
+step makes and packing them into one arena (memory_plan.pack), the second capturing the step,
+its allocations served from that arena, into a graph; every later run replays: it copies the
+inputs into the graph's input tensors and launches the graph.  The step then allocates nothing
+and does not wait for the GPU.
 
 Inputs travel through pinned host buffers, double-buffered: run k writes its batch into pinned
 buffer k % 2, copies it on a side stream into device staging k % 2 (overlapping step k - 1 on
@@ -21,19 +22,17 @@ says why and the plan runs uncaptured, with the same results.
 """
 from __future__ import annotations
 
-import collections
 import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 import pycuda.driver as driver
 
-from ...caches import lru_entry
+from ...step_replay import Signature, StepReplay
 from .arena import AllocationTrace, ArenaAllocator
 from .graphs import StreamCapture
 
 log = logging.getLogger("minitrain.capture")
-MAX_SIGNATURES = 4
 
 
 @dataclass
@@ -45,8 +44,7 @@ class StepCaptureRecord:
 
 
 @dataclass
-class _Signature:
-    runs: int = 0
+class _Signature(Signature):
     inputs: dict = None          # graph input name -> device tensor the graph reads
     trace: AllocationTrace = None
     arena: ArenaAllocator = None
@@ -63,46 +61,35 @@ def capture_blocker(plan, provider):
     if others:
         return f"nodes run on {', '.join(others)}"
     host = [v.name for v in plan.graph.inputs
-            if v.name in plan.needed_inputs and plan.locations.get(v.name, "cpu") != provider.name]
+            if v.name in plan.needed_inputs and plan.locations[v.name] != provider.name]
     if host:
         return f"input(s) {host} are read from host memory"
     return None
 
 
-class StepGraphs:
+class StepGraphs(StepReplay):
     """The captured graphs of one Executor's plan, per input signature (a bounded cache)."""
+    what = "CUDA Graph capture"
+    logger = log
+    signature_type = _Signature
+    failures = (Exception,)     # any failure while recording or capturing: run uncaptured, and say why
 
     def __init__(self, executor, provider):
-        self.executor, self.provider = executor, provider
-        self.signatures = collections.OrderedDict()
-        self.stats = collections.Counter()
-        self.disabled = capture_blocker(executor.plan, provider)
-        if self.disabled:
-            self._log_off(self.disabled)
+        super().__init__(executor)
+        self.provider = provider
+        blocker = capture_blocker(executor.plan, provider)
+        if blocker:
+            self.turn_off(blocker)
 
-    def _log_off(self, why):
-        log.info("CUDA Graph capture off for plan %r: %s", self.executor.plan.graph.name, why)
+    def record(self, sig, fed, dims, dims_key):
+        """Record the step's allocations, then, on the next run, capture it."""
+        if sig.trace is None:
+            return self._record(sig, fed, dims, dims_key), False
+        return self._capture(sig, fed, dims, dims_key), True
 
-    def run(self, fed, dims, dims_key):
-        """Run the step on `fed` (input name -> validated host array or device tensor); returns
-        every value the plan fetches."""
-        sig = lru_entry(self.signatures, dims_key, _Signature, MAX_SIGNATURES)
-        if sig.graph is not None:
-            self.stats["replays"] += 1
-            return self._launch(sig, fed)
-        sig.runs += 1
-        if sig.runs == 1:
-            self.stats["warmups"] += 1
-            return self.executor.execute(self.executor.place_inputs(fed), dims, dims_key)
-        try:
-            if sig.runs == 2:
-                return self._record(sig, fed, dims, dims_key)
-            return self._capture(sig, fed, dims, dims_key)
-        except Exception as error:      # noqa: BLE001 - any failure: run uncaptured, and say why
-            self.disabled = f"{type(error).__name__}: {error}"
-            self._log_off(self.disabled)
-            self.signatures.clear()
-            return self.executor.execute(self.executor.place_inputs(fed), dims, dims_key)
+    def replay(self, sig, fed, dims, dims_key):
+        """Launch the captured graph on `fed`."""
+        return self._launch(sig, fed), True
 
     def _record(self, sig, fed, dims, dims_key):
         """Run once with every allocation recorded, the inputs in their own tensors."""
@@ -149,7 +136,7 @@ class StepGraphs:
     def memory(self):
         """(arena bytes, sum of the allocations' bytes) of each captured signature."""
         return {key: (sig.memory_plan.arena_bytes, sig.memory_plan.total_bytes)
-                for key, sig in self.signatures.items() if sig.graph is not None}
+                for key, sig in self.signatures.items() if sig.ready}
 
 
 class _Staging:

@@ -17,11 +17,15 @@ import os
 
 import numpy as np
 
+from .. import random as mt_random
+from ..checkpoint import read
 from ..data import load_digits, load_mnist1d
 from ..data.digits import Split
 from ..errors import ShapeError
-from .exporter import save
-from .importer import load
+from ..nn.graph_module import GraphModule
+from ..onnx import load, save
+from .loop import CHECKPOINT
+from .recipes import train_classifier
 
 # data set -> (loader, default epochs, batch size and peak learning rate), as in its example
 DATASETS = {
@@ -35,11 +39,6 @@ def train_onnx(model, data, *, out, epochs=None, batch_size=None, lr=None, devic
                max_steps=None, progress=True, resume=False, overwrite=False):
     """Train `model` (an .onnx path) on the data set named `data` with the run folder `out`;
     writes `<out>/<model stem>.onnx` and returns the final test accuracy."""
-    from .. import random as mt_random
-    from ..checkpoint import read
-    from ..nn.graph_module import GraphModule
-    from ..training.loop import CHECKPOINT
-    from ..training.recipes import train_classifier
     if data not in DATASETS:
         raise ValueError(f"unknown data set {data!r}; built in: {sorted(DATASETS)}")
     loader, defaults = DATASETS[data]
