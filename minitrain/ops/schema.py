@@ -300,6 +300,9 @@ def check_inputs(ctx: InferContext):
     for i, t in enumerate(types):
         f = formal[min(i, len(formal) - 1)]
         if t is None:
+            if f.variadic:
+                ctx.fail(f"input #{i}, of the variadic input {f.name!r}, is absent; every tensor of a variadic "
+                         "input must be given")
             if i < required and not f.optional:
                 ctx.fail(f"required input {f.name!r} (#{i}) is missing")
             continue
