@@ -44,7 +44,8 @@ class BoundNode:
         missing = [w for w in self.wanted if w not in results]
         if missing:
             raise RuntimeError(f"kernel of {self.op_type} did not produce {missing}")
-        return [results[w] for w in self.wanted]
+        # NumPy gives scalars, not 0-d arrays, for 0-d arithmetic and full reductions
+        return [np.asarray(r) if isinstance(r, np.generic) else r for r in (results[w] for w in self.wanted)]
 
 
 def bind(checked, op_type, *, domain, opset, providers, node_name=None):

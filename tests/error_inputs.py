@@ -130,8 +130,9 @@ class Case:
     inputs: list
     attrs: dict
     output_shapes: dict = None
-    expect: str = "any"          # "error": must raise a minitrain error; "any": may also run
+    expect: str = "any"          # "error": must raise a minitrain error; "any": may also run; "run": must run
     dtype_cast: dict = field(default_factory=dict)
+    opset: int = None            # the domain's opset (None: the newest)
 
 
 def _spoiled_inputs(domain, op, inputs, attrs, shapes, formal):
@@ -204,10 +205,82 @@ def _known_crashes():
                [np.ones((2, 3, 1), np.float32), x] + stats, {}, None, "error")
 
 
+def _found_by_fuzz():
+    """Inputs a fuzz over every op once crashed on or answered wrongly, as found; each case's id
+    says what it checks."""
+    fused = "ai.minitrain.fused"
+    no_channels = [f(2, 0, 5), f(3, 0, 2), f(3)]
+    yield Case("Conv-zero-input-channels", "", "Conv", no_channels, {}, None, "run")
+    yield Case("FusedConv-zero-input-channels", MS, "FusedConv", no_channels, {"activation": "Relu"}, None, "run")
+    yield Case("ConvTranspose-zero-input-channels", "", "ConvTranspose", [f(2, 0, 5), f(0, 3, 2), f(3)], {}, None,
+               "run")
+    for group in (1, 3):
+        yield Case(f"ConvTransposeGrad-zero-input-channels-group{group}", MS, "ConvTransposeGrad",
+                   [f(2, group, 6), f(2, 0, 5), f(0, 1, 2)], {"group": group}, None, "run")
+    for kernel in ((1, 1, 2), (1, 2, 2)):
+        tiles = {"kernel_shape": list(kernel), "strides": list(kernel)}
+        x = f(2, 3, 3, 4, 16)
+        tag = "x".join(map(str, kernel))
+        yield Case(f"MaxPool-3d-kernel-{tag}-depth-3", "", "MaxPool", [x], tiles, None, "run")
+        dy = f(2, 3, 3, 4 // kernel[1], 8)
+        indices = (np.arange(dy.size).reshape(dy.shape) % 8 * 2 + np.arange(2 * 3 * 3 * 4 // kernel[1])
+                   .reshape(2, 3, 3, -1, 1) * 16 * kernel[1])
+        yield Case(f"MaxPoolGrad-3d-kernel-{tag}-depth-3", "", "MaxPoolGrad", [dy, indices], tiles,
+                   {"dX": x.shape}, "run")
+        yield Case(f"MaxPoolActivationGrad-3d-kernel-{tag}-depth-3", fused, "MaxPoolActivationGrad",
+                   [dy, x], {"kernel_shape": list(kernel), "activation": "Relu"}, None, "run")
+    for kernel, pads in (((1, 3, 3), [0, 1, 1, 0, 1, 1]), ((1, 1, 1), [0] * 6)):
+        attrs = {"kernel_shape": list(kernel), "pads": pads}
+        tag = "x".join(map(str, kernel))
+        yield Case(f"AveragePool-3d-kernel-{tag}-depth-3", "", "AveragePool", [f(2, 3, 3, 5, 6)], attrs, None, "run")
+        yield Case(f"AveragePoolGrad-3d-kernel-{tag}-depth-3", "", "AveragePoolGrad", [f(2, 3, 3, 5, 6)], attrs,
+                   {"dX": (2, 3, 3, 5, 6)}, "run")
+    for ratio in (1.0, 1.5, -0.1, math.nan):
+        for training in (False, True):
+            yield Case(f"Dropout-ratio={ratio}-training={training}", "", "Dropout",
+                       [f(3, 4), np.array(ratio), np.array(training)], {}, None, "error")
+            yield Case(f"DropoutGrad-ratio={ratio}-training={training}", MS, "DropoutGrad",
+                       [f(3, 4), np.ones((3, 4), bool), np.array(ratio), np.array(training)], {}, None, "error")
+    for beta in (1.0, 0.0):
+        two_way = [f(1, 3), f(3, 4), f(3, 4)]      # C (3, 4) does not broadcast to Y (1, 4)
+        yield Case(f"Gemm-C-broadcast-both-ways-beta={beta}", "", "Gemm", two_way, {"beta": beta}, None, "error")
+        yield Case(f"FusedGemm-C-broadcast-both-ways-beta={beta}", MS, "FusedGemm", two_way,
+                   {"beta": beta, "activation": "Relu"}, None, "error")
+    for opset in (9, 10):
+        yield Case(f"Gemm-opset{opset}-without-C", "", "Gemm", [f(2, 3), f(3, 4)], {}, None, "error", opset=opset)
+    for tag, shape in (("negative", [2, 3, -4, 5]), ("zero", [2, 3, 0, 5]), ("huge", [2, 3, HUGE_INT, 5]),
+                       ("rank-2", [2, 3])):
+        yield Case(f"GlobalAveragePoolGrad-shape-{tag}", MS, "GlobalAveragePoolGrad",
+                   [f(2, 3, 1, 1), np.array(shape)], {}, None, "error")
+    empty = np.zeros((0, 4))
+    yield Case("MSELossGrad-empty-prediction-mean", MS, "MSELossGrad", [np.array(1.0), empty, empty],
+               {"reduction": "mean"}, None, "run")
+    sgd = [np.array(0.1), f(3, 2), f(3, 2), f(3, 2)]
+    for i in (1, 2):
+        yield Case(f"SGDOptimizer-tensor{i - 1}-absent", MS, "SGDOptimizer", sgd[:i] + [None] + sgd[i + 1:],
+                   {"momentum": 0.9}, None, "error")
+    adam = [np.array(0.1), np.array(3), f(3, 2), f(3, 2), f(3, 2), f(3, 2) ** 2]
+    for i in range(2, 6):
+        yield Case(f"AdamOptimizer-tensor{i - 2}-absent", MS, "AdamOptimizer", adam[:i] + [None] + adam[i + 1:], {},
+                   None, "error")
+    yield Case("AdamOptimizer-step-shape-(0,)", MS, "AdamOptimizer", [adam[0], np.zeros(0, np.int64)] + adam[2:], {},
+               None, "error")
+    yield Case("Sum-absent-middle-input", "", "Sum", [f(2, 3), None, f(2, 3)], {}, None, "error")
+    scalar = np.array(1.5)
+    for op in ("Add", "Sub", "Mul", "Div"):
+        yield Case(f"{op}-0d-inputs-give-an-array", "", op, [scalar, scalar], {}, None, "run")
+    yield Case("Sum-0d-inputs-give-an-array", "", "Sum", [scalar, scalar, scalar], {}, None, "run")
+    yield Case("Neg-0d-input-gives-an-array", "", "Neg", [scalar], {}, None, "run")
+    yield Case("MatMul-1d-1d-gives-an-array", "", "MatMul", [f(3), f(3)], {}, None, "run")
+    yield Case("MSELoss-0d-none-gives-an-array", MS, "MSELoss", [scalar, scalar], {"reduction": "none"}, None, "run")
+    yield Case("SumToShape-to-shape-[]-gives-an-array", MS, "SumToShape", [f(3, 4), np.zeros(0, np.int64)], {},
+               None, "run")
+
+
 def cases():
     """Every case, in a fixed order (a child and its parent build the same list)."""
     from minitrain.ops import get_schema
-    result = list(_known_crashes())
+    result = list(_known_crashes()) + list(_found_by_fuzz())
     for (domain, op), (inputs, attrs, shapes) in sorted(SAMPLES.items()):
         sch = get_schema(op, domain, None)
         result.append(Case(f"{op}-sample", domain, op, list(inputs), dict(attrs), shapes, "run"))
@@ -222,7 +295,8 @@ def run_case(case):
     from minitrain.errors import MinitrainError
     inputs = [None if x is None else x.copy() for x in case.inputs]
     try:
-        run_node(case.op, inputs, attrs=case.attrs, domain=case.domain, output_shapes=case.output_shapes)
+        results = run_node(case.op, inputs, attrs=case.attrs, domain=case.domain, opset=case.opset,
+                           output_shapes=case.output_shapes)
     except MinitrainError as e:
         if case.expect == "run":
             return "fail", f"the sample does not run: {type(e).__name__}: {e}"
@@ -233,6 +307,9 @@ def run_case(case):
         return "fail", f"{type(e).__name__}: {e}"
     if case.expect == "error":
         return "fail", "ran without an error"
+    not_arrays = [type(r).__name__ for r in results if not isinstance(r, np.ndarray)]
+    if not_arrays:
+        return "fail", f"run_node returned {not_arrays}, not NumPy arrays"
     return "ok", "ran"
 
 

@@ -122,9 +122,10 @@ def test_leaky_relu_builder_reads_y_for_positive_alpha():
 @pytest.mark.parametrize("opset", [6, 13, 14, 16, 19])
 def test_forward_versions(opset, rng):
     x = rng.standard_normal((4, 3))
+    leaky = float(np.float32(0.01))      # the default alpha, a float32 as ONNX holds it
     for op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu"):
         (y,) = run_node(op, [x], opset=opset)
-        np.testing.assert_allclose(y, FORWARD[op][2](x) if op != "LeakyRelu" else np.where(x >= 0, x, 0.01 * x),
+        np.testing.assert_allclose(y, FORWARD[op][2](x) if op != "LeakyRelu" else np.where(x >= 0, x, leaky * x),
                                    rtol=1e-12)
 
 
@@ -312,3 +313,30 @@ def test_streamed_gradients_of_each_instruction_set(isa, run_c):
     offsets; contraction to FMA off, as the comparison is bitwise) in each of stream.h's
     variants; -U__SSE2__ selects the ordinary-store fallback."""
     run_c(STREAMED_GRADIENTS_C, ["-O2", "-ffp-contract=off", isa])
+
+
+def test_default_alphas_are_the_float32_values_onnx_holds(rng):
+    """ONNX holds float attributes as float32: without an alpha, float64 results use
+    float32(0.01) (LeakyRelu) and float32(1.702) (QuickGelu), as ONNX Runtime does, and so
+    does the gradient node that the builder emits."""
+    x = away_from_kinks(rng, (4, 5))
+    leaky, quick = float(np.float32(0.01)), float(np.float32(1.702))
+    (y,) = run_node("LeakyRelu", [x])
+    np.testing.assert_array_equal(y, np.where(x > 0, x, x * leaky))
+    (y,) = run_node("QuickGelu", [x], domain=MS)
+    np.testing.assert_allclose(y, x * sigmoid(quick * x), rtol=1e-14, atol=1e-300)
+    g = Graph(name="leaky")
+    g.add_input("x", np.float64, (3,))
+    g.outputs.append(g.add_node("LeakyRelu", ["x"], ["y"]))
+    g.add_input("seed", np.float64, (3,))
+    grad_graph, _ = build_gradient_graph(g, "y", ["x"], seeds={"y": "seed"})
+    (node,) = [n for n in grad_graph.nodes if n.op_type == "LeakyReluGrad"]
+    assert node.attrs["alpha"] == leaky
+
+
+def test_every_float_default_is_a_float32_value():
+    from minitrain.ops.schema import _SCHEMAS
+    doubles = [(s.op_type, s.since_version, name, a.default) for versions in _SCHEMAS.values() for s in versions
+               for name, a in s.attrs.items()
+               if a.kind == "float" and isinstance(a.default, float) and a.default != float(np.float32(a.default))]
+    assert not doubles

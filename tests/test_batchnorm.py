@@ -116,3 +116,18 @@ def test_grad_checks_every_input_against_x(which, shape, rng):
     name = ["dY", "X", "scale", "mean", "inv_std"][which]
     with pytest.raises(ShapeError, match=re.escape(f"BatchNormalizationGrad: input '{name}' has shape {shape}")):
         run_node("BatchNormalizationGrad", inputs, domain="com.microsoft")
+
+
+def test_default_epsilon_and_momentum_are_the_float32_values_onnx_holds(rng):
+    """ONNX holds float attributes as float32: the defaults are float32(1e-5) and float32(0.9),
+    so float64 results match ONNX Runtime's (a small variance makes epsilon's rounding show)."""
+    x, scale, bias, mean, var = _inputs((4, 3, 5), np.float64, rng)
+    var = var * 1e-4
+    eps, momentum = float(np.float32(1e-5)), float(np.float32(0.9))
+    (y,) = run_node("BatchNormalization", [x, scale, bias, mean, var], outputs=["Y"])
+    np.testing.assert_allclose(y, _reference(x, scale, bias, mean, var, eps, momentum, False)[0], rtol=1e-13)
+    _, rm, rv = run_node("BatchNormalization", [x, scale, bias, mean, var], attrs={"training_mode": 1},
+                         outputs=["Y", "running_mean", "running_var"])
+    _, erm, erv = _reference(x, scale, bias, mean, var, eps, momentum, True)
+    np.testing.assert_allclose(rm, erm, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(rv, erv, rtol=1e-14, atol=1e-300)

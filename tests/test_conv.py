@@ -753,3 +753,33 @@ def test_output_padding_must_be_smaller_than_stride_or_dilation(attrs):
         run_node("ConvTranspose", [x, w], attrs={"strides": [2], **attrs})
     (y,) = run_node("ConvTranspose", [x, w], attrs={"strides": [2], "output_padding": [1]})
     assert y.shape == (1, 3, 10)
+
+
+# --------------------------------------------------------------------------- zero input channels
+# With no input channels every sum of the convolution is empty: Y is the bias (zeros without
+# one), as ONNX's reference evaluator gives, and the gradients are empty or zero.
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_zero_input_channels_give_the_bias(with_bias, rng):
+    bias = rng.standard_normal(3)
+    expected = np.broadcast_to((bias if with_bias else np.zeros(3))[:, None], (2, 3, 4))
+    optional = [bias] if with_bias else []
+    (y,) = run_node("Conv", [np.zeros((2, 0, 5)), np.zeros((3, 0, 2))] + optional)
+    np.testing.assert_array_equal(y, expected)
+    (y,) = run_node("FusedConv", [np.zeros((2, 0, 5)), np.zeros((3, 0, 2))] + optional,
+                    attrs={"activation": "LeakyRelu", "activation_params": [0.5]}, domain=MS)
+    np.testing.assert_array_equal(y, np.where(expected > 0, expected, 0.5 * expected))
+    (y,) = run_node("ConvTranspose", [np.zeros((2, 0, 5)), np.zeros((0, 3, 3))] + optional)
+    np.testing.assert_array_equal(y, np.broadcast_to(expected[:, :, :1], (2, 3, 7)))
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_zero_input_channels_gradients(group, rng):
+    dy = rng.standard_normal((2, group, 6))
+    x, w = np.zeros((2, 0, 5)), np.zeros((0, 1, 2))
+    dx, dw, db = run_node("ConvTransposeGrad", [dy, x, w], attrs={"group": group}, domain=MS)
+    assert dx.shape == x.shape and dw.shape == w.shape
+    np.testing.assert_allclose(db, dy.sum(axis=(0, 2)), rtol=1e-12)
+    dy = rng.standard_normal((2, 3, 4))
+    dx, dw, db = run_node("ConvGrad", [dy, x, np.zeros((3, 0, 2))], domain=MS)
+    assert dx.shape == x.shape and dw.shape == (3, 0, 2)
+    np.testing.assert_allclose(db, dy.sum(axis=(0, 2)), rtol=1e-12)

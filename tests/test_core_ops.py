@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from minitrain import run_node
-from minitrain.errors import OpAttributeError
+from minitrain.errors import OpAttributeError, ShapeError
 from minitrain.gradcheck import gradcheck
 
 
@@ -39,6 +39,18 @@ def test_gemm_bias_broadcast_gradient(rng, c_shape):
     inputs = [rng.standard_normal((3, 4)), rng.standard_normal((4, 5))]
     inputs.append(None if c_shape is None else rng.standard_normal(c_shape))
     gradcheck("Gemm", inputs)
+
+
+@pytest.mark.parametrize("opset", [9, 10])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
+def test_gemm_gradient_before_opset_11_gives_every_gemm_its_c(rng, opset, trans_a, trans_b):
+    """Gemm requires C before opset 11: the gradient's Gemm nodes get a zero C that beta 0 leaves out."""
+    a = rng.standard_normal((4, 3) if trans_a else (3, 4))
+    b = rng.standard_normal((5, 4) if trans_b else (4, 5))
+    gradcheck("Gemm", [a, b, rng.standard_normal((3, 1))], {"transA": trans_a, "transB": trans_b, "alpha": 0.7},
+              opset=opset)
+    with pytest.raises(ShapeError, match="Gemm.*'C'"):
+        run_node("Gemm", [a, b], attrs={"transA": trans_a, "transB": trans_b}, opset=opset)
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)),

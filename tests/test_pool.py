@@ -579,3 +579,88 @@ def test_average_pool_rows_threads_and_torch(dtype, threads, rng):
         ty.backward(torch.from_numpy(dy))
         (dx,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": shape})
         np.testing.assert_allclose(dx, tx.grad.numpy(), **tol)
+
+
+# --------------------------------------------------------------------------- an untouched D axis
+# 3-D pooling that leaves a D axis of several slices alone (kernel 1, stride 1, no padding)
+# takes the (H, W) fast paths with each D slice a plane of its own: max_pool_k2 (indices still
+# over the whole tensor), window_sums for AveragePool(Grad); MaxPoolGrad scatters.
+UNTOUCHED_D_MAX = [(1, 1, 2), (1, 2, 2)]
+UNTOUCHED_D_AVG = [  # kernel, pads: window_sums' geometries
+    ((1, 3, 3), (0, 1, 1, 0, 1, 1)),
+    ((1, 1, 1), (0, 0, 0, 0, 0, 0)),
+    ((1, 2, 3), (0, 0, 1, 0, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", UNTOUCHED_D_MAX)
+def test_max_pool_with_untouched_depth_matches_general_loop_and_torch(kernel, dtype, threads, rng):
+    shape = (2, 3, 4, 6, 17)          # odd W: a column no window covers; 8 windows a row
+    x = distinct(rng, shape).astype(dtype)
+    attrs = dict(kernel_shape=list(kernel), strides=list(kernel))
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    ref_y, ref_ind = reference_max_pool(x, kernel, kernel)
+    np.testing.assert_array_equal(y, ref_y)
+    np.testing.assert_array_equal(indices, ref_ind)
+    y_cm, _ = run_node("MaxPool", [x], attrs={**attrs, "storage_order": 1})      # the general loop
+    np.testing.assert_array_equal(y_cm, y)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    (dx,) = run_node("MaxPoolGrad", [dy, indices], attrs=attrs, output_shapes={"dX": shape})
+    expected = np.zeros(x.size, dtype)
+    np.add.at(expected, ref_ind.reshape(-1), dy.reshape(-1))
+    np.testing.assert_array_equal(dx.reshape(-1), expected)
+    torch = pytest.importorskip("torch")
+    tx = torch.from_numpy(x).requires_grad_()
+    ty, tind = torch_pool(torch, "max", tx, kernel, kernel, [0, 0, 0])
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    np.testing.assert_array_equal(indices, plane_to_global(tind.numpy(), int(np.prod(shape[2:]))))
+    ty.backward(torch.from_numpy(dy))
+    np.testing.assert_array_equal(dx, tx.grad.numpy())
+
+
+@pytest.mark.parametrize("kernel", UNTOUCHED_D_MAX)
+def test_max_pool_activation_grad_with_untouched_depth(kernel, rng):
+    """The fused MaxPoolGrad + ReluGrad (fusion/max_pool_activation_grad.py) on these geometries
+    equals the two unfused kernels."""
+    x = np.maximum(distinct(rng, (2, 3, 4, 6, 16)), 0)
+    attrs = dict(kernel_shape=list(kernel), strides=list(kernel))
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    dy = rng.standard_normal(y.shape)
+    (pooled,) = run_node("MaxPoolGrad", [dy, indices], attrs=attrs, output_shapes={"dX": x.shape})
+    (expected,) = run_node("ReluGrad", [pooled, x], domain=MS)
+    dx, db = run_node("MaxPoolActivationGrad", [dy, x], attrs={"kernel_shape": list(kernel), "activation": "Relu"},
+                      domain="ai.minitrain.fused")
+    np.testing.assert_array_equal(dx, expected)
+    np.testing.assert_allclose(db, expected.sum(axis=(0, 2, 3, 4)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+@pytest.mark.parametrize("kernel,pads", UNTOUCHED_D_AVG)
+def test_average_pool_with_untouched_depth_matches_general_loop_and_torch(kernel, pads, count_include_pad, dtype,
+                                                                         threads, rng):
+    shape = (2, 3, 4, 5, 7)
+    x = rng.standard_normal(shape).astype(dtype)
+    attrs = dict(kernel_shape=list(kernel), pads=list(pads), count_include_pad=count_include_pad)
+    (y,) = run_node("AveragePool", [x], attrs=attrs)
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(y, general_average_pool(x, attrs), **tol)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    (dx,) = run_node("AveragePoolGrad", [dy], attrs=attrs, output_shapes={"dX": shape})
+    lhs = np.vdot(y.astype(np.float64), dy.astype(np.float64))      # the adjoint identity
+    rhs = np.vdot(x.astype(np.float64), dx.astype(np.float64))
+    assert lhs == pytest.approx(rhs, rel=1e-4 if dtype == np.float32 else 1e-12)
+    if pads[:3] != pads[3:]:
+        return                      # PyTorch pads both ends alike
+    torch = pytest.importorskip("torch")
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch_pool(torch, "avg", tx, kernel, [1, 1, 1], list(pads[:3]), count_include_pad=bool(count_include_pad))
+    np.testing.assert_allclose(y, ty.detach().numpy(), **tol)
+    ty.backward(torch.from_numpy(dy))
+    np.testing.assert_allclose(dx, tx.grad.numpy(), **tol)
+
+
+def test_average_pool_with_untouched_depth_gradcheck(rng):
+    gradcheck("AveragePool", [rng.standard_normal((1, 2, 3, 4, 5))],
+              dict(kernel_shape=[1, 3, 3], pads=[0, 1, 1, 0, 1, 1], count_include_pad=0))

@@ -4,7 +4,7 @@ The pre-activation value Z disappears, so its only readers may be the activation
 Relu, ReluGrad nodes reading it as their X: those read the activation's output instead
 (relu(z) > 0 exactly where z > 0, NaN included, so ReluGrad gives the same bits).  The other
 activations' gradients read the output already."""
-from ..ops.fused import ACTIVATIONS
+from ..ops.fused import ACTIVATIONS, LEAKY_DEFAULT
 from ..ops.schema import MS_DOMAIN, ONNX_DOMAIN
 from .rewrite import fused_node
 
@@ -14,7 +14,7 @@ FUSED = {"Gemm": "FusedGemm", "Conv": "FusedConv"}
 def _activation_attrs(producer, act):
     attrs = dict(producer.attrs, activation=act.op_type)
     if act.op_type == "LeakyRelu":
-        alpha = float(act.attrs.get("alpha", 0.01))
+        alpha = float(act.attrs.get("alpha", LEAKY_DEFAULT))
         if producer.op_type == "Conv":
             attrs["activation_params"] = [alpha]
         else:

@@ -6,7 +6,7 @@ or the dB output of a ConvGrad reading dX as its dY (the ConvGrad then computes 
 only).  dX stays available to its other readers."""
 import numpy as np
 
-from ..ops.fused import ACTIVATIONS, FUSED_DOMAIN
+from ..ops.fused import ACTIVATIONS, FUSED_DOMAIN, LEAKY_DEFAULT
 from ..ops.schema import MS_DOMAIN
 from .rewrite import fused_node
 
@@ -18,7 +18,7 @@ def gradient_attrs(grad):
     """The fused op's activation attributes for the activation gradient node `grad`."""
     attrs = {"activation": GRADIENTS[grad.op_type]}
     if grad.op_type == "LeakyReluGrad":
-        attrs["activation_alpha"] = float(grad.attrs.get("alpha", 0.01))
+        attrs["activation_alpha"] = float(grad.attrs.get("alpha", LEAKY_DEFAULT))
     return attrs
 
 

@@ -12,7 +12,7 @@ alpha <= 0 the builder hands LeakyReluGrad the input X instead, which the same k
 differentiates correctly for any alpha.
 """
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, schema
+from .schema import MS_DOMAIN, Attr, onnx_float, schema
 from .shape_utils import shapes_differ
 
 
@@ -30,8 +30,11 @@ def same_as_inputs(ctx):
     return [ctx.out(a if a is not None else b)]
 
 
-LEAKY_ALPHA = {"alpha": Attr("float", 0.01)}
-QUICKGELU_ALPHA = {"alpha": Attr("float", 1.702)}
+# the defaults, as the float32 values ONNX holds (gradient builders and fusions use them too)
+LEAKY_RELU_ALPHA = onnx_float(0.01)
+QUICK_GELU_ALPHA = onnx_float(1.702)
+LEAKY_ALPHA = {"alpha": Attr("float", LEAKY_RELU_ALPHA)}
+QUICKGELU_ALPHA = {"alpha": Attr("float", QUICK_GELU_ALPHA)}
 
 # Forward ops; the versions listed are those where ONNX changed the schema (types only here).
 for _v in (6, 14):
@@ -70,7 +73,7 @@ def tanh_gradient(g):
 
 @gradient("LeakyRelu", since=6, emits=("LeakyReluGrad",))
 def leaky_relu_gradient(g):
-    alpha = float(g.attrs.get("alpha", 0.01))
+    alpha = float(g.attrs.get("alpha", LEAKY_RELU_ALPHA))
     # Y > 0 marks X > 0 only when alpha > 0; otherwise test the input itself.
     marker = g.O(0) if alpha > 0 else g.I(0)
     g.node("LeakyReluGrad", [g.GO(0), marker], [g.GI(0)], {"alpha": alpha}, domain=MS_DOMAIN)
@@ -79,4 +82,4 @@ def leaky_relu_gradient(g):
 @gradient("QuickGelu", domain=MS_DOMAIN, since=1, emits=("QuickGeluGrad",))
 def quick_gelu_gradient(g):
     g.node("QuickGeluGrad", [g.GO(0), g.I(0)], [g.GI(0)],
-           {"alpha": float(g.attrs.get("alpha", 1.702))}, domain=MS_DOMAIN)
+           {"alpha": float(g.attrs.get("alpha", QUICK_GELU_ALPHA))}, domain=MS_DOMAIN)

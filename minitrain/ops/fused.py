@@ -23,7 +23,7 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
 Activations: Relu, Sigmoid, Tanh and LeakyRelu (alpha from activation_alpha, or
 activation_params[0] on FusedConv, as in ONNX Runtime).
 """
-from .activation import same_as_inputs
+from .activation import LEAKY_RELU_ALPHA, same_as_inputs
 from .conv import CONV_ATTRS, _forward_inference
 from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
 from .math import GEMM_ATTRS, infer_gemm
@@ -36,7 +36,7 @@ FUSED_DOMAIN = "ai.minitrain.fused"
 # activation's lower-case name
 ACTIVATIONS = {"Relu": "ReluGrad", "Sigmoid": "SigmoidGrad", "Tanh": "TanhGrad", "LeakyRelu": "LeakyReluGrad"}
 KERNEL_NAMES = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "LeakyRelu": "leaky_relu"}
-LEAKY_DEFAULT = 0.01
+LEAKY_DEFAULT = LEAKY_RELU_ALPHA
 
 ACTIVATION_ATTRS = {"activation": Attr("string", REQUIRED), "activation_alpha": Attr("float", LEAKY_DEFAULT)}
 

@@ -25,15 +25,23 @@ def infer_gemm(ctx):
     if dims_differ(k, k2):
         ctx.fail(f"inner dimensions differ: A {tuple(a)} (transA={ctx.attrs['transA']}) and "
                  f"B {tuple(b)} (transB={ctx.attrs['transB']})")
-    if ctx.input(2) is not None:
-        broadcast_shapes(ctx, [ctx.shape(2), (m, n)])
-        c = ctx.shape(2)
-        if c is not None and len(c) > 2:
-            ctx.fail(f"input 'C' {tuple(c)} must be unidirectionally broadcastable to {(m, n)}")
+    c = ctx.shape(2)
+    if c is not None and not broadcasts_to(c, (m, n)):
+        ctx.fail(f"input 'C' {tuple(c)} must be unidirectionally broadcastable to Y {(m, n)}: each of its "
+                 "dims 1 or Y's")
     return [ctx.out((m, n))]
 
 
-for _v in (9, 11, 13):
+def broadcasts_to(shape, target):
+    """Whether `shape` broadcasts to `target` without changing it (ONNX's unidirectional
+    broadcasting): at most target's rank, each dim 1 or target's (symbolic dims match anything)."""
+    lead = len(target) - len(shape)
+    return lead >= 0 and all(d == 1 or not dims_differ(d, t) for d, t in zip(shape, target[lead:]))
+
+
+# C is optional from opset 11; opset 9 requires it
+schema("Gemm", since=9, inputs=["A", "B", "C"], attrs=GEMM_ATTRS)(infer_gemm)
+for _v in (11, 13):
     schema("Gemm", since=_v, inputs=["A", "B", Input("C", optional=True)], attrs=GEMM_ATTRS)(infer_gemm)
 
 
@@ -59,20 +67,29 @@ def gemm_gradient(g):
     ta, tb = g.attrs.get("transA", 0), g.attrs.get("transB", 0)
     alpha, beta = g.attrs.get("alpha", 1.0), g.attrs.get("beta", 1.0)
     dy, a, b = g.GO(0), g.I(0), g.I(1)
+    dtype = g.type_of(dy).dtype if g.type_of(dy) else np.float32
+
+    def product(i, inputs, attrs):
+        """The Gemm giving input i's gradient; before opset 11, where Gemm requires C, with a
+        zero C that beta 0 leaves out."""
+        if not g.needs(i):
+            return
+        if g.opset < 11:
+            inputs, attrs = inputs + [g.constant(np.zeros(1, dtype), "zero")], {**attrs, "beta": 0.0}
+        g.node("Gemm", inputs, [g.GI(i)], attrs)
     # dA = alpha * dY op(B)^T, transposed back when A was transposed
     if ta:
-        g.node("Gemm", [b, dy], [g.GI(0)], {"transA": tb, "transB": 1, "alpha": alpha})
+        product(0, [b, dy], {"transA": tb, "transB": 1, "alpha": alpha})
     else:
-        g.node("Gemm", [dy, b], [g.GI(0)], {"transB": 1 - tb, "alpha": alpha})
+        product(0, [dy, b], {"transB": 1 - tb, "alpha": alpha})
     # dB = alpha * op(A)^T dY, transposed back when B was transposed
     if tb:
-        g.node("Gemm", [dy, a], [g.GI(1)], {"transA": 1, "transB": ta, "alpha": alpha})
+        product(1, [dy, a], {"transA": 1, "transB": ta, "alpha": alpha})
     else:
-        g.node("Gemm", [a, dy], [g.GI(1)], {"transA": 1 - ta, "alpha": alpha})
+        product(1, [a, dy], {"transA": 1 - ta, "alpha": alpha})
     if g.needs(2):
         grad = dy
         if beta != 1.0:
-            dtype = g.type_of(dy).dtype if g.type_of(dy) else np.float32
             grad = g.node("Mul", [dy, g.constant(np.array(beta, dtype=dtype), "beta")], [g.tmp("beta_dY")])
         reduce_to_input(g, grad, 2)
 

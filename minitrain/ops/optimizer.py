@@ -90,4 +90,5 @@ def infer_adam(ctx):
             ctx.attr_fail(name, "must be in [0, 1)")
     if ctx.attrs["epsilon"] <= 0:
         ctx.attr_fail("epsilon", "must be > 0")
+    ctx.require_scalar(1, "the count of updates")
     return _check_update(ctx, 2, 4)

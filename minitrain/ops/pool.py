@@ -163,10 +163,18 @@ def infer_global_average_pool_grad(ctx):
     ctx.require_rank(1, 1)
     value = ctx.input(1).value
     if value is not None:
-        if not 3 <= len(value) <= 5 or any(d < 1 for d in value[2:]):
-            ctx.fail(f"input 'shape' {tuple(value)} is not a pooling input shape (N, C, D1[, D2[, D3]])")
-        _check_global_dy(ctx, ctx.shape(0), value)
+        check_global_grad_shape(ctx, ctx.shape(0), value)
     return [ctx.out(value)]
+
+
+def check_global_grad_shape(ctx, dy, shape):
+    """Fail unless `shape`, GlobalAveragePoolGrad's input, is a pooling input shape (N, C,
+    D1[, D2[, D3]]: no negative dim, no empty spatial axis) that global pooling takes to dY's
+    shape; `ctx` is an inference or a kernel context."""
+    if not 3 <= len(shape) <= 5 or any(d < 0 for d in shape[:2]) or any(d < 1 for d in shape[2:]):
+        ctx.fail(f"input 'shape' {tuple(shape)} is not a pooling input shape (N, C, D1[, D2[, D3]]) with "
+                 "non-empty spatial axes")
+    _check_global_dy(ctx, dy, shape)
 
 
 @schema("GlobalMaxPoolGrad", domain=MS_DOMAIN, inputs=["dY", "X"], outputs=["dX"])

@@ -49,12 +49,23 @@ class TensorType:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
+def onnx_float(value):
+    """A float attribute's value as ONNX holds it: a float32, here as the Python float of it."""
+    return float(np.float32(value))
+
+
 @dataclass(frozen=True)
 class Attr:
     """An attribute: kind is one of int, ints, float, floats, string; default REQUIRED means
-    the attribute must be given, None means it is optional and absent unless given."""
+    the attribute must be given, None means it is optional and absent unless given.  A float
+    default is ONNX's, a float32 (LeakyRelu's alpha is float32(0.01), not 0.01), so that float64
+    results match ONNX Runtime's."""
     kind: str
     default: object = None
+
+    def __post_init__(self):
+        if self.kind == "float" and isinstance(self.default, float):
+            object.__setattr__(self, "default", onnx_float(self.default))
 
 
 @dataclass(frozen=True)
@@ -300,6 +311,9 @@ def check_inputs(ctx: InferContext):
     for i, t in enumerate(types):
         f = formal[min(i, len(formal) - 1)]
         if t is None:
+            if f.variadic:
+                ctx.fail(f"input #{i}, of the variadic input {f.name!r}, is absent; every tensor of a variadic "
+                         "input must be given")
             if i < required and not f.optional:
                 ctx.fail(f"required input {f.name!r} (#{i}) is missing")
             continue

@@ -598,8 +598,20 @@ def check_blas_dims(geom, who):
                              f"dimensions hold on the GEMM route of this convolution")
 
 
+def without_terms(shape, bias, dtype):
+    """A convolution's result where its sums have no terms (no channels on the side it reads):
+    the bias along axis 1, else zeros, as ONNX's reference gives."""
+    out = np.zeros(shape, dtype=dtype)
+    if bias is not None and out.size:
+        out += bias.reshape((-1,) + (1,) * (len(shape) - 2))
+    return out
+
+
 def conv_forward(img, w, bias, geom, who):
     """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
+    shape = (img.shape[0], geom.col_channels) + tuple(geom.col_spatial)
+    if geom.img_channels == 0 or numel(shape) == 0:
+        return without_terms(shape, bias, img.dtype)
     nt = get_num_threads()
     path = route(geom, img.shape[0], nt)
     if path == "depthwise":
@@ -612,6 +624,9 @@ def conv_forward(img, w, bias, geom, who):
 
 def conv_data_grad(cols, w, bias, geom, who):
     """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
+    shape = (cols.shape[0], geom.img_channels) + tuple(geom.img_spatial)
+    if geom.col_channels == 0 or numel(shape) == 0:
+        return without_terms(shape, bias, cols.dtype)
     nt = get_num_threads()
     path = route(geom, cols.shape[0], nt)
     if path == "depthwise":

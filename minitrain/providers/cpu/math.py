@@ -2,6 +2,7 @@
 MatMul through NumPy's matmul."""
 import numpy as np
 
+from ...ops.math import broadcasts_to
 from ...registry import register_kernel
 from .blas import gemm as blas_gemm
 
@@ -10,6 +11,8 @@ from .blas import gemm as blas_gemm
 def gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
     y = blas_gemm(a, b, ctx.attrs["transA"], ctx.attrs["transB"], ctx.attrs["alpha"])
+    if c is not None and c.shape != y.shape and not broadcasts_to(c.shape, y.shape):
+        ctx.fail(f"input 'C' {c.shape} must be unidirectionally broadcastable to Y {y.shape}")
     if c is not None and ctx.attrs["beta"] != 0.0:
         if ctx.attrs["beta"] == 1.0:
             y += c

@@ -26,7 +26,7 @@ def mse_grad(ctx):
     reduction = ctx.attrs["reduction"]
     if reduction == "none":
         grad *= 2 * dy
-    else:
+    elif grad.size:         # an empty prediction has an empty gradient, for the mean too (as PyTorch's)
         factor = 2 * float(dy.reshape(-1)[0]) / (prediction.size if reduction == "mean" else 1)
         grad *= ctx.dtype.type(factor)
     return {"d_prediction": grad}

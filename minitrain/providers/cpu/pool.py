@@ -23,10 +23,12 @@ import numpy as np
 from ..._ext import avg_pool_flat as _avg_flat
 from ..._ext import pool as _pool
 from ...errors import ShapeError
+from ...ops.pool import check_global_grad_shape
 from ...ops.pool_geometry import DimGeometry, input_sizes_for, pool_geometry
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
+from ...tensor_limit import check_tensor_bytes
 from ...threads import get_num_threads
 from ..plan_cache import cached_plan as _plan
 
@@ -99,6 +101,12 @@ def _row_table(dims, tables, by_output):
     return ptr, np.ascontiguousarray(values[order], dtype=np.intp)
 
 
+def _depth_planes(dims):
+    """How many (H, W) planes a plane of an untouched D axis holds: a kernel that pools (H, W)
+    planes (max_pool_k2, window_sums) takes each D slice as a plane of its own."""
+    return dims[0].size
+
+
 def _k2_rows(dims):
     """kh (1 or 2) when MaxPool can take max_pool_k2: kernel = stride = 2 along W, kernel =
     stride = kh along H, D untouched, no padding or dilation, every window inside the input;
@@ -141,24 +149,25 @@ def dx_shape(ctx, dy):
 
 # --------------------------------------------------------------------------- MaxPool
 def _max_pool_plan(ctx, shape, with_indices):
+    """(Y shape, kh of max_pool_k2 or 0, the kernel's arguments, (H, W) planes per plane)."""
     dims = _as_3d(_geometry(ctx, shape))
     col_major = ctx.attrs.get("storage_order", 0) == 1
     out_shape = tuple(shape[:2]) + tuple(g.out for g in dims[3 - (len(shape) - 2):])
     kh = 0 if (col_major and with_indices) else _k2_rows(dims)
-    if kh:
-        args = (dims[2].size, kh, dims[1].out)
-    else:
-        args = (tuple(g.size for g in dims), tuple(g.out for g in dims), tuple(g.dilation for g in dims),
-                *[_window_table(g) for g in dims], col_major)
-    return out_shape, kh, args
+    if kh:      # indices stay offsets into the whole tensor: D slices are consecutive planes
+        return out_shape, kh, (dims[2].size, kh, dims[1].out), _depth_planes(dims)
+    args = (tuple(g.size for g in dims), tuple(g.out for g in dims), tuple(g.dilation for g in dims),
+            *[_window_table(g) for g in dims], col_major)
+    return out_shape, kh, args, 1
 
 
 def max_pool(ctx):
     x = ctx.inputs[0]
     want_indices = ctx.wants("Indices")
-    out_shape, k2, args = _plan(ctx, "MaxPool", (x.shape, want_indices),
-                                lambda: _max_pool_plan(ctx, x.shape, want_indices))
+    out_shape, k2, args, depth = _plan(ctx, "MaxPool", (x.shape, want_indices),
+                                       lambda: _max_pool_plan(ctx, x.shape, want_indices))
     planes, size = split_planes(x.shape)
+    planes, size = planes * depth, size // depth
     y = np.empty(out_shape, dtype=x.dtype)
     indices = np.empty(out_shape, dtype=np.int64) if want_indices else None
     if planes and size:
@@ -179,8 +188,9 @@ def _max_pool_grad_plan(ctx, dy):
     shape = dx_shape(ctx, dy)
     dims = _as_3d(_geometry(ctx, shape, "dX"))
     col_major = ctx.attrs.get("storage_order", 0) == 1
-    # rows under 8 windows: zero-filling the plane and scattering dY beats the per-row loop
-    kh = 0 if col_major or dims[2].out < 8 else _k2_rows(dims)
+    # rows under 8 windows: zero-filling the plane and scattering dY beats the per-row loop; a
+    # D axis of several slices takes the scatter too, which accepts any index inside the plane
+    kh = 0 if col_major or dims[2].out < 8 or dims[0].size > 1 else _k2_rows(dims)
     return shape, kh, col_major, tuple(g.size for g in dims)
 
 
@@ -213,14 +223,14 @@ def max_pool_grad(ctx):
 
 # --------------------------------------------------------------------------- AveragePool
 def _average_pool_plan(ctx, shape, dtype):
-    """(Y shape, kernel, its arguments before num_threads)."""
+    """(Y shape, kernel, its arguments before num_threads, (H, W) planes per plane)."""
     dims = _as_3d(_geometry(ctx, shape))
     out_shape = tuple(shape[:2]) + tuple(g.out for g in dims[3 - (len(shape) - 2):])
     tables = [_window_table(g) for g in dims]
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
     gw = dims[2]
     if _flat(dims):
-        return out_shape, _avg_flat.window_sums, _flat_tables(dims, inv, dtype, gradient=False)
+        return out_shape, _avg_flat.window_sums, _flat_tables(dims, inv, dtype, gradient=False), _depth_planes(dims)
     if gw.stride == 1 and (gw.out >= 16 or gw.dilation > 1):
         # shifted sums over a row buffer with pad_begin zeros before the row and enough after
         ext = max(gw.pad_begin + gw.size, gw.out + (gw.kernel - 1) * gw.dilation)
@@ -234,17 +244,18 @@ def _average_pool_plan(ctx, shape, dtype):
         wtab = np.ascontiguousarray(np.stack([start, start - tables[2][1] + tables[2][2]]), dtype=np.intp)
     else:
         return out_shape, _pool.avg_pool, (tuple(g.size for g in dims), tuple(g.out for g in dims),
-                                           tuple(g.dilation for g in dims), *tables, *inv)
+                                           tuple(g.dilation for g in dims), *tables, *inv), 1
     ptr, rows = _row_table(dims, tables, by_output=True)
     return out_shape, _pool.avg_pool_rows, (_scale_plane(dims, inv, dtype), ptr, rows, gw.size, gw.out, mode, lead,
-                                            ext, wtab)
+                                            ext, wtab), 1
 
 
 def average_pool(ctx):
     x = ctx.inputs[0]
-    out_shape, kernel, args = _plan(ctx, "AveragePool", (x.shape, x.dtype.char),
-                                    lambda: _average_pool_plan(ctx, x.shape, x.dtype))
+    out_shape, kernel, args, depth = _plan(ctx, "AveragePool", (x.shape, x.dtype.char),
+                                           lambda: _average_pool_plan(ctx, x.shape, x.dtype))
     planes, size = split_planes(x.shape)
+    planes, size = planes * depth, size // depth
     y = np.empty(out_shape, dtype=x.dtype)
     if planes and size:
         kernel(x.reshape(planes, size), y.reshape(planes, y.size // planes), *args, get_num_threads())
@@ -291,14 +302,14 @@ def _flat(dims):
 
 
 def _average_pool_grad_plan(ctx, dy):
-    """(dX shape, kernel, its arguments before num_threads)."""
+    """(dX shape, kernel, its arguments before num_threads, (H, W) planes per plane)."""
     shape = dx_shape(ctx, dy)
     dims = _as_3d(_geometry(ctx, shape, "dX"))
     tables = [_window_table(g) for g in dims]
     inv = [_reciprocal_counts(g, t, ctx.attrs.get("count_include_pad", 0)) for g, t in zip(dims, tables)]
     gw = dims[2]
     if _flat(dims):
-        return shape, _avg_flat.window_sums, _flat_tables(dims, inv, dy.dtype, gradient=True)
+        return shape, _avg_flat.window_sums, _flat_tables(dims, inv, dy.dtype, gradient=True), _depth_planes(dims)
     if gw.stride == 1:
         # dx[w] gathers the scaled dY at w + pad_begin - t * dilation from a zero-margined row
         lead = max(0, (gw.kernel - 1) * gw.dilation - gw.pad_begin)
@@ -310,7 +321,7 @@ def _average_pool_grad_plan(ctx, dy):
     else:
         geometry = tuple((g.size, g.out, g.kernel, g.stride, g.dilation, g.pad_begin) for g in dims)
         return shape, _pool.avg_pool_grad, (geometry, tuple(g.trivial for g in dims),
-                                            _scale_plane(dims, inv, dy.dtype), *[_tap_ranges(g) for g in dims])
+                                            _scale_plane(dims, inv, dy.dtype), *[_tap_ranges(g) for g in dims]), 1
     ptr, rows = _row_table(dims, tables, by_output=False)
     row_weights = (inv[0][:, None] * inv[1][None, :]).reshape(-1)[rows].astype(dy.dtype)
     # every window counting the same (count_include_pad, or no window reaching the padding):
@@ -318,14 +329,15 @@ def _average_pool_grad_plan(ctx, dy):
     uniform = mode == _TAPS and all(np.all(v == v[0]) for v in inv)
     post = np.full(gw.size if uniform else 0, inv[0][0] * inv[1][0] * inv[2][0], dtype=dy.dtype)
     return shape, _pool.avg_pool_grad_rows, (row_weights, inv[2].astype(dy.dtype), ptr, rows, mode, lead, ext,
-                                             shift, gw.kernel, post)
+                                             shift, gw.kernel, post), 1
 
 
 def average_pool_grad(ctx):
     dy = ctx.inputs[0]
-    shape, kernel, args = _plan(ctx, "AveragePoolGrad", (dy.shape, dy.dtype.char, ctx.output_shapes.get("dX")),
-                                lambda: _average_pool_grad_plan(ctx, dy))
+    shape, kernel, args, depth = _plan(ctx, "AveragePoolGrad", (dy.shape, dy.dtype.char, ctx.output_shapes.get("dX")),
+                                       lambda: _average_pool_grad_plan(ctx, dy))
     planes, size = split_planes(shape)
+    planes, size = planes * depth, size // depth
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
         kernel(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), *args, get_num_threads())
@@ -350,9 +362,8 @@ def _global(is_max):
 
 def global_average_pool_grad(ctx):
     dy, shape = ctx.inputs[0], tuple(int(d) for d in ctx.inputs[1])
-    expected = shape[:2] + (1,) * (len(shape) - 2)
-    if not 3 <= len(shape) <= 5 or dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {shape} gives {expected}")
+    check_global_grad_shape(ctx, dy.shape, shape)
+    check_tensor_bytes(describe_op(ctx.op_type, ctx.node_name), "dX", shape, dy.dtype, ctx.attrs)
     planes, size = split_planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
