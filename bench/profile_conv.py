@@ -25,7 +25,8 @@ from bench_gpu import bound  # noqa: E402
 from cases import CONV_CASES, make_inputs  # noqa: E402
 from gpu_conv import _minitrain_fns, _torch_fns  # noqa: E402
 from minitrain.providers import get_provider  # noqa: E402
-from minitrain.providers.cuda import conv_search, cudnn  # noqa: E402
+from minitrain.providers.cuda.conv import search as conv_search
+from minitrain.providers.cuda.libs import cudnn  # noqa: E402
 
 
 def arg(name, default):

@@ -29,7 +29,7 @@ def threads(request):
 @pytest.fixture
 def search():
     """The CUDA provider's conv_search with its options restored and its cache cleared around the test."""
-    from minitrain.providers.cuda import conv_search
+    from minitrain.providers.cuda.conv import search as conv_search
     saved = conv_search.SearchOptions(**vars(conv_search.OPTIONS))
     conv_search.clear_cache()
     yield conv_search

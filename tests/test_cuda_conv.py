@@ -115,7 +115,7 @@ def test_special_paths(op, x_shape, w_shape, attrs, algorithm, search, rng):
 def test_im2col_in_chunks(search, rng, monkeypatch):
     """A workspace smaller than the batch's column matrices: im2col runs in chunks of samples,
     the weight gradient summing the chunks."""
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     force(search, "im2col_gemm")
     monkeypatch.setattr(conv, "CHUNK_BYTES", 2 * 4 * 9 * 36 * 8)
     x, w, b, attrs, _ = conv_case(2, "g2", 1, 1, "p1", n=5)
@@ -142,7 +142,7 @@ def test_both_opset_versions(opset, rng):
 @pytest.mark.parametrize("op", ["ConvGrad", "ConvTransposeGrad"])
 def test_gradient_subsets(op, subset, monkeypatch):
     """Each subset of (dX, dW, dB) matches the CPU and runs only the primitives it names."""
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     if op == "ConvGrad":
         x, w, _, attrs, rng = conv_case(2, "g2", 2, 1, "asym")
         data = "_data"
@@ -222,7 +222,7 @@ def test_heuristic_mode_times_nothing(search):
 
 
 def test_failing_algorithm_falls_back(search, monkeypatch):
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     force(search, "im2col_gemm")
 
     def fail(*args):
@@ -236,7 +236,7 @@ def test_failing_algorithm_falls_back(search, monkeypatch):
 
 def test_workspace_cap_excludes_im2col(search):
     from minitrain.ops.conv_geometry import geometry_for
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     x, w, attrs = _lenet_case()
     geom = geometry_for("conv", "Conv", x.shape, w.shape, attrs)
     key = search.ConvKey("Conv", "forward", 4, geom, "float32", False, ("Y",))

@@ -56,7 +56,7 @@ TRANSPOSE_CASES = {
 
 @pytest.fixture
 def cudnn():
-    from minitrain.providers.cuda import cudnn
+    from minitrain.providers.cuda.libs import cudnn
     if not cudnn.available():
         pytest.skip("libcudnn 9 is not available")
     return cudnn
@@ -109,7 +109,7 @@ def _key(search, op, direction, x_shape, w_shape, attrs, dtype="float32", tf32=F
 def _offered(key, family=0):
     """The cuDNN algorithms a family offers for `key` (0: the legacy API's, 1: the backend's)."""
     from minitrain.providers import get_provider
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     return conv.FAMILIES[family].for_key(get_provider("cuda"), key)
 
 
@@ -152,7 +152,7 @@ def test_exhaustive_search_times_cudnn_with_own_algorithms(search, cudnn, rng):
 def test_heuristic_mode_puts_cudnn_first_unless_direct_suits(search, cudnn):
     search.OPTIONS.mode = "heuristic"
     from minitrain.providers import get_provider
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     for case, first in (("wide_3x3", "cudnn_fwd_"), ("lenet_conv1", "direct")):
         key = _key(search, "Conv", "forward", *CONV_CASES[case])
         ranked = search.rank(get_provider("cuda"), key, conv.ALGORITHMS + conv.FAMILIES, None)
@@ -186,7 +186,7 @@ def test_failing_cudnn_algorithm_falls_back(search, cudnn, rng, monkeypatch):
 
 def test_workspace_cap_excludes_cudnn_algorithms_with_workspace(search, cudnn):
     from minitrain.providers import get_provider
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     key = _key(search, "Conv", "forward", (8, 32, 32, 32), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]})
     offered = search.expand(get_provider("cuda"), key, conv.FAMILIES)
     assert offered
@@ -224,7 +224,7 @@ def test_math_types(search, cudnn):
 def test_backend_math_and_determinism_filters(search, cudnn):
     """Strict FP32 offers no tensor-core engine, TF32 may; no engine down-converts its inputs;
     deterministic mode keeps only engines without the nondeterministic note."""
-    from minitrain.providers.cuda import cudnn_backend as backend
+    from minitrain.providers.cuda.libs import cudnn_backend as backend
     x_shape, w_shape, attrs = CONV_CASES["wide_3x3"]
     for direction in DIRECTIONS:
         strict = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs), 1)
@@ -245,7 +245,7 @@ def test_status_error_names_the_call(cudnn):
 
 def test_without_cudnn_own_algorithms_serve(search, rng, monkeypatch):
     """libcudnn made unavailable: no cuDNN algorithm is offered and every op still matches."""
-    from minitrain.providers.cuda import cudnn
+    from minitrain.providers.cuda.libs import cudnn
     monkeypatch.setattr(cudnn, "_library", None)
     monkeypatch.setattr(cudnn, "_failure", "cuDNN hidden by the test")
     assert not cudnn.available()

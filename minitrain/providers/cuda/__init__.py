@@ -2,19 +2,20 @@
 stream and one caching memory pool per session, kernels compiled on first use from cuda/*.cu.
 
 Importing this package checks that pycuda, a driver and a device are there (raising
-ProviderUnavailableError naming what is missing), then imports every module in it, which
-registers every CUDA kernel.  `import minitrain` never imports it: get_provider("cuda") does.
+ProviderUnavailableError naming what is missing), then imports every module in it and its
+subpackages, which registers every CUDA kernel.  `import minitrain` never imports it:
+get_provider("cuda") does.
 """
 import importlib
 import pkgutil
 
-from .device import check_available
+from .driver import check_available
 
 check_available()
 
 from .runtime import CudaProvider  # noqa: E402  (needs pycuda, checked above)
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+for _module in pkgutil.walk_packages(__path__, f"{__name__}."):
+    importlib.import_module(_module.name)
 
 PROVIDER = CudaProvider()

@@ -27,7 +27,7 @@ from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
 from .compiler import BLOCK, Kernel
-from .conv import REDUCE_BLOCK, run_primitive
+from .conv.kernels import REDUCE_BLOCK, run_primitive
 
 FLOATS = (np.float16, np.float32, np.float64)
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes

@@ -21,7 +21,7 @@ from pycuda.gpuarray import GPUArray
 from pycuda.tools import DeviceMemoryPool
 
 from ..base import Provider
-from .device import primary_context
+from .driver import primary_context
 
 _providers = weakref.WeakSet()
 
@@ -76,7 +76,7 @@ class CudaProvider(Provider):
     def blas(self):
         """This provider's cuBLAS handle, bound to its stream (created on first use)."""
         if self._blas is None:
-            from .cublas import CublasHandle
+            from .libs.cublas import CublasHandle
             self._blas = CublasHandle(self.stream, self.use_tf32)
         return self._blas
 
@@ -130,7 +130,7 @@ class CudaProvider(Provider):
             self.capture.uploads.append((value, make))
             return value
         if self._upload_ring is None:
-            from .uploads import UploadRing
+            from .capture.uploads import UploadRing
             self._upload_ring = UploadRing(self)
         return self._upload_ring.upload(np.asarray(make(), dtype).reshape(shape))
 
@@ -179,12 +179,12 @@ class CudaProvider(Provider):
 
     def fetch_async(self, values):
         if self._fetch_ring is None:
-            from .fetch import FetchRing
+            from .capture.fetch import FetchRing
             self._fetch_ring = FetchRing(self)
         return self._fetch_ring.fetch(values)
 
     def step_graphs(self, executor):
-        from .step_graph import StepGraphs
+        from .capture.step_graph import StepGraphs
         return StepGraphs(executor, self)
 
     def hold(self, seconds):

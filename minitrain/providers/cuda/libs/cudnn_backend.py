@@ -27,8 +27,9 @@ import logging
 
 import numpy as np
 
-from . import conv_bias, cudnn
-from .runtime import device_ptr
+from ..conv import bias as conv_bias
+from ..runtime import device_ptr
+from . import cudnn
 
 log = logging.getLogger("minitrain.cuda.cudnn")
 

@@ -16,7 +16,7 @@ import ctypes
 
 import numpy as np
 
-from ...errors import MinitrainError, ProviderUnavailableError
+from ....errors import MinitrainError, ProviderUnavailableError
 
 # cublas_api.h / library_types.h
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1

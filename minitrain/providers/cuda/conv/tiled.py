@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import Kernel
-from .conv_bias import sum_slices
+from ..compiler import Kernel
+from .bias import sum_slices
 
 MAX_CHANNELS = 8
 MAX_TAPS = 25

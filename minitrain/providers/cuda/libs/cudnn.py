@@ -13,7 +13,7 @@ unit axis):
   * forward (columns = W (*) image):  cudnnConvolutionForward(x -> y)
   * data (image = W^T (*) columns):   cudnnConvolutionBackwardData(y -> x)  (ConvTranspose)
   * weight (dW):                      cudnnConvolutionBackwardFilter(x, y -> dw)
-with the bias added by conv_bias.py's kernel (cudnnAddTensor took a third longer).  For a key, CudnnFamily asks the _v7 heuristic for the
+with the bias added by conv/bias.py's kernel (cudnnAddTensor took a third longer).  For a key, CudnnFamily asks the _v7 heuristic for the
 direction's algorithms and offers one CudnnAlgorithm per supported algorithm (its workspace
 from cudnnGet*WorkspaceSize, its determinism and math type from the answer); the search times
 them with its own (and with the backend API's engine configurations, cudnn_backend.py, which
@@ -37,9 +37,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...errors import MinitrainError
-from . import conv_bias
-from .runtime import device_ptr
+from ....errors import MinitrainError
+from ..conv import bias as conv_bias
+from ..runtime import device_ptr
 
 log = logging.getLogger("minitrain.cuda.cudnn")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-from ...errors import MinitrainError
+from ....errors import MinitrainError
 
 CAPTURE_MODE_RELAXED = 2
 _p = ctypes.c_void_p

@@ -40,7 +40,7 @@ from typing import Optional
 
 import pycuda.driver as driver
 
-from . import conv_search_disk
+from . import search_disk as conv_search_disk
 
 log = logging.getLogger("minitrain.cuda.conv")
 

@@ -6,7 +6,7 @@ As on the CPU (providers/cpu/conv.py), three primitives on a ConvGeometry do all
   * weight:  dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW, X and dY
                                              swapped, as ONNX Runtime's ConvTransposeGrad does)
 and the bias gradient is a per-channel block reduction.  Two algorithms of minitrain's own serve
-each primitive, ranked per shape by the search of conv_search.py with cuDNN's (cudnn.py, when
+each primitive, ranked per shape by the search of search.py with cuDNN's (cudnn.py, when
 libcudnn 9 loads and the pads are symmetric):
   * Im2colGemm: im2col (vol2col) of a chunk of samples into a pooled workspace, then cuBLAS
     GEMMs strided-batched over samples or groups; col2im gathers the data gradient; the weight
@@ -14,10 +14,10 @@ libcudnn 9 loads and the pads are symmetric):
     unpadded convolutions skip im2col/col2im (the image is the column matrix).
   * Direct: one thread per output element (one block per weight element for dW), for depthwise
     and small-channel convolutions (LeNet's first layer), no workspace.
-  * Tiled and Rows (conv_tiled.py): the same shapes in 1D and 2D, from shared-memory windows
+  * Tiled and Rows (tiled.py): the same shapes in 1D and 2D, from shared-memory windows
     (two tile heights) or from registers (4 outputs of a row per thread, unit column stride).
 The kernels are in cuda/conv.cu and cuda/conv_tiled.cu; none uses atomics, so every result is
-deterministic.  The bias is conv_bias.py's.
+deterministic.  The bias is bias.py's.
 """
 from __future__ import annotations
 
@@ -25,16 +25,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...ops.conv_geometry import geometry_for
-from ...ops.schema import MS_DOMAIN
-from ...ops.shape_utils import numel
-from ...registry import register_kernel
-from ..cpu.conv import geo_array
-from . import conv_search, cudnn, cudnn_backend
-from .conv_bias import add_bias, bias_grad
-from .conv_tiled import Rows, Tiled
-from .compiler import Kernel
-from .runtime import device_ptr
+from ....ops.conv_geometry import geometry_for
+from ....ops.schema import MS_DOMAIN
+from ....ops.shape_utils import numel
+from ....registry import register_kernel
+from ...cpu.conv import geo_array
+from ..compiler import Kernel
+from ..libs import cudnn, cudnn_backend
+from ..runtime import device_ptr
+from . import search as conv_search
+from .bias import add_bias, bias_grad
+from .tiled import Rows, Tiled
 
 # im2col workspace per chunk of samples (at least one sample's worth).
 CHUNK_BYTES = 256 << 20

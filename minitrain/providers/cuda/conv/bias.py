@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import Kernel
+from ..compiler import Kernel
 
 CHUNK = 4096
 BLOCK = 256
