@@ -174,7 +174,8 @@ def test_asymmetric_pads_stay_on_own_algorithms(search, cudnn, rng):
 def test_failing_cudnn_algorithm_falls_back(search, cudnn, rng, monkeypatch):
     def fail(self, provider, key, buffers):
         raise cudnn.CudnnError("cudnnConvolutionForward failed with CUDNN_STATUS_EXECUTION_FAILED (forced)")
-    monkeypatch.setattr(cudnn.CudnnAlgorithm, "run", fail)
+    from minitrain.providers.cuda.conv.cudnn_algorithms import CudnnAlgorithm
+    monkeypatch.setattr(CudnnAlgorithm, "run", fail)
     force(search, "cudnn")
     x_shape, w_shape, attrs = CONV_CASES["2d_p1_s2"]
     forward, grad = inputs_of("Conv", x_shape, w_shape, attrs, rng)

@@ -15,7 +15,7 @@ import pycuda.driver as driver
 from pycuda.compiler import SourceModule
 from pycuda.gpuarray import GPUArray
 
-from .runtime import device_ptr
+from .driver import device_ptr
 
 SUFFIX = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 # the struct code of a scalar argument "T" (the element type's scalar: float for half)

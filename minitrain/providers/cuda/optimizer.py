@@ -22,7 +22,7 @@ from ...ops.optimizer import tensor_groups
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import BLOCK, Kernel
-from .runtime import device_ptr
+from .driver import device_ptr
 
 FLOATS = (np.float16, np.float32, np.float64)
 MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor launch

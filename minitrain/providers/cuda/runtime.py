@@ -13,7 +13,6 @@ copy, drawing a Dropout seed) is handed to the capture instead of done once (`pe
 from __future__ import annotations
 
 import contextlib
-import weakref
 
 import numpy as np
 import pycuda.driver as driver
@@ -21,20 +20,13 @@ from pycuda.gpuarray import GPUArray
 from pycuda.tools import DeviceMemoryPool
 
 from ..base import Provider
-from .driver import primary_context
-
-_providers = weakref.WeakSet()
-
-
-def release_pools():
-    """Free the blocks every live provider's pool holds (at exit, before the context goes)."""
-    for provider in list(_providers):
-        provider.pool.stop_holding()
-
-
-def device_ptr(value):
-    """The device address of a GPUArray (0 for an empty one), as a kernel argument."""
-    return int(value.gpudata) if value.gpudata is not None else 0
+from .capture.fetch import FetchRing
+from .capture.step_graph import StepGraphs
+from .capture.uploads import UploadRing
+from .compiler import module
+from .driver import primary_context, register_provider
+from .layout import make_contiguous
+from .libs.cublas import CublasHandle
 
 
 class CudaProvider(Provider):
@@ -57,7 +49,7 @@ class CudaProvider(Provider):
         self._upload_ring = None
         self._fetch_ring = None
         self._spin = None
-        _providers.add(self)
+        register_provider(self)
 
     def add_sync_check(self, check):
         """Call `check()` whenever the host has waited for this stream: kernels that find bad
@@ -76,7 +68,6 @@ class CudaProvider(Provider):
     def blas(self):
         """This provider's cuBLAS handle, bound to its stream (created on first use)."""
         if self._blas is None:
-            from .libs.cublas import CublasHandle
             self._blas = CublasHandle(self.stream, self.use_tf32)
         return self._blas
 
@@ -130,7 +121,6 @@ class CudaProvider(Provider):
             self.capture.uploads.append((value, make))
             return value
         if self._upload_ring is None:
-            from .capture.uploads import UploadRing
             self._upload_ring = UploadRing(self)
         return self._upload_ring.upload(np.asarray(make(), dtype).reshape(shape))
 
@@ -162,7 +152,6 @@ class CudaProvider(Provider):
         """`value` when C-contiguous, else a C-contiguous device copy (kernels index densely)."""
         if value.flags.c_contiguous:
             return value
-        from .layout import make_contiguous
         return make_contiguous(self, value)
 
     def copy_into(self, dst, src):
@@ -179,16 +168,13 @@ class CudaProvider(Provider):
 
     def fetch_async(self, values):
         if self._fetch_ring is None:
-            from .capture.fetch import FetchRing
             self._fetch_ring = FetchRing(self)
         return self._fetch_ring.fetch(values)
 
     def step_graphs(self, executor):
-        from .capture.step_graph import StepGraphs
         return StepGraphs(executor, self)
 
     def hold(self, seconds):
-        from .compiler import module
         if self._spin is None:
             self._spin = module("timing").get_function("spin")
             self._spin.prepare("q")

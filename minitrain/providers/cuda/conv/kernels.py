@@ -6,8 +6,8 @@ As on the CPU (providers/cpu/conv.py), three primitives on a ConvGeometry do all
   * weight:  dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW, X and dY
                                              swapped, as ONNX Runtime's ConvTransposeGrad does)
 and the bias gradient is a per-channel block reduction.  Two algorithms of minitrain's own serve
-each primitive, ranked per shape by the search of search.py with cuDNN's (cudnn.py, when
-libcudnn 9 loads and the pads are symmetric):
+each primitive, ranked per shape by the search of search.py with cuDNN's (cudnn_algorithms.py
+and cudnn_engines.py, when libcudnn 9 loads and the pads are symmetric):
   * Im2colGemm: im2col (vol2col) of a chunk of samples into a pooled workspace, then cuBLAS
     GEMMs strided-batched over samples or groups; col2im gathers the data gradient; the weight
     gradient takes one GEMM per sample and sums the partials in a fixed order.  1x1 stride-1
@@ -31,10 +31,11 @@ from ....ops.shape_utils import numel
 from ....registry import register_kernel
 from ...cpu.conv import geo_array
 from ..compiler import Kernel
-from ..libs import cudnn, cudnn_backend
-from ..runtime import device_ptr
+from ..driver import device_ptr
 from . import search as conv_search
 from .bias import add_bias, bias_grad
+from .cudnn_algorithms import CudnnFamily
+from .cudnn_engines import BackendFamily
 from .tiled import Rows, Tiled
 
 # im2col workspace per chunk of samples (at least one sample's worth).
@@ -242,7 +243,7 @@ class Direct:
 ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows()]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
-FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits), cudnn_backend.BackendFamily(own_first=Direct.suits)]
+FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]
 
 
 def run_primitive(ctx, direction, geom, n, buffers):
