@@ -13,9 +13,9 @@ import numpy as np
 import pycuda.driver as driver
 
 from ... import random as mt_random
+from ...ops.dropout import dropout_settings
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from ..cpu.dropout import dropout_settings
 from .compiler import Kernel
 
 FLOATS = (np.float16, np.float32, np.float64)

@@ -1,8 +1,8 @@
 """CUDA kernels of the pooling family (cuda/pool.cu), registered as the CPU's are
 (providers/cpu/pool.py): the same ops, versions, attributes, ranks and errors.
 
-Python settles the geometry with ops/pool_geometry.py (dX's shape of the gradients with the
-CPU's `dx_shape`), pads 1-D and 2-D pooling to 3-D with leading unit axes and passes it to the
+Python settles the geometry with ops/pool_geometry.py (dX's shape of the gradients with its
+`dx_shape`), pads 1-D and 2-D pooling to 3-D with leading unit axes and passes it to the
 kernels as one PoolGeom struct; that depends only on the shapes and attributes, so it is kept
 per signature in a small cache, as the CPU side does.
 
@@ -17,12 +17,11 @@ import weakref
 
 import numpy as np
 
-from ...ops.pool_geometry import DimGeometry, pool_geometry
+from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
 from ...ops.schema import MS_DOMAIN
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ..plan_cache import cached_plan as _plan
-from ..cpu.pool import dx_shape
 from .compiler import Kernel
 
 FLOATS = (np.float16, np.float32, np.float64)
@@ -47,8 +46,6 @@ _scratch = weakref.WeakKeyDictionary()      # provider -> max_pool_grad_tiles' t
 def pool_dims(ctx, shape, what="input 'X'", attrs=None):
     """The per-axis geometry of pooling `shape` (by ctx's attributes, or `attrs`), padded to
     three axes with unit ones."""
-    if not 3 <= len(shape) <= 5:
-        ctx.fail(f"{what} has shape {tuple(shape)}; pooling needs (N, C, D1[, D2[, D3]])")
     dims = pool_geometry(ctx.attrs if attrs is None else attrs, shape[2:], ctx.fail, what)
     return (_UNIT,) * (3 - len(dims)) + tuple(dims)
 
@@ -100,8 +97,6 @@ def _tile_scratch(provider):
 
 def max_pool_grad(ctx):
     dy, indices = ctx.inputs[0], ctx.inputs[1]
-    if indices.shape != dy.shape:
-        ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match dY {dy.shape}")
 
     def build():
         shape = dx_shape(ctx, dy)
@@ -211,11 +206,7 @@ def _plane_launch(planes, size):
 def _global(is_max):
     def kernel(ctx):
         x = ctx.inputs[0]
-        if not 3 <= x.ndim <= 5:
-            ctx.fail(f"input 'X' has shape {x.shape}; pooling needs (N, C, D1[, D2[, D3]])")
         planes, size = split_planes(x.shape)
-        if size == 0:
-            ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
         y = ctx.provider.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
         if planes:
             global_pool(ctx, x, y, planes, size, is_max)
@@ -237,9 +228,6 @@ def global_average_pool_grad(ctx):
 
 def global_max_pool_grad(ctx):
     dy, x = ctx.inputs[0], ctx.inputs[1]
-    expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
-    if not 3 <= x.ndim <= 5 or dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {x.shape} gives {expected}")
     planes, size = split_planes(x.shape)
     dx = ctx.provider.empty(x.shape, x.dtype)
     if planes and size:

@@ -1,11 +1,11 @@
 """CUDA kernels of Softmax/LogSoftmax and their gradients in both ONNX forms (cuda/softmax.cu),
-registered as the CPU's are (providers/cpu/softmax.py), whose axis_layout gives the
+registered as the CPU's are (providers/cpu/softmax.py); ops/softmax.py's axis_layout gives the
 (outer, n, inner) view of the normalised axis."""
 import numpy as np
 
 from ...ops.schema import MS_DOMAIN
+from ...ops.softmax import axis_layout
 from ...registry import register_kernel
-from ..cpu.softmax import axis_layout
 from .compiler import Kernel
 
 FLOATS = (np.float16, np.float32, np.float64)

@@ -25,11 +25,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ....ops.conv_geometry import geometry_for
+from ....ops.conv_geometry import geometry_for, packed_geometry
 from ....ops.schema import MS_DOMAIN
 from ....ops.shape_utils import numel
 from ....registry import register_kernel
-from ...cpu.conv import geo_array
 from ..compiler import Kernel
 from ..driver import device_ptr
 from . import search as conv_search
@@ -54,8 +53,8 @@ _direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
 
 @lru_cache(maxsize=1024)
 def geo_args(geom):
-    """The ConvGeo argument (21 ints, every rank as 3D): the CPU core's geometry array."""
-    return tuple(int(v) for v in geo_array(geom))
+    """The ConvGeo argument (21 ints, every rank as 3D)."""
+    return packed_geometry(geom)
 
 
 class Sizes:
