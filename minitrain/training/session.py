@@ -62,6 +62,9 @@ class TrainingSession:
     loss decides (class labels for cross-entropy, the output's shape for MSE).
     device: "cpu" or "cuda" (or an ordered provider list); `provider` is its older name.
     use_tf32: let float32 GEMMs and convolutions use TF32 on CUDA (off: strict FP32).
+    conv_search: how CUDA convolutions pick their algorithm, a dict of ConvSearchOptions'
+    fields (providers/cuda_options.py), e.g. {"mode": "heuristic"}; None: the default
+    provider's.
     capture: capture each plan's step into a CUDA Graph and replay it (on devices that have
     graphs); on the CPU, serve each step's allocations from a planned arena
     (providers/cpu/step_arena.py).  Default on.
@@ -70,11 +73,12 @@ class TrainingSession:
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
-                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None):
+                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
+                 conv_search=None):
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
-        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32)
+        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32, conv_search=conv_search)
         self.capture = bool(capture)
         self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)

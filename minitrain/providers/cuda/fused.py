@@ -16,7 +16,6 @@ CPU's are (providers/cpu/fused.py):
     make the mean's divisor unknown to the host.
 """
 import math
-import weakref
 
 import numpy as np
 
@@ -81,19 +80,14 @@ def fused_conv(ctx):
     return {"Y": y}
 
 
-_reduction_scratch = weakref.WeakKeyDictionary()
-
-
 def reduction_scratch(provider, channels, splits):
     """The partial sums (float64) and the per-channel block counters (zero between launches)
     of activation_grad_bias on `provider`, made once per (channels, splits)."""
-    per_provider = _reduction_scratch.setdefault(provider, {})
-    scratch = per_provider.get((channels, splits))
-    if scratch is None:
+    def make():
         counter = provider.persistent_empty((channels,), np.uint32)
         provider.fill_zero(counter)
-        scratch = per_provider[channels, splits] = (provider.persistent_empty((channels * splits,), np.float64), counter)
-    return scratch
+        return provider.persistent_empty((channels * splits,), np.float64), counter
+    return provider.cache.get(("activation_grad_bias scratch", channels, splits), make)
 
 
 def channel_split(ctx, channels, items):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import math
-import weakref
 
 import numpy as np
 import pycuda.driver as driver
@@ -88,21 +87,15 @@ class LabelGuard:
                                  f"(ignore_index={ignore_index})")
 
 
-_guards = weakref.WeakKeyDictionary()
-
-
 def label_guard(provider):
     """The LabelGuard of `provider` (made on first use)."""
-    guard = _guards.get(provider)
-    if guard is None:
-        guard = _guards[provider] = LabelGuard(provider)
-    return guard
+    return provider.cache.get("label guard", lambda: LabelGuard(provider))
 
 
 def check_labels(provider):
     """Wait for the loss calls queued on `provider` and raise ShapeError if any met a label
     outside [0, C) that is not ignore_index."""
-    guard = _guards.get(provider)
+    guard = provider.cache.find("label guard")
     if guard is not None:
         guard.check(wait=True)
 

@@ -14,7 +14,6 @@ nothing to the device per step.
 from __future__ import annotations
 
 import collections
-import weakref
 
 import numpy as np
 
@@ -33,9 +32,6 @@ SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPTTi")
 ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPP")
-
-_tables = weakref.WeakKeyDictionary()
-
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -56,7 +52,7 @@ def tensor_table(provider, columns):
     pairs = np.array([(k, start) for k, p in enumerate(params) for start in range(0, p.size, chunk)],
                      np.int64).reshape(-1, 2)
     table = np.concatenate([rows.reshape(-1), pairs.reshape(-1)])
-    cache = _tables.setdefault(provider, collections.OrderedDict())
+    cache = provider.cache.get("optimizer tables", collections.OrderedDict)
     key = table.tobytes()
     device = cache.get(key)
     if device is None:

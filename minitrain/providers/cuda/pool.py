@@ -13,8 +13,6 @@ scatter-add dY into a zeroed dX with atomics.  An Indices value
 outside its (n, c) plane is skipped rather than reported: the CPU kernel raises a ShapeError
 for it, which here would cost a host synchronisation per call.
 """
-import weakref
-
 import numpy as np
 
 from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
@@ -39,9 +37,6 @@ _global_pool_warps = Kernel("pool", "global_pool_warps", "PPqqi")
 WARP_PLANE = 256        # planes up to this size are reduced a warp each, several to a block
 _global_avg_pool_grad = Kernel("pool", "global_avg_pool_grad", "PPqq")
 _global_max_pool_grad = Kernel("pool", "global_max_pool_grad", "PPPqq")
-
-_scratch = weakref.WeakKeyDictionary()      # provider -> max_pool_grad_tiles' two counters
-
 
 def pool_dims(ctx, shape, what="input 'X'", attrs=None):
     """The per-axis geometry of pooling `shape` (by ctx's attributes, or `attrs`), padded to
@@ -88,11 +83,12 @@ def tiles(dims):
 
 
 def _tile_scratch(provider):
-    scratch = _scratch.get(provider)
-    if scratch is None:
-        scratch = _scratch[provider] = provider.persistent_empty((2,), np.uint32)
-        provider.fill_zero(scratch)
-    return scratch
+    """max_pool_grad_tiles' two counters on `provider` (zero between launches)."""
+    def make():
+        counters = provider.persistent_empty((2,), np.uint32)
+        provider.fill_zero(counters)
+        return counters
+    return provider.cache.get("max_pool_grad_tiles counters", make)
 
 
 def max_pool_grad(ctx):

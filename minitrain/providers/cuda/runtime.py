@@ -20,6 +20,7 @@ from pycuda.gpuarray import GPUArray
 from pycuda.tools import DeviceMemoryPool
 
 from ..base import Provider
+from ..cuda_options import ConvSearchOptions
 from .capture.fetch import FetchRing
 from .capture.step_graph import StepGraphs
 from .capture.uploads import UploadRing
@@ -27,19 +28,24 @@ from .compiler import module
 from .driver import primary_context, register_provider
 from .layout import make_contiguous
 from .libs.cublas import CublasHandle
+from .session_cache import SessionCache
 
 
 class CudaProvider(Provider):
     """The "cuda" provider; `use_tf32` lets float32 GEMMs use TF32 tensor cores (off: strict
-    FP32, as PyTorch's and ONNX Runtime's defaults)."""
+    FP32, as PyTorch's and ONNX Runtime's defaults); `conv_search` (a ConvSearchOptions or a
+    dict of its fields) sets how convolutions pick their algorithm.  `cache` holds what the
+    kernels keep for this provider between calls."""
     name = "cuda"
 
-    def __init__(self, use_tf32=False):
+    def __init__(self, use_tf32=False, conv_search=None):
         self.context = primary_context()
         self.device = self.context.get_device()
         self.stream = driver.Stream()
         self.pool = DeviceMemoryPool()
         self.use_tf32 = bool(use_tf32)
+        self.conv_search = ConvSearchOptions.of(conv_search)
+        self.cache = SessionCache()
         self.multiprocessors = self.device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
         self.compute_capability = self.device.compute_capability()
         self._blas = None
@@ -61,8 +67,9 @@ class CudaProvider(Provider):
         for check in self._sync_checks:
             check()
 
-    def for_session(self, use_tf32=None):
-        return CudaProvider(self.use_tf32 if use_tf32 is None else use_tf32)
+    def for_session(self, use_tf32=None, conv_search=None):
+        return CudaProvider(self.use_tf32 if use_tf32 is None else use_tf32,
+                            self.conv_search if conv_search is None else conv_search)
 
     @property
     def blas(self):

@@ -30,7 +30,6 @@ import logging
 import math
 import os
 import threading
-import weakref
 from functools import lru_cache
 
 from ....errors import MinitrainError
@@ -236,18 +235,9 @@ class Handle:
                 pass
 
 
-_handles = weakref.WeakKeyDictionary()
-
-
 def handle_for(provider):
     """The provider's cuDNN handle (created on first use, bound to its stream)."""
-    with _lock:
-        handle = _handles.get(provider)
-    if handle is None:
-        handle = Handle(provider.stream)
-        with _lock:
-            handle = _handles.setdefault(provider, handle)
-    return handle.handle
+    return provider.cache.get("cudnn handle", lambda: Handle(provider.stream)).handle
 
 
 def _as_2d(values, fill):
