@@ -21,14 +21,13 @@ import numpy as np
 
 from ...ops.conv_geometry import geometry_for
 from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha, max_pool_tiles
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
 from .compiler import BLOCK, Kernel
 from .conv.kernels import REDUCE_BLOCK, run_primitive
 
-FLOATS = (np.float16, np.float32, np.float64)
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
 BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
 ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
@@ -47,7 +46,7 @@ def bias_activation(ctx, y, bias, beta, layout):
                                     beta, ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
 
 
-@register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def fused_gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
     ta, tb = bool(ctx.attrs["transA"]), bool(ctx.attrs["transB"])
@@ -69,7 +68,7 @@ def fused_gemm(ctx):
     return {"Y": y}
 
 
-@register_kernel("FusedConv", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("FusedConv", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def fused_conv(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
@@ -103,7 +102,7 @@ def gradient_outputs(ctx, dx, db):
     return {"dX": dx, "dB": db} if ctx.wants("dB") else {"dX": dx}
 
 
-@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def activation_grad_bias(ctx):
     dy, v = ctx.inputs
     prov = ctx.provider
@@ -122,7 +121,7 @@ def activation_grad_bias(ctx):
     return gradient_outputs(ctx, dx, db)
 
 
-@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def max_pool_activation_grad(ctx):
     dy, x = ctx.inputs
     prov = ctx.provider
@@ -148,7 +147,7 @@ def max_pool_activation_grad(ctx):
     return gradient_outputs(ctx, dx, db)
 
 
-@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def softmax_cross_entropy_with_grad(ctx):
     scores, labels, dy, weights = (ctx.inputs + [None])[:4]
     prov = ctx.provider

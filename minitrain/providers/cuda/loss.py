@@ -18,11 +18,10 @@ import numpy as np
 import pycuda.driver as driver
 
 from ...errors import ShapeError
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import BLOCK, Kernel
 
-FLOATS = (np.float16, np.float32, np.float64)
 LABEL_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
 SIGNATURES = {"sce_forward_warp": "PPPPPPqqqqiP", "sce_forward_thread": "PPPPPPqqqqiP",
               "sce_weight_sum": "PPqqqiPP", "sce_grad": "PPPPPPqqqqiiP"}
@@ -114,7 +113,7 @@ def _label_args(ctx):
     return (0 if ignore is None else ignore), int(ignore is not None)
 
 
-@register_kernel("SoftmaxCrossEntropyLoss", since=12, provider="cuda", dtypes=FLOATS)
+@register_kernel("SoftmaxCrossEntropyLoss", since=12, provider="cuda", dtypes=FLOAT_TYPES)
 def softmax_cross_entropy(ctx):
     scores, labels, weights = (ctx.inputs + [None])[:3]
     prov = ctx.provider
@@ -147,7 +146,7 @@ def softmax_cross_entropy(ctx):
     return out
 
 
-@register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def softmax_cross_entropy_grad(ctx):
     dy, log_prob, labels, weights = (ctx.inputs + [None])[:4]
     prov = ctx.provider

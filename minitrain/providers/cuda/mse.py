@@ -7,11 +7,10 @@ mean and sum are reduced in double in a fixed order: per-chunk partial sums, the
 """
 import numpy as np
 
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import BLOCK, Kernel
 
-FLOATS = (np.float16, np.float32, np.float64)
 NONE = Kernel("loss", "mse_none", "PPPq")
 PARTIAL = Kernel("loss", "mse_partial", "PPPqq")
 FINISH = Kernel("loss", "mse_finish", "PqPd")
@@ -19,7 +18,7 @@ GRAD = Kernel("loss", "mse_grad", "PPPPqT")
 MIN_CHUNK, MAX_PARTIALS = 4096, 1024
 
 
-@register_kernel("MSELoss", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("MSELoss", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def mse(ctx):
     prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size
@@ -42,7 +41,7 @@ def mse(ctx):
     return {"loss": loss}
 
 
-@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS, host_inputs=(0,))
+@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(0,))
 def mse_grad(ctx):
     dy, prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size

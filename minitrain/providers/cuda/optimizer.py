@@ -18,12 +18,11 @@ import collections
 import numpy as np
 
 from ...ops.optimizer import tensor_groups
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import BLOCK, Kernel
 from .driver import device_ptr
 
-FLOATS = (np.float16, np.float32, np.float64)
 MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor launch
 BLOCKS_PER_SM = 4
 TABLE_COLS = 5          # cuda/optimizer.cu's TABLE_COLS: param, grad, state 1, state 2, count
@@ -81,7 +80,7 @@ def global_norm(ctx, table, tensors, blocks, chunk):
     return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
 
 
-@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def sgd(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[1:]
@@ -97,7 +96,7 @@ def sgd(ctx):
     return outputs
 
 
-@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def adam(ctx):
     """The step count (from 1) is read on the device; the CPU kernel checks its range."""
     a = ctx.attrs

@@ -16,13 +16,12 @@ for it, which here would cost a host synchronisation per call.
 import numpy as np
 
 from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ..plan_cache import cached_plan as _plan
 from .compiler import Kernel
 
-FLOATS = (np.float16, np.float32, np.float64)
 GEOM = "i" * 21     # struct PoolGeom: size, out, kernel, stride, dilation, pad, pad_end per axis
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 
@@ -234,7 +233,7 @@ def global_max_pool_grad(ctx):
 
 def _register(op, ranges, fn, **kwargs):
     for since, end in ranges:
-        register_kernel(op, since=since, end=end, provider="cuda", dtypes=FLOATS, **kwargs)(fn)
+        register_kernel(op, since=since, end=end, provider="cuda", dtypes=FLOAT_TYPES, **kwargs)(fn)
 
 
 # the CPU's version ranges (the attributes each version accepts are the schema's business)

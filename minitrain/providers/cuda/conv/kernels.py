@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from ....ops.conv_geometry import geometry_for, packed_geometry
-from ....ops.schema import MS_DOMAIN
+from ....ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ....ops.shape_utils import numel
 from ....registry import register_kernel
 from ..compiler import Kernel
@@ -329,10 +329,9 @@ def conv_transpose_grad_kernel(ctx):
     return out
 
 
-_FLOATS = (np.float16, np.float32, np.float64)
-register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=_FLOATS)(conv_kernel)
-register_kernel("Conv", since=11, provider="cuda", dtypes=_FLOATS)(conv_kernel)
-register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=_FLOATS)(conv_transpose_kernel)
-register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=_FLOATS)(conv_transpose_kernel)
-register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=_FLOATS)(conv_grad_kernel)
-register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=_FLOATS)(conv_transpose_grad_kernel)
+register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=FLOAT_TYPES)(conv_kernel)
+register_kernel("Conv", since=11, provider="cuda", dtypes=FLOAT_TYPES)(conv_kernel)
+register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_kernel)
+register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_kernel)
+register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(conv_grad_kernel)
+register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_grad_kernel)
