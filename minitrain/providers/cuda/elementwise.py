@@ -10,6 +10,7 @@ from ...ops.elementwise import broadcast_axes
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import Kernel
+from .launch import SUM_COLS_SPLIT
 from .layout import collapse, plan_args, plan_signature
 from .shape import view
 
@@ -18,7 +19,6 @@ _BCAST = {op: Kernel("elementwise", f"{op}_bcast", "PPPq" + plan_signature(2)) f
 _NEG = Kernel("elementwise", "neg", "PPq")
 _SUM_ROWS = Kernel("elementwise", "sum_rows", "PPqq" + plan_signature(1) + plan_signature(1))
 _SUM_COLS = Kernel("elementwise", "sum_cols", "PPqq" + plan_signature(1) + plan_signature(1) + "q")
-SUM_COLS_SPLIT = 8      # cuda/elementwise.cu's blockDim.y of sum_cols
 SLICE_ROWS = 64         # reduced indices per block of sum_cols's first pass, when it takes two
 
 

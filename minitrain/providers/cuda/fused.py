@@ -25,8 +25,9 @@ from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
-from .compiler import BLOCK, Kernel
-from .conv.kernels import REDUCE_BLOCK, run_primitive
+from .compiler import Kernel
+from .conv.kernels import run_primitive
+from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
 BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
@@ -115,7 +116,7 @@ def activation_grad_bias(ctx):
     if plane > np.iinfo(np.int32).max:
         ctx.fail(f"input 'dY' {tuple(v.shape)} has {plane} elements per (sample, channel); at most 2**31 - 1 here")
     grid, chunk, partial, counter = channel_split(ctx, channels, samples * plane)
-    ACTIVATION_GRAD_BIAS.launch(prov, v.dtype, grid, (REDUCE_BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples,
+    ACTIVATION_GRAD_BIAS.launch(prov, v.dtype, grid, (BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples,
                                 plane, channels, chunk, ACTIVATION_CODES[ctx.attrs["activation"]],
                                 activation_alpha(ctx.attrs))
     return gradient_outputs(ctx, dx, db)
@@ -142,7 +143,7 @@ def max_pool_activation_grad(ctx):
     samples, channels = x.shape[0], x.shape[1]
     grid, chunk, partial, counter = channel_split(ctx, channels, dy.size // channels)
     MAX_POOL_ACTIVATION_GRAD_BIAS[x.ndim - 2].launch(
-        prov, x.dtype, grid, (REDUCE_BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
+        prov, x.dtype, grid, (BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
         ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs), *geom)
     return gradient_outputs(ctx, dx, db)
 
@@ -174,7 +175,7 @@ def softmax_cross_entropy_with_grad(ctx):
                 0 if partial is None else partial, rows, c, d, ignore, has_ignore, loss.REDUCTIONS[reduction],
                 guard.flag)
         if d == 1:     # rows are contiguous: a warp per row
-            blocks = min((rows + loss.WARPS_PER_BLOCK - 1) // loss.WARPS_PER_BLOCK, prov.multiprocessors * 16)
+            blocks = grid_stride_blocks(prov, rows, WARPS_PER_BLOCK)
             SCE_WITH_GRAD["warp", suffix].launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
         else:          # a row's classes are D apart: a thread per row
             SCE_WITH_GRAD["thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)

@@ -6,8 +6,8 @@ import numpy as np
 from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
 from .compiler import Kernel, module
+from .launch import MAX_RANK
 
-MAX_RANK = 8        # cuda/strided.cuh's MT_MAX_RANK
 
 
 def collapse(shape, *strides):

@@ -20,7 +20,8 @@ import pycuda.driver as driver
 from ...errors import ShapeError
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import BLOCK, Kernel
+from .compiler import Kernel
+from .launch import BLOCK, MAX_BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 LABEL_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
 SIGNATURES = {"sce_forward_warp": "PPPPPPqqqqiP", "sce_forward_thread": "PPPPPPqqqqiP",
@@ -29,8 +30,7 @@ KERNELS = {(name, suffix): Kernel("loss", f"{name}_{suffix}", sig)
            for name, sig in SIGNATURES.items() for suffix in LABEL_SUFFIX.values()}
 REDUCE = Kernel("loss", "sce_reduce", "PqiP")
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
-ONE_BLOCK = ((1, 1, 1), (1024, 1, 1))
-WARPS_PER_BLOCK = BLOCK // 32
+ONE_BLOCK = ((1, 1, 1), (MAX_BLOCK, 1, 1))
 
 
 class LabelGuard:
@@ -133,7 +133,7 @@ def softmax_cross_entropy(ctx):
                 loss if partial is None else 0, 0 if partial is None else partial, rows, c, d,
                 *_label_args(ctx), guard.flag)
         if d == 1:     # rows are contiguous: a warp per row
-            blocks = min((rows + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK, prov.multiprocessors * 16)
+            blocks = grid_stride_blocks(prov, rows, WARPS_PER_BLOCK)
             KERNELS["sce_forward_warp", suffix].launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
         else:          # a row's classes are D apart: a thread per row, neighbours reading neighbours
             KERNELS["sce_forward_thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)

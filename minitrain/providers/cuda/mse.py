@@ -9,7 +9,8 @@ import numpy as np
 
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import BLOCK, Kernel
+from .compiler import Kernel
+from .launch import BLOCK, MAX_BLOCK
 
 NONE = Kernel("loss", "mse_none", "PPPq")
 PARTIAL = Kernel("loss", "mse_partial", "PPPqq")
@@ -36,7 +37,7 @@ def mse(ctx):
     if blocks:
         PARTIAL.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), prediction, target, partial, n, chunk)
     loss = prov.empty((), ctx.dtype)
-    FINISH.launch(prov, ctx.dtype, (1, 1, 1), (1024, 1, 1), partial, blocks, loss,
+    FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, loss,
                   float(n) if reduction == "mean" else 1.0)
     return {"loss": loss}
 

@@ -15,8 +15,8 @@ import numpy as np
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import Kernel
+from .launch import BLOCK
 
-BLOCK = 256
 
 _partial_stats = Kernel("batchnorm", "bn_partial_stats", "PPqqqi")
 _finalize = Kernel("batchnorm", "bn_finalize", "PPPPPPPPPPPqqTTi")

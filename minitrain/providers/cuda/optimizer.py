@@ -20,12 +20,12 @@ import numpy as np
 from ...ops.optimizer import tensor_groups
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import BLOCK, Kernel
+from .compiler import Kernel
 from .driver import device_ptr
+from .launch import BLOCK, MAX_BLOCK, TABLE_COLS
 
 MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor launch
 BLOCKS_PER_SM = 4
-TABLE_COLS = 5          # cuda/optimizer.cu's TABLE_COLS: param, grad, state 1, state 2, count
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
@@ -76,7 +76,7 @@ def global_norm(ctx, table, tensors, blocks, chunk):
         SQ_NORM.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, tensors, chunk, partial)
     grad_norm = prov.empty((), ctx.dtype)
     scale = prov.empty((1,), np.float64)
-    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (1024, 1, 1), partial, blocks, grad_norm, scale, max_norm)
+    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, grad_norm, scale, max_norm)
     return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
 
 

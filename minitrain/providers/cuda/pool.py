@@ -21,6 +21,7 @@ from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ..plan_cache import cached_plan as _plan
 from .compiler import Kernel
+from .launch import MAX_GRID_X
 
 GEOM = "i" * 21     # struct PoolGeom: size, out, kernel, stride, dilation, pad, pad_end per axis
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
@@ -186,7 +187,7 @@ def global_pool(ctx, x, y, planes, size, is_max):
     per plane for long ones."""
     if size <= WARP_PLANE:
         per_block = 8
-        _global_pool_warps.launch(ctx.provider, x.dtype, (min(-(-planes // per_block), 65535 * 16), 1, 1),
+        _global_pool_warps.launch(ctx.provider, x.dtype, (min(-(-planes // per_block), MAX_GRID_X), 1, 1),
                                   (32 * per_block, 1, 1), x, y, planes, size, int(is_max))
     else:
         _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes, size, int(is_max))
@@ -195,7 +196,7 @@ def global_pool(ctx, x, y, planes, size, is_max):
 def _plane_launch(planes, size):
     """(grid, block) of the one-block-per-plane kernels: a block as wide as the plane needs."""
     threads = 32 if size <= 256 else 128 if size <= 4096 else 256
-    return (min(planes, 65535 * 16), 1, 1), (threads, 1, 1)
+    return (min(planes, MAX_GRID_X), 1, 1), (threads, 1, 1)
 
 
 def _global(is_max):

@@ -31,6 +31,7 @@ from ....ops.shape_utils import numel
 from ....registry import register_kernel
 from ..compiler import Kernel
 from ..driver import device_ptr
+from ..launch import BLOCK, MAX_GRID_Y
 from . import search as conv_search
 from .bias import add_bias, bias_grad
 from .cudnn_algorithms import CudnnFamily
@@ -39,8 +40,6 @@ from .tiled import Rows, Tiled
 
 # im2col workspace per chunk of samples (at least one sample's worth).
 CHUNK_BYTES = 256 << 20
-REDUCE_BLOCK = 256
-MAX_GRID_Y = 65535
 GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
@@ -96,13 +95,13 @@ def _gemm2(provider, trans_a, trans_b, a, b, c, batches, groups):
 def _launch_rows(kernel, provider, dtype, rows, width, *args):
     """A kernel whose blocks stride over `rows` along y and over a row's `width` along x."""
     if rows > 0 and width > 0:
-        grid = (min(-(-width // REDUCE_BLOCK), 1024), min(rows, MAX_GRID_Y), 1)
-        kernel.launch(provider, dtype, grid, (REDUCE_BLOCK, 1, 1), *args)
+        grid = (min(-(-width // BLOCK), 1024), min(rows, MAX_GRID_Y), 1)
+        kernel.launch(provider, dtype, grid, (BLOCK, 1, 1), *args)
 
 
 def _launch_blocks(kernel, provider, dtype, blocks, *args):
     if blocks > 0:
-        kernel.launch(provider, dtype, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1), *args)
+        kernel.launch(provider, dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
 
 
 # --------------------------------------------------------------------------- algorithms
