@@ -29,7 +29,7 @@ them to the host arrays (the model's parameters, `optimizer.state`), which `save
 
 On CUDA each plan's whole step is captured into a CUDA Graph once its input signature has run
 twice, and replayed after that (`capture=False` turns it off, for debugging; see
-providers/cuda/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
+providers/cuda/capture/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
 a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
 and `last_grad_norm` are fetched without waiting and read when asked for.
 """

@@ -62,6 +62,7 @@ def _backward(log_softmax, coerce_2d):
 for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
     register_kernel(_op, since=1, end=12, provider="cuda", dtypes=FLOAT_TYPES)(_forward(_log, coerce_2d=True))
     register_kernel(_op, since=13, provider="cuda", dtypes=FLOAT_TYPES)(_forward(_log, coerce_2d=False))
-    register_kernel(f"{_op}Grad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(_backward(_log, coerce_2d=True))
+    register_kernel(f"{_op}Grad", domain=MS_DOMAIN, provider="cuda",
+                    dtypes=FLOAT_TYPES)(_backward(_log, coerce_2d=True))
     register_kernel(f"{_op}Grad_13", domain=MS_DOMAIN, provider="cuda",
                     dtypes=FLOAT_TYPES)(_backward(_log, coerce_2d=False))

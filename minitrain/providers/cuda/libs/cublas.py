@@ -1,9 +1,10 @@
 """cuBLAS through ctypes: row-major GEMMs on GPUArrays, queued on a provider's stream.
 
 The library is found by cuda-pathfinder and loaded once per process (loader.py).  Every
-product goes through cublasGemmEx or cublasGemmStridedBatchedEx with an explicit compute type: float16 data accumulate in float32
-(CUBLAS_COMPUTE_32F), float32 is strict FP32 unless the provider opted into TF32
-(CUBLAS_COMPUTE_32F_FAST_TF32, ONNX Runtime's use_tf32), float64 uses CUBLAS_COMPUTE_64F.
+product goes through cublasGemmEx or cublasGemmStridedBatchedEx with an explicit compute type:
+float16 data accumulate in float32 (CUBLAS_COMPUTE_32F), float32 is strict FP32 unless the
+provider opted into TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, ONNX Runtime's use_tf32), float64 uses
+CUBLAS_COMPUTE_64F.
 
 cuBLAS is column-major; a C-contiguous matrix read column-major is its transpose, so the
 row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T with the
