@@ -18,7 +18,8 @@ import numpy as np
 
 from cases import CONV_CASES, make_inputs
 from harness import markdown_table
-from minitrain.providers.cuda import conv_search, cudnn
+from minitrain.providers.cuda.conv import search as conv_search
+from minitrain.providers.cuda.libs import cudnn
 
 MS = "com.microsoft"
 CONV_CALLS = 20            # calls per timed batch (a backward call queues three primitives)

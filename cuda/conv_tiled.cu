@@ -134,13 +134,16 @@ __device__ void tiled_data_impl(const T* cols, const T* w, const T* bias, T* img
 }
 
 // Register-tiled direct convolution for unit column stride and dilation: a thread computes
-// ROWS_X = 4 neighbouring outputs of one row of one output channel, loading the 4 + KW - 1
+// ROWS_X neighbouring outputs of one row of one output channel, loading the ROWS_X + KW - 1
 // source values of each kernel row once (through L1) and sliding the kernel over them; no
 // shared memory, no synchronization.  DATA: the data gradient (unit strides both ways), as
 // the forward convolution of the columns with the flipped kernel and pads (k - 1) * d - p;
-// else the forward.  Threads stride over (output row, group of 4) along x and over (sample,
+// else the forward.  Threads stride over (output row, group of ROWS_X) along x and over (sample,
 // group, output channel) planes along y.
-#define ROWS_X 4
+#ifndef MT_ROWS_X
+#error "MT_ROWS_X comes from minitrain/providers/cuda/launch.py (nvcc -DMT_ROWS_X=...)"
+#endif
+#define ROWS_X MT_ROWS_X
 template <typename T, int KW, bool DATA>
 __device__ void rows_impl(const T* src, const T* w, const T* bias, T* dst, int64_t samples, int has_bias, TileGeo g) {
     typedef acc_t<T> A;

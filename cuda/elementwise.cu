@@ -85,7 +85,10 @@ __device__ void sum_rows_impl(const T* x, T* y, int64_t m, int64_t r, int krank,
 // one of SUM_COLS_SPLIT interleaved parts of its reduced range.  With gridDim.y > 1 the reduced
 // range is cut into gridDim.y slices of `slice` indices and block row b writes the partial sums
 // of slice b to y[b * m + o]: a second pass (slice = r) sums those rows in a fixed order.
-#define SUM_COLS_SPLIT 8
+#ifndef MT_SUM_COLS_SPLIT
+#error "MT_SUM_COLS_SPLIT comes from minitrain/providers/cuda/launch.py (nvcc -DMT_SUM_COLS_SPLIT=...)"
+#endif
+#define SUM_COLS_SPLIT MT_SUM_COLS_SPLIT
 template <typename T>
 __device__ void sum_cols_impl(const T* x, T* y, int64_t m, int64_t r, int krank, const StridedPlan<1>& kept,
                               int rrank, const StridedPlan<1>& reduced, int64_t slice) {

@@ -10,7 +10,10 @@
 #include "common.cuh"
 #include "block_sum.cuh"
 
-#define TABLE_COLS 5
+#ifndef MT_TABLE_COLS
+#error "MT_TABLE_COLS comes from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
+#endif
+#define TABLE_COLS MT_TABLE_COLS
 
 struct Chunk {
     const int64_t* row;     // param, grad, state 1, state 2, count

@@ -7,7 +7,9 @@
 #pragma once
 #include <stdint.h>
 
-#define MT_MAX_RANK 8
+#ifndef MT_MAX_RANK
+#error "MT_MAX_RANK comes from minitrain/providers/cuda/launch.py (nvcc -DMT_MAX_RANK=...)"
+#endif
 
 template <int K> struct StridedPlan {
     int64_t size[MT_MAX_RANK];

@@ -28,12 +28,16 @@ def threads(request):
 
 @pytest.fixture
 def search():
-    """The CUDA provider's conv_search with its options restored and its cache cleared around the test."""
-    from minitrain.providers.cuda import conv_search
-    saved = conv_search.SearchOptions(**vars(conv_search.OPTIONS))
+    """The CUDA convolution search (its module), with the default provider's conv_search
+    options restored and the rankings cleared around the test."""
+    from minitrain.providers import get_provider
+    from minitrain.providers.cuda.conv import search as conv_search
+    provider = get_provider("cuda")
+    saved = provider.conv_search
+    provider.conv_search = type(saved).of(saved)
     conv_search.clear_cache()
     yield conv_search
-    conv_search.OPTIONS.__dict__.update(vars(saved))
+    provider.conv_search = saved
     conv_search.clear_cache()
 
 

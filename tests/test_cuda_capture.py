@@ -129,7 +129,7 @@ def test_a_plan_with_a_host_node_runs_uncaptured_and_says_why(caplog):
         s = TrainingSession(lenet(), nn.CrossEntropyLoss(), SGD(0.05), input_shape=(1, 28, 28),
                             device=["cuda", "cpu"], capture=True)
         s._train.plan.steps[0].provider = "cpu"
-        from minitrain.providers.cuda.step_graph import capture_blocker
+        from minitrain.providers.cuda.capture.step_graph import capture_blocker
         assert "cpu" in capture_blocker(s._train.plan, s._provider)
 
 

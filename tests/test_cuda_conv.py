@@ -11,6 +11,7 @@ import pytest
 
 from cuda_parity import check_parity
 from minitrain import run_node
+from minitrain.providers import get_provider
 import test_conv
 from test_conv import (CONV_PADS, GROUPS, KERNEL, SPATIAL, SUBSETS, T_GROUPS, T_PADS, case_seed, conv_attrs,
                        expected_transpose_geometry)
@@ -21,8 +22,17 @@ MS = "com.microsoft"
 ALGORITHMS = ["im2col_gemm", "direct", "direct_tiled"]
 
 
+def options():
+    """The conv search options of run_node's CUDA provider (the `search` fixture restores them)."""
+    return get_provider("cuda").conv_search
+
+
+def stats(search):
+    """The conv search counters of run_node's CUDA provider."""
+    return search.stats(get_provider("cuda"))
+
 def force(search, algorithm):
-    search.OPTIONS.mode, search.OPTIONS.algorithm = "fixed", algorithm
+    options().mode, options().algorithm = "fixed", algorithm
 
 
 def conv_case(rank, group_mode, stride, dilation, pad_mode, n=2):
@@ -115,7 +125,7 @@ def test_special_paths(op, x_shape, w_shape, attrs, algorithm, search, rng):
 def test_im2col_in_chunks(search, rng, monkeypatch):
     """A workspace smaller than the batch's column matrices: im2col runs in chunks of samples,
     the weight gradient summing the chunks."""
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     force(search, "im2col_gemm")
     monkeypatch.setattr(conv, "CHUNK_BYTES", 2 * 4 * 9 * 36 * 8)
     x, w, b, attrs, _ = conv_case(2, "g2", 1, 1, "p1", n=5)
@@ -142,7 +152,7 @@ def test_both_opset_versions(opset, rng):
 @pytest.mark.parametrize("op", ["ConvGrad", "ConvTransposeGrad"])
 def test_gradient_subsets(op, subset, monkeypatch):
     """Each subset of (dX, dW, dB) matches the CPU and runs only the primitives it names."""
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     if op == "ConvGrad":
         x, w, _, attrs, rng = conv_case(2, "g2", 2, 1, "asym")
         data = "_data"
@@ -206,51 +216,52 @@ def _lenet_case():
 def test_second_call_is_a_cache_hit(search):
     x, w, attrs = _lenet_case()
     run_node("Conv", [x, w], attrs=attrs, provider="cuda")
-    searches, timed, hits = search.STATS.searches, search.STATS.timed, search.STATS.hits
+    searches, timed, hits = stats(search).searches, stats(search).timed, stats(search).hits
     assert timed >= 2    # both algorithms fit and were timed
     run_node("Conv", [x, w], attrs=attrs, provider="cuda")
-    assert (search.STATS.searches, search.STATS.timed, search.STATS.hits) == (searches, timed, hits + 1)
+    assert (stats(search).searches, stats(search).timed, stats(search).hits) == (searches, timed, hits + 1)
 
 
 def test_heuristic_mode_times_nothing(search):
-    search.OPTIONS.mode = "heuristic"
+    options().mode = "heuristic"
     x, w, attrs = _lenet_case()
-    timed = search.STATS.timed
+    timed = stats(search).timed
     check_parity("Conv", [x, w], attrs, dtypes=("float32",))
     check_parity("ConvGrad", [np.ones((4, 6, 28, 28), np.float32), x, w], attrs, domain=MS, dtypes=("float32",))
-    assert search.STATS.timed == timed
+    assert stats(search).timed == timed
 
 
 def test_failing_algorithm_falls_back(search, monkeypatch):
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     force(search, "im2col_gemm")
 
     def fail(*args):
         raise RuntimeError("forced failure")
     monkeypatch.setattr(conv.Im2colGemm, "run", fail)
     x, w, attrs = _lenet_case()
-    before = search.STATS.fallbacks
+    before = stats(search).fallbacks
     check_parity("Conv", [x, w], attrs, dtypes=("float32",))
-    assert search.STATS.fallbacks > before
+    assert stats(search).fallbacks > before
 
 
 def test_workspace_cap_excludes_im2col(search):
     from minitrain.ops.conv_geometry import geometry_for
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     x, w, attrs = _lenet_case()
     geom = geometry_for("conv", "Conv", x.shape, w.shape, attrs)
     key = search.ConvKey("Conv", "forward", 4, geom, "float32", False, ("Y",))
     tiled = ["direct_tiled", "direct_tiled_r1", "direct_rows"]
-    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["im2col_gemm", "direct"] + tiled
-    search.OPTIONS.workspace_limit = 1024
-    assert [a.name for a in search.candidates(key, conv.ALGORITHMS)] == ["direct"] + tiled
+    provider = get_provider("cuda")
+    assert [a.name for a in search.candidates(provider, key, conv.ALGORITHMS)] == ["im2col_gemm", "direct"] + tiled
+    options().workspace_limit = 1024
+    assert [a.name for a in search.candidates(provider, key, conv.ALGORITHMS)] == ["direct"] + tiled
     check_parity("Conv", [x, w], attrs, dtypes=("float32",))
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_deterministic_weight_gradient(algorithm, search):
     force(search, algorithm)
-    search.OPTIONS.deterministic = True
+    options().deterministic = True
     x, w, b, attrs, rng = conv_case(2, "g1", 1, 1, "p1", n=8)
     dy = rng.standard_normal(run_node("Conv", [x, w], attrs=attrs)[0].shape)
     args = [a.astype(np.float32) for a in (dy, x, w)]
@@ -275,11 +286,11 @@ def test_tiled_runs_every_direction(op, x_shape, w_shape, attrs, algorithm, sear
     """The tiled kernels (both tile heights) take all three primitives of the small-channel
     shapes they are for (forward, data and weight) and match the CPU in every dtype."""
     force(search, algorithm)
-    before = search.STATS.ran[algorithm]
+    before = stats(search).ran[algorithm]
     c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
     forward_and_grads(op, x, w, b, attrs, rng)
-    assert search.STATS.ran[algorithm] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
+    assert stats(search).ran[algorithm] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
 
 
 ROWS_SHAPES = [   # op, x, w, attrs, primitives the kernels take per dtype
@@ -298,28 +309,28 @@ def test_rows_runs_forward_and_data(op, x_shape, w_shape, attrs, per_dtype, sear
     shapes they are for, the weight gradient going to the next algorithm, and match the CPU in
     every dtype."""
     force(search, "direct_rows")
-    before = search.STATS.ran["direct_rows"]
+    before = stats(search).ran["direct_rows"]
     c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
     forward_and_grads(op, x, w, b, attrs, rng)
-    assert search.STATS.ran["direct_rows"] - before == 3 * per_dtype
+    assert stats(search).ran["direct_rows"] - before == 3 * per_dtype
 
 
 # --------------------------------------------------------------------------- rankings on disk
 def test_rankings_on_disk(search, tmp_path, caplog):
     """A ranking written by one search is read back by the next (nothing timed); a corrupt file
     is ignored with one warning and rewritten."""
-    search.OPTIONS.cache_dir = str(tmp_path)
+    options().cache_dir = str(tmp_path)
     x, w, attrs = _lenet_case()
     expected = run_node("Conv", [x, w], attrs=attrs)[0]
     run_node("Conv", [x, w], attrs=attrs, provider="cuda")
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1 and not list(tmp_path.glob(".tmp-*"))
     search.clear_cache()
-    timed, disk_hits = search.STATS.timed, search.STATS.disk_hits
+    timed, disk_hits = stats(search).timed, stats(search).disk_hits
     np.testing.assert_allclose(run_node("Conv", [x, w], attrs=attrs, provider="cuda")[0], expected, rtol=1e-4,
                                atol=1e-5)
-    assert (search.STATS.timed, search.STATS.disk_hits) == (timed, disk_hits + 1)
+    assert (stats(search).timed, stats(search).disk_hits) == (timed, disk_hits + 1)
     files[0].write_text("{not json")
     search.clear_cache()
     with caplog.at_level("WARNING", logger="minitrain.cuda.conv"):
@@ -328,5 +339,5 @@ def test_rankings_on_disk(search, tmp_path, caplog):
             np.testing.assert_allclose(run_node("Conv", [x, w], attrs=attrs, provider="cuda")[0], expected,
                                        rtol=1e-4, atol=1e-5)
     assert sum("unreadable cache file" in r.getMessage() for r in caplog.records) == 1
-    assert search.STATS.timed > timed and search.STATS.disk_hits == disk_hits + 2
+    assert stats(search).timed > timed and stats(search).disk_hits == disk_hits + 2
     assert '"ranking"' in files[0].read_text()

@@ -14,6 +14,7 @@ import pytest
 
 from cuda_parity import check_parity
 from minitrain import run_node
+from minitrain.providers import get_provider
 
 pytestmark = pytest.mark.cuda
 
@@ -56,18 +57,27 @@ TRANSPOSE_CASES = {
 
 @pytest.fixture
 def cudnn():
-    from minitrain.providers.cuda import cudnn
+    from minitrain.providers.cuda.libs import cudnn
     if not cudnn.available():
         pytest.skip("libcudnn 9 is not available")
     return cudnn
 
 
+def options():
+    """The conv search options of run_node's CUDA provider (the `search` fixture restores them)."""
+    return get_provider("cuda").conv_search
+
+
+def stats(search):
+    """The conv search counters of run_node's CUDA provider."""
+    return search.stats(get_provider("cuda"))
+
 def force(search, algorithm):
-    search.OPTIONS.mode, search.OPTIONS.algorithm = "fixed", algorithm
+    options().mode, options().algorithm = "fixed", algorithm
 
 
 def cudnn_runs(search, direction):
-    return sum(n for name, n in search.STATS.ran.items() if name.startswith(DIRECTIONS[direction]))
+    return sum(n for name, n in stats(search).ran.items() if name.startswith(DIRECTIONS[direction]))
 
 
 def parity_on_cudnn(search, op, inputs, attrs, dtype, **kwargs):
@@ -77,7 +87,7 @@ def parity_on_cudnn(search, op, inputs, attrs, dtype, **kwargs):
                  tolerance=TOLERANCE, **kwargs)
     if dtype != "float64":   # cuDNN supports fewer double configurations; the search falls back
         missing = [d for d in USES[op] if cudnn_runs(search, d) == before[d]]
-        assert not missing, f"{op} {dtype}: {missing} did not run on cuDNN ({dict(search.STATS.ran)})"
+        assert not missing, f"{op} {dtype}: {missing} did not run on cuDNN ({dict(stats(search).ran)})"
 
 
 def inputs_of(op, x_shape, w_shape, attrs, rng):
@@ -109,7 +119,7 @@ def _key(search, op, direction, x_shape, w_shape, attrs, dtype="float32", tf32=F
 def _offered(key, family=0):
     """The cuDNN algorithms a family offers for `key` (0: the legacy API's, 1: the backend's)."""
     from minitrain.providers import get_provider
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     return conv.FAMILIES[family].for_key(get_provider("cuda"), key)
 
 
@@ -128,31 +138,31 @@ def test_every_offered_algorithm(case, family, search, cudnn, rng):
         for algorithm in offered:
             force(search, algorithm.name)
             search.clear_cache()
-            before = search.STATS.ran[algorithm.name]
+            before = stats(search).ran[algorithm.name]
             check_parity(op, inputs, attrs, domain=MS if op == "ConvGrad" else "", outputs=outputs,
                          dtypes=("float32",), tolerance=TOLERANCE)
-            assert search.STATS.ran[algorithm.name] > before, f"{algorithm.name} did not run"
+            assert stats(search).ran[algorithm.name] > before, f"{algorithm.name} did not run"
 
 
 # --------------------------------------------------------------------------- the search
 def test_exhaustive_search_times_cudnn_with_own_algorithms(search, cudnn, rng):
     x_shape, w_shape, attrs = CONV_CASES["wide_3x3"]
     forward, _ = inputs_of("Conv", x_shape, w_shape, attrs, rng)
-    timed = search.STATS.timed
+    timed = stats(search).timed
     check_parity("Conv", forward, attrs, dtypes=("float32",), tolerance=TOLERANCE)
-    (ranked,) = [r for k, r in search._rankings.items() if k.direction == "forward"]
+    (ranked,) = [r for k, r in search.rankings().items() if k.direction == "forward"]
     names = [a.name for a in ranked]
     assert {"im2col_gemm", "direct"} <= set(names) and any(n.startswith("cudnn_fwd_") for n in names), names
-    timed_now = search.STATS.timed
+    timed_now = stats(search).timed
     assert timed_now - timed >= 3   # every candidate that did not fail
     run_node("Conv", [a.astype(np.float32) for a in forward], attrs=attrs, provider="cuda")
-    assert search.STATS.timed == timed_now   # a cache hit times nothing
+    assert stats(search).timed == timed_now   # a cache hit times nothing
 
 
 def test_heuristic_mode_puts_cudnn_first_unless_direct_suits(search, cudnn):
-    search.OPTIONS.mode = "heuristic"
+    options().mode = "heuristic"
     from minitrain.providers import get_provider
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     for case, first in (("wide_3x3", "cudnn_fwd_"), ("lenet_conv1", "direct")):
         key = _key(search, "Conv", "forward", *CONV_CASES[case])
         ranked = search.rank(get_provider("cuda"), key, conv.ALGORITHMS + conv.FAMILIES, None)
@@ -174,34 +184,35 @@ def test_asymmetric_pads_stay_on_own_algorithms(search, cudnn, rng):
 def test_failing_cudnn_algorithm_falls_back(search, cudnn, rng, monkeypatch):
     def fail(self, provider, key, buffers):
         raise cudnn.CudnnError("cudnnConvolutionForward failed with CUDNN_STATUS_EXECUTION_FAILED (forced)")
-    monkeypatch.setattr(cudnn.CudnnAlgorithm, "run", fail)
+    from minitrain.providers.cuda.conv.cudnn_algorithms import CudnnAlgorithm
+    monkeypatch.setattr(CudnnAlgorithm, "run", fail)
     force(search, "cudnn")
     x_shape, w_shape, attrs = CONV_CASES["2d_p1_s2"]
     forward, grad = inputs_of("Conv", x_shape, w_shape, attrs, rng)
-    fallbacks = search.STATS.fallbacks
+    fallbacks = stats(search).fallbacks
     check_parity("Conv", forward, attrs, dtypes=("float32",))
     check_parity("ConvGrad", grad, attrs, domain=MS, dtypes=("float32",))
-    assert search.STATS.fallbacks >= fallbacks + 3
+    assert stats(search).fallbacks >= fallbacks + 3
 
 
 def test_workspace_cap_excludes_cudnn_algorithms_with_workspace(search, cudnn):
     from minitrain.providers import get_provider
-    from minitrain.providers.cuda import conv
+    from minitrain.providers.cuda.conv import kernels as conv
     key = _key(search, "Conv", "forward", (8, 32, 32, 32), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]})
     offered = search.expand(get_provider("cuda"), key, conv.FAMILIES)
     assert offered
-    search.OPTIONS.workspace_limit = 0
-    kept = search.candidates(key, offered)
+    options().workspace_limit = 0
+    kept = search.candidates(get_provider("cuda"), key, offered)
     assert all(a.workspace_bytes(key) == 0 for a in kept)
     assert len(kept) == sum(a.workspace_bytes(key) == 0 for a in offered)
 
 
 def test_deterministic_mode_keeps_deterministic_cudnn_weight_gradients(search, cudnn, rng):
     force(search, "cudnn")
-    search.OPTIONS.deterministic = True
+    options().deterministic = True
     x_shape, w_shape, attrs = CONV_CASES["wide_3x3"]
     key = _key(search, "Conv", "weight", x_shape, w_shape, attrs)
-    assert all(a.deterministic for a in search.candidates(key, _offered(key)))
+    assert all(a.deterministic for a in search.candidates(get_provider("cuda"), key, _offered(key)))
     _, grad = inputs_of("Conv", x_shape, w_shape, attrs, rng)
     args = [a.astype(np.float32) for a in grad]
     first = run_node("ConvGrad", args, attrs=attrs, domain=MS, provider="cuda", outputs=["dW"])[0]
@@ -224,7 +235,7 @@ def test_math_types(search, cudnn):
 def test_backend_math_and_determinism_filters(search, cudnn):
     """Strict FP32 offers no tensor-core engine, TF32 may; no engine down-converts its inputs;
     deterministic mode keeps only engines without the nondeterministic note."""
-    from minitrain.providers.cuda import cudnn_backend as backend
+    from minitrain.providers.cuda.libs import cudnn_backend as backend
     x_shape, w_shape, attrs = CONV_CASES["wide_3x3"]
     for direction in DIRECTIONS:
         strict = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs), 1)
@@ -232,9 +243,10 @@ def test_backend_math_and_determinism_filters(search, cudnn):
         tf32 = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, tf32=True), 1)
         assert tf32 and not any(backend.NOTE_DOWN_CONVERT in a.notes for a in strict + tf32)
         key = _key(search, "Conv", direction, x_shape, w_shape, attrs)
-        search.OPTIONS.deterministic = True
-        assert all(backend.NOTE_NONDETERMINISTIC not in a.notes for a in search.candidates(key, strict))
-        search.OPTIONS.deterministic = False
+        options().deterministic = True
+        kept = search.candidates(get_provider("cuda"), key, strict)
+        assert all(backend.NOTE_NONDETERMINISTIC not in a.notes for a in kept)
+        options().deterministic = False
 
 
 def test_status_error_names_the_call(cudnn):
@@ -245,7 +257,7 @@ def test_status_error_names_the_call(cudnn):
 
 def test_without_cudnn_own_algorithms_serve(search, rng, monkeypatch):
     """libcudnn made unavailable: no cuDNN algorithm is offered and every op still matches."""
-    from minitrain.providers.cuda import cudnn
+    from minitrain.providers.cuda.libs import cudnn
     monkeypatch.setattr(cudnn, "_library", None)
     monkeypatch.setattr(cudnn, "_failure", "cuDNN hidden by the test")
     assert not cudnn.available()

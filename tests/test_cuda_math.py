@@ -99,7 +99,8 @@ def test_bad_input_raises_the_cpu_error(op, inputs, attrs):
 
 
 def test_tf32_is_an_opt_in(rng):
-    from minitrain.providers.cuda.cublas import CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_64F
+    from minitrain.providers.cuda.libs.cublas import (CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                      CUBLAS_COMPUTE_64F)
     strict = get_provider("cuda").for_session()
     tf32 = get_provider("cuda").for_session(use_tf32=True)
     assert strict.blas.compute_type(np.float32) == CUBLAS_COMPUTE_32F

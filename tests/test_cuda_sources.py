@@ -1,8 +1,11 @@
-"""Every cuda/*.cu compiles with nvcc, here and in CI (no GPU needed), and instantiates each
-of its kernels for the three element types (<name>_f16, _f32, _f64), the names the CUDA
-provider loads; copies that only move bytes are instantiated per element width instead
-(<name>_w1, _w2, _w4, _w8).  Skipped where nvcc is not on the PATH."""
+"""Every cuda/*.cu compiles with nvcc, here and in CI (no GPU needed), with the -D flags the
+provider passes (launch.py's DEFINES), and instantiates each of its kernels for the three
+element types (<name>_f16, _f32, _f64), the names the CUDA provider loads; copies that only
+move bytes are instantiated per element width instead (<name>_w1, _w2, _w4, _w8).  Skipped
+where nvcc is not on the PATH.  The constants Python shares with the sources are checked
+against them here too, with or without nvcc."""
 import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -11,8 +14,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-CUDA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cuda")
+from minitrain.ops.fused import ACTIVATIONS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CUDA = os.path.join(ROOT, "cuda")
 SOURCES = sorted(glob.glob(os.path.join(CUDA, "*.cu")))
+HEADERS = sorted(glob.glob(os.path.join(CUDA, "*.cuh")))
+
+
+def _launch_module():
+    """providers/cuda/launch.py, read by path: importing the package needs pycuda and a GPU."""
+    spec = importlib.util.spec_from_file_location(
+        "cuda_launch", os.path.join(ROOT, "minitrain", "providers", "cuda", "launch.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DEFINES = _launch_module().DEFINES
 INSTANTIATIONS = ({"f16", "f32", "f64"}, {"w1", "w2", "w4", "w8"})
 UNTYPED = {"spin"}      # kernels that touch no tensor (timing.cu)
 
@@ -27,8 +46,9 @@ def ptx(tmp_path_factory):
 
     def compile_one(source):
         out = folder / (os.path.basename(source) + ".ptx")
+        defines = [f"-D{name}={value}" for name, value in DEFINES.items()]
         result = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", "-O3", "-I", CUDA, "-Werror",
-                                 "all-warnings", "-o", str(out), source], capture_output=True, text=True)
+                                 "all-warnings", *defines, "-o", str(out), source], capture_output=True, text=True)
         return os.path.basename(source), result, out
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
@@ -53,3 +73,36 @@ def test_source_compiles_for_every_element_type(ptx, source):
         families.setdefault(stem, set()).add(suffix)
     incomplete = {stem: sorted(found) for stem, found in families.items() if found not in INSTANTIATIONS}
     assert not incomplete, f"{source}: kernels not instantiated for every element type: {incomplete}"
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("name", sorted(DEFINES))
+def test_python_constants_reach_the_sources_only_as_flags(name):
+    """Each constant of DEFINES is used by a source, which requires it from the command line
+    (#error without it) and never gives it a value of its own."""
+    texts = {os.path.basename(p): _read(p) for p in SOURCES + HEADERS}
+    users = [f for f, text in texts.items() if re.search(rf"\b{name}\b", text)]
+    assert users, f"{name} is passed to nvcc but no cuda/ source uses it"
+    for file in users:
+        assert not re.search(rf"#define\s+{name}\b", texts[file]), f"{file} defines {name} itself"
+    assert any(re.search(rf"#ifndef\s+{name}\s*\n#error", texts[f]) for f in users), \
+        f"no source refuses to compile without -D{name}"
+
+
+def test_fused_activation_codes_follow_ops_fused():
+    """fused.cu's activation switch numbers the activations in ops/fused.py's order, which is
+    how the CUDA fused kernels pass them (the last one is the switch's default)."""
+    text = _read(os.path.join(CUDA, "fused.cu"))
+    names = list(ACTIVATIONS)
+    for function in ("activate", "activation_grad"):
+        body = re.search(rf"{function}\(int code[^{{]*{{(.*?)\n}}", text, re.S).group(1)
+        cases = [(int(code), op) for code, op in re.findall(r"case (\d+): return (\w+)<", body)]
+        default = re.search(r"default: return (\w+)<", body).group(1)
+        grad = function == "activation_grad"
+        expected = [(i, ACTIVATIONS[n] if grad else n) for i, n in enumerate(names[:-1])]
+        assert cases == expected, f"fused.cu's {function} cases {cases} differ from ops/fused.py's {expected}"
+        assert default == (ACTIVATIONS[names[-1]] if grad else names[-1])

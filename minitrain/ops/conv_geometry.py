@@ -249,3 +249,19 @@ def geometry_for(kind, who, x_shape, w_shape, attrs):
     """conv_geometry / conv_transpose_geometry (kind "conv" or "transpose"), cached per shapes
     and attributes: kernels call this on every run."""
     return _cached(kind, who, tuple(x_shape), tuple(w_shape), freeze(attrs))
+
+
+def three_axes(values, fill, rank):
+    """Per-axis values of a rank-`rank` geometry as three axes (leading axes of `fill`)."""
+    return (fill,) * (3 - rank) + tuple(values)
+
+
+def packed_geometry(geom):
+    """The geometry as the kernels read it (ext/conv.pyx's array, cuda/conv.cu's ConvGeo), every
+    rank padded to 3D: group, image and column channels per group, then image sizes, column
+    sizes, kernel, strides, dilations and begin pads, three each (21 ints)."""
+    r, g = geom.rank, geom.group
+    return ((g, geom.img_channels // g, geom.col_channels // g)
+            + three_axes(geom.img_spatial, 1, r) + three_axes(geom.col_spatial, 1, r)
+            + three_axes(geom.kernel, 1, r) + three_axes(geom.strides, 1, r) + three_axes(geom.dilations, 1, r)
+            + three_axes(geom.pads_begin, 0, r))

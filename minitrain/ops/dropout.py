@@ -17,6 +17,16 @@ RATIO_TYPES = FLOAT_TYPES
 MODE_TYPES = (np.bool_,)
 
 
+def dropout_settings(ctx, ratio, training_mode):
+    """(ratio, training) from the optional inputs, checking that 0 <= ratio < 1 (ONNX's range,
+    in training mode or not, as ONNX Runtime checks it)."""
+    r = 0.5 if ratio is None else float(ratio.reshape(-1)[0])
+    training = False if training_mode is None else bool(training_mode.reshape(-1)[0])
+    if not 0 <= r < 1:
+        ctx.fail(f"input 'ratio' is {r}; it must be in [0, 1)")
+    return r, training
+
+
 def _check_scalar(ctx, i):
     shape = ctx.shape(i)
     if shape is not None and (len(shape) > 1 or (len(shape) == 1 and shape[0] != 1)):

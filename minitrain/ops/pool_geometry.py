@@ -156,6 +156,25 @@ def output_spatial(attrs, spatial, fail, what="input 'X'"):
     return tuple(g.out for g in pool_geometry(attrs, spatial, fail, what))
 
 
+def dx_shape(ctx, dy):
+    """dX's shape for a pooling gradient kernel (ctx, with dY already checked by inference):
+    from ctx.output_shapes when the graph gives it (checked against dY), else the smallest
+    input shape that pools to dY's spatial shape (a guess where several do; see ops/pool.py)."""
+    given = ctx.output_shapes.get("dX")
+    if given is not None:
+        given = tuple(int(d) for d in given)
+        if len(given) != dy.ndim or given[:2] != dy.shape[:2]:
+            ctx.fail(f"input 'dY' has shape {dy.shape}, which does not match output_shapes['dX']={given} "
+                     "(rank, N and C)")
+        out = output_spatial(ctx.attrs, given[2:], ctx.fail, "dX")
+        if out != dy.shape[2:]:
+            ctx.fail(f"input 'dY' has shape {dy.shape}, but output_shapes['dX']={given} pools to "
+                     f"spatial {out}")
+        return given
+    sizes = input_sizes_for(ctx.attrs, dy.shape[2:], ctx.fail)
+    return tuple(dy.shape[:2]) + tuple(s for s, _ in sizes)
+
+
 def input_sizes_for(attrs, out_spatial, fail):
     """For each axis, (smallest, unique): the smallest input size whose pooled size is the given
     output size, and whether it is the only one (floor mode with stride > 1 is ambiguous: the

@@ -5,10 +5,23 @@ trailing block; opset 13+ normalises along the single `axis` (default -1).  The 
 follow ONNX Runtime: SoftmaxGrad / LogSoftmaxGrad (com.microsoft) take the coerced form,
 SoftmaxGrad_13 / LogSoftmaxGrad_13 the single-axis form; both read dY and the forward Y.
 """
+import math
+
 from .activation import same_as_inputs
 from .gradients import gradient
 from .schema import MS_DOMAIN, Attr, schema
 from .shape_utils import normalize_axis
+
+
+def axis_layout(shape, axis, coerce_2d):
+    """(outer, n, inner) of the normalised axis: the whole trailing block at `axis` when the
+    op coerces to 2-D (opset < 13), else the single axis."""
+    rank = len(shape)
+    axis = axis + rank if axis < 0 else axis
+    outer = math.prod(shape[:axis])       # math.prod: np.prod's call overhead outweighs this work
+    if coerce_2d:
+        return outer, math.prod(shape[axis:]), 1
+    return outer, int(shape[axis]), math.prod(shape[axis + 1:])
 
 
 def softmax_inference(ctx):

@@ -61,10 +61,12 @@ class Provider(abc.ABC):
         """`value` itself when native, else a native copy of it (NumPy input)."""
         return value if self.is_native(value) else self.from_numpy(np.asarray(value))
 
-    def for_session(self, use_tf32=False):
+    def for_session(self, use_tf32=False, conv_search=None):
         """The provider a session runs on: one that may own its own stream and memory pool
         (the same object where the provider has no per-session state).  `use_tf32` lets
-        float32 matrix products use TF32 where the provider has it; others ignore it."""
+        float32 matrix products use TF32 where the provider has it, `conv_search` sets the
+        convolution algorithm search where there is one (providers/cuda_options.py); others
+        ignore them."""
         return self
 
     def fetch_async(self, values):

@@ -36,7 +36,7 @@ them to the host arrays (the model's parameters, `optimizer.state`), which `save
 
 On CUDA each plan's whole step is captured into a CUDA Graph once its input signature has run
 twice, and replayed after that (`capture=False` turns it off, for debugging; see
-providers/cuda/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
+providers/cuda/capture/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
 a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
 and `last_grad_norm` are fetched without waiting and read when asked for.
 """
@@ -76,6 +76,9 @@ class TrainingSession:
     loss decides (class labels for cross-entropy, the output's shape for MSE).
     device: "cpu" or "cuda" (or an ordered provider list); `provider` is its older name.
     use_tf32: let float32 GEMMs and convolutions use TF32 on CUDA (off: strict FP32).
+    conv_search: how CUDA convolutions pick their algorithm, a dict of ConvSearchOptions'
+    fields (providers/cuda_options.py), e.g. {"mode": "heuristic"}; None: the default
+    provider's.
     capture: capture each plan's step into a CUDA Graph and replay it (on devices that have
     graphs); on the CPU, serve each step's allocations from a planned arena
     (providers/cpu/step_arena.py).  Default on.
@@ -84,11 +87,12 @@ class TrainingSession:
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
-                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None):
+                 target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
+                 conv_search=None):
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
-        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32)
+        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32, conv_search=conv_search)
         self.capture = bool(capture)
         self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)

@@ -2,11 +2,11 @@
 (buffer = value or buffer += value), in place (NumPy)."""
 import numpy as np
 
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 
 
-@register_kernel("InPlaceAccumulator", domain=MS_DOMAIN, dtypes=(np.float16, np.float32, np.float64))
+@register_kernel("InPlaceAccumulator", domain=MS_DOMAIN, dtypes=FLOAT_TYPES)
 def accumulate(ctx):
     buffer, value, scale = (ctx.inputs + [None])[:3]
     factor = 1.0 if scale is None else float(scale.reshape(-1)[0])
@@ -17,7 +17,7 @@ def accumulate(ctx):
     return {"accumulated": buffer}
 
 
-@register_kernel("InPlaceAccumulatorV2", domain=MS_DOMAIN, dtypes=(np.float16, np.float32, np.float64),
+@register_kernel("InPlaceAccumulatorV2", domain=MS_DOMAIN, dtypes=FLOAT_TYPES,
                  host_inputs=(2,), host_outputs=("updated_flag",))
 def accumulate_v2(ctx):
     buffer, value, overwrite = (ctx.inputs + [None])[:3]

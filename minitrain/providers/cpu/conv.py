@@ -32,7 +32,7 @@ from ..._ext import conv_depthwise as _depthwise
 from ..._ext import conv_direct as _direct
 from ...caches import bounded_cache
 from ...errors import ShapeError
-from ...ops.conv_geometry import geometry_for
+from ...ops.conv_geometry import geometry_for, packed_geometry, three_axes
 from ...ops.schema import MS_DOMAIN
 from ...ops.shape_utils import numel
 from ...registry import register_kernel
@@ -58,18 +58,9 @@ BLAS_INT_MAX = 2 ** 31 - 1
 
 
 # --------------------------------------------------------------------------- geometry
-def _three(values, fill, rank):
-    """Per-axis values of a rank-`rank` geometry as three axes (leading axes of size 1)."""
-    return (fill,) * (3 - rank) + tuple(values)
-
-
 def geo_array(geom):
     """The geometry as conv.pyx reads it: every rank padded to 3D."""
-    r, g = geom.rank, geom.group
-    return np.array((g, geom.img_channels // g, geom.col_channels // g)
-                    + _three(geom.img_spatial, 1, r) + _three(geom.col_spatial, 1, r) + _three(geom.kernel, 1, r)
-                    + _three(geom.strides, 1, r) + _three(geom.dilations, 1, r) + _three(geom.pads_begin, 0, r),
-                    dtype=np.int64)
+    return np.array(packed_geometry(geom), dtype=np.int64)
 
 
 def _tile(geom, itemsize):
@@ -289,9 +280,9 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=Fa
     tap (taps in W's order), one sub-problem.  `unrolled`: on the width-unrolled grid, whose
     taps are those of the kernel's leading axes (W's order without the width axis)."""
     r = geom.rank
-    out = _three(geom.col_spatial, 1, r)
-    kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
-    dil = _three(geom.dilations, 1, r)
+    out = three_axes(geom.col_spatial, 1, r)
+    kernel, strides = three_axes(geom.kernel, 1, r), three_axes(geom.strides, 1, r)
+    dil = three_axes(geom.dilations, 1, r)
     if unrolled:       # the width axis becomes grid channels: one column shift, no phase
         kernel, grid_strides, grid_dil = kernel[:2] + (1,), strides[:2] + (1,), dil[:2] + (1,)
     else:
@@ -315,7 +306,7 @@ def direct_plan(geom, n, itemsize, slack, rows, nt, block_rows=None, unrolled=Fa
     placement = (numel(out), out[1] * out[2], out[2], 1, 0)
     unroll = (geom.kernel[-1], out[2], dil[2]) if unrolled else None
     return _assemble_plan(g, c * (geom.kernel[-1] if unrolled else 1), geom.col_channels // g, u,
-                          _three(geom.img_spatial, 1, r), strides, _three(geom.pads_begin, 0, r), phases,
+                          three_axes(geom.img_spatial, 1, r), strides, three_axes(geom.pads_begin, 0, r), phases,
                           [(out, offsets, 0, placement)], n, itemsize, slack, rows, nt, block_rows, unroll)
 
 
@@ -338,9 +329,9 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     packed copy of the columns (pad Pc in front, so that every tap offset is >= 0).
     Returns (plan, B, L, [tap indices per phase], whether some image points get no tap)."""
     r = geom.rank
-    kernel, strides = _three(geom.kernel, 1, r), _three(geom.strides, 1, r)
-    dil, pads = _three(geom.dilations, 1, r), _three(geom.pads_begin, 0, r)
-    img, cols = _three(geom.img_spatial, 1, r), _three(geom.col_spatial, 1, r)
+    kernel, strides = three_axes(geom.kernel, 1, r), three_axes(geom.strides, 1, r)
+    dil, pads = three_axes(geom.dilations, 1, r), three_axes(geom.pads_begin, 0, r)
+    img, cols = three_axes(geom.img_spatial, 1, r), three_axes(geom.col_spatial, 1, r)
     axes, pc, uncovered = [], [], False
     for a in range(3):
         options = []

@@ -2,18 +2,9 @@
 import numpy as np
 
 from ... import random as mt_random
+from ...ops.dropout import dropout_settings
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-
-
-def dropout_settings(ctx, ratio, training_mode):
-    """(ratio, training) from the optional inputs, checking that 0 <= ratio < 1 (ONNX's range,
-    in training mode or not, as ONNX Runtime checks it)."""
-    r = 0.5 if ratio is None else float(ratio.reshape(-1)[0])
-    training = False if training_mode is None else bool(training_mode.reshape(-1)[0])
-    if not 0 <= r < 1:
-        ctx.fail(f"input 'ratio' is {r}; it must be in [0, 1)")
-    return r, training
 
 
 @register_kernel("Dropout", since=12)

@@ -24,7 +24,7 @@ from ..._ext import avg_pool_flat as _avg_flat
 from ..._ext import pool as _pool
 from ...errors import ShapeError
 from ...ops.pool import check_global_grad_shape
-from ...ops.pool_geometry import DimGeometry, input_sizes_for, pool_geometry
+from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
 from ...ops.schema import MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
@@ -121,30 +121,7 @@ def _k2_rows(dims):
 
 
 def _geometry(ctx, x_shape, what="input 'X'"):
-    if not 3 <= len(x_shape) <= 5:
-        ctx.fail(f"{what} has shape {tuple(x_shape)}; pooling needs (N, C, D1[, D2[, D3]])")
     return pool_geometry(ctx.attrs, x_shape[2:], ctx.fail, what)
-
-
-def dx_shape(ctx, dy):
-    """dX's shape: from ctx.output_shapes when the graph gives it (checked against dY), else
-    the smallest input shape that pools to dY's spatial shape (a guess where several do; see
-    minitrain/ops/pool.py)."""
-    if not 3 <= dy.ndim <= 5:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; pooling needs (N, C, D1[, D2[, D3]])")
-    given = ctx.output_shapes.get("dX")
-    if given is not None:
-        given = tuple(int(d) for d in given)
-        if len(given) != dy.ndim or given[:2] != dy.shape[:2]:
-            ctx.fail(f"input 'dY' has shape {dy.shape}, which does not match output_shapes['dX']={given} "
-                     "(rank, N and C)")
-        out = tuple(g.out for g in _geometry(ctx, given, "dX"))
-        if out != dy.shape[2:]:
-            ctx.fail(f"input 'dY' has shape {dy.shape}, but output_shapes['dX']={given} pools to "
-                     f"spatial {out}")
-        return given
-    sizes = input_sizes_for(ctx.attrs, dy.shape[2:], ctx.fail)
-    return tuple(dy.shape[:2]) + tuple(s for s, _ in sizes)
 
 
 # --------------------------------------------------------------------------- MaxPool
@@ -196,8 +173,6 @@ def _max_pool_grad_plan(ctx, dy):
 
 def max_pool_grad(ctx):
     dy, indices = ctx.inputs[0], ctx.inputs[1]
-    if indices.shape != dy.shape:
-        ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match input 'dY' {dy.shape}")
     shape, k2, col_major, in3 = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
                                       lambda: _max_pool_grad_plan(ctx, dy))
     planes, size = split_planes(shape)
@@ -348,11 +323,7 @@ def average_pool_grad(ctx):
 def _global(is_max):
     def kernel(ctx):
         x = ctx.inputs[0]
-        if not 3 <= x.ndim <= 5:
-            ctx.fail(f"input 'X' has shape {x.shape}; pooling needs (N, C, D1[, D2[, D3]])")
         planes, size = split_planes(x.shape)
-        if size == 0:
-            ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
         y = np.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), dtype=x.dtype)
         if planes:
             _pool.global_pool(x.reshape(planes, size), y.reshape(planes), is_max, get_num_threads())
@@ -373,9 +344,6 @@ def global_average_pool_grad(ctx):
 
 def global_max_pool_grad(ctx):
     dy, x = ctx.inputs[0], ctx.inputs[1]
-    expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
-    if not 3 <= x.ndim <= 5 or dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of input 'X' {x.shape} gives {expected}")
     planes, size = split_planes(x.shape)
     dx = np.empty_like(x)
     if planes and size:

@@ -1,6 +1,7 @@
 """CPU kernels of the re-layout ops; they return views where NumPy can (no copy)."""
 import numpy as np
 
+from ...ops.schema import FLOAT_TYPES
 from ...ops.shape import reshape_target, shape_slice
 from ...registry import register_kernel
 
@@ -33,7 +34,7 @@ def reshape(ctx):
     return {"reshaped": x.reshape(shape)}
 
 
-@register_kernel("Shape", since=1, dtypes=(np.float16, np.float32, np.float64))
+@register_kernel("Shape", since=1, dtypes=FLOAT_TYPES)
 def shape(ctx):
     dims = ctx.inputs[0].shape
     begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))

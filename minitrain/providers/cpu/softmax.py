@@ -1,24 +1,12 @@
 """CPU kernels of Softmax/LogSoftmax and their gradients, in both ONNX forms."""
-import math
-
 import numpy as np
 
 from ..._ext import softmax as _sm
 from ...ops.schema import MS_DOMAIN
+from ...ops.softmax import axis_layout
 from ...registry import register_kernel
 from ...threads import get_num_threads
 from .streaming import should_stream
-
-
-def axis_layout(shape, axis, coerce_2d):
-    """(outer, n, inner) of the normalised axis: the whole trailing block at `axis` when the
-    op coerces to 2-D (opset < 13), else the single axis."""
-    rank = len(shape)
-    axis = axis + rank if axis < 0 else axis
-    outer = math.prod(shape[:axis])       # math.prod: np.prod's call overhead outweighs this work
-    if coerce_2d:
-        return outer, math.prod(shape[axis:]), 1
-    return outer, int(shape[axis]), math.prod(shape[axis + 1:])
 
 
 def _forward(log_softmax, coerce_2d):

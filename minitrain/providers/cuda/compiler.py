@@ -1,5 +1,5 @@
 """Kernels from cuda/*.cu, compiled on first use and cached per process (and on disk, by
-pycuda's compiler cache, keyed by source and options).
+pycuda's compiler cache, keyed by source and options), with launch.py's DEFINES as -D flags.
 
 Every .cu file instantiates its kernels for the three element types as extern "C" functions
 named `<kernel>_f16`, `<kernel>_f32` and `<kernel>_f64` (cuda/common.cuh's MT_FOR_FLOATS).
@@ -15,13 +15,12 @@ import pycuda.driver as driver
 from pycuda.compiler import SourceModule
 from pycuda.gpuarray import GPUArray
 
-from .runtime import device_ptr
+from .driver import device_ptr
+from .launch import BLOCK, DEFINES, grid_stride_blocks
 
 SUFFIX = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 # the struct code of a scalar argument "T" (the element type's scalar: float for half)
 SCALAR_CODE = {np.dtype(np.float16): "f", np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
-BLOCK = 256
-
 _modules = {}
 
 
@@ -42,8 +41,9 @@ def module(family):
         with open(os.path.join(folder, f"{family}.cu")) as f:
             source = f.read()
         major, minor = driver.Context.get_device().compute_capability()
+        defines = [f"-D{name}={value}" for name, value in DEFINES.items()]
         mod = SourceModule(source, no_extern_c=True, arch=f"sm_{major}{minor}", include_dirs=[folder],
-                           options=["-O3", "-std=c++17"])
+                           options=["-O3", "-std=c++17"] + defines)
         _modules[family] = mod
     return mod
 
@@ -79,5 +79,4 @@ class Kernel:
         no more than the elements need; nothing when count is 0."""
         if count <= 0:
             return
-        blocks = min((count + BLOCK - 1) // BLOCK, provider.multiprocessors * 16)
-        self.launch(provider, dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
+        self.launch(provider, dtype, (grid_stride_blocks(provider, count), 1, 1), (BLOCK, 1, 1), *args)

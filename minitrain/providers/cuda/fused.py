@@ -16,20 +16,19 @@ CPU's are (providers/cpu/fused.py):
     make the mean's divisor unknown to the host.
 """
 import math
-import weakref
 
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
 from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha, max_pool_tiles
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
-from .compiler import BLOCK, Kernel
-from .conv import REDUCE_BLOCK, run_primitive
+from .compiler import Kernel
+from .conv.kernels import run_primitive
+from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
-FLOATS = (np.float16, np.float32, np.float64)
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
 BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
 ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
@@ -48,7 +47,7 @@ def bias_activation(ctx, y, bias, beta, layout):
                                     beta, ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
 
 
-@register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def fused_gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
     ta, tb = bool(ctx.attrs["transA"]), bool(ctx.attrs["transB"])
@@ -70,7 +69,7 @@ def fused_gemm(ctx):
     return {"Y": y}
 
 
-@register_kernel("FusedConv", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("FusedConv", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def fused_conv(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
@@ -81,19 +80,14 @@ def fused_conv(ctx):
     return {"Y": y}
 
 
-_reduction_scratch = weakref.WeakKeyDictionary()
-
-
 def reduction_scratch(provider, channels, splits):
     """The partial sums (float64) and the per-channel block counters (zero between launches)
     of activation_grad_bias on `provider`, made once per (channels, splits)."""
-    per_provider = _reduction_scratch.setdefault(provider, {})
-    scratch = per_provider.get((channels, splits))
-    if scratch is None:
+    def make():
         counter = provider.persistent_empty((channels,), np.uint32)
         provider.fill_zero(counter)
-        scratch = per_provider[channels, splits] = (provider.persistent_empty((channels * splits,), np.float64), counter)
-    return scratch
+        return provider.persistent_empty((channels * splits,), np.float64), counter
+    return provider.cache.get(("activation_grad_bias scratch", channels, splits), make)
 
 
 def channel_split(ctx, channels, items):
@@ -109,7 +103,7 @@ def gradient_outputs(ctx, dx, db):
     return {"dX": dx, "dB": db} if ctx.wants("dB") else {"dX": dx}
 
 
-@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def activation_grad_bias(ctx):
     dy, v = ctx.inputs
     prov = ctx.provider
@@ -122,13 +116,13 @@ def activation_grad_bias(ctx):
     if plane > np.iinfo(np.int32).max:
         ctx.fail(f"input 'dY' {tuple(v.shape)} has {plane} elements per (sample, channel); at most 2**31 - 1 here")
     grid, chunk, partial, counter = channel_split(ctx, channels, samples * plane)
-    ACTIVATION_GRAD_BIAS.launch(prov, v.dtype, grid, (REDUCE_BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples,
+    ACTIVATION_GRAD_BIAS.launch(prov, v.dtype, grid, (BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples,
                                 plane, channels, chunk, ACTIVATION_CODES[ctx.attrs["activation"]],
                                 activation_alpha(ctx.attrs))
     return gradient_outputs(ctx, dx, db)
 
 
-@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def max_pool_activation_grad(ctx):
     dy, x = ctx.inputs
     prov = ctx.provider
@@ -149,12 +143,12 @@ def max_pool_activation_grad(ctx):
     samples, channels = x.shape[0], x.shape[1]
     grid, chunk, partial, counter = channel_split(ctx, channels, dy.size // channels)
     MAX_POOL_ACTIVATION_GRAD_BIAS[x.ndim - 2].launch(
-        prov, x.dtype, grid, (REDUCE_BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
+        prov, x.dtype, grid, (BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
         ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs), *geom)
     return gradient_outputs(ctx, dx, db)
 
 
-@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def softmax_cross_entropy_with_grad(ctx):
     scores, labels, dy, weights = (ctx.inputs + [None])[:4]
     prov = ctx.provider
@@ -181,7 +175,7 @@ def softmax_cross_entropy_with_grad(ctx):
                 0 if partial is None else partial, rows, c, d, ignore, has_ignore, loss.REDUCTIONS[reduction],
                 guard.flag)
         if d == 1:     # rows are contiguous: a warp per row
-            blocks = min((rows + loss.WARPS_PER_BLOCK - 1) // loss.WARPS_PER_BLOCK, prov.multiprocessors * 16)
+            blocks = grid_stride_blocks(prov, rows, WARPS_PER_BLOCK)
             SCE_WITH_GRAD["warp", suffix].launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
         else:          # a row's classes are D apart: a thread per row
             SCE_WITH_GRAD["thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)

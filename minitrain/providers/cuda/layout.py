@@ -3,11 +3,11 @@ non-contiguous GPUArray) and Transpose, both one gather kernel (cuda/layout.cu).
 dimension collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares."""
 import numpy as np
 
+from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
 from .compiler import Kernel, module
+from .launch import MAX_RANK
 
-MAX_RANK = 8        # cuda/strided.cuh's MT_MAX_RANK
-FLOATS = (np.float16, np.float32, np.float64)
 
 
 def collapse(shape, *strides):
@@ -83,7 +83,7 @@ def make_contiguous(provider, value):
     return out
 
 
-@register_kernel("Transpose", since=13, provider="cuda", dtypes=FLOATS)
+@register_kernel("Transpose", since=13, provider="cuda", dtypes=FLOAT_TYPES)
 def transpose(ctx):
     x = ctx.inputs[0]
     perm = ctx.attrs["perm"]

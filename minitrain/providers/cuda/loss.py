@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import collections
 import math
-import weakref
 
 import numpy as np
 import pycuda.driver as driver
 
 from ...errors import ShapeError
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import BLOCK, Kernel
+from .compiler import Kernel
+from .launch import BLOCK, MAX_BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
-FLOATS = (np.float16, np.float32, np.float64)
 LABEL_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
 SIGNATURES = {"sce_forward_warp": "PPPPPPqqqqiP", "sce_forward_thread": "PPPPPPqqqqiP",
               "sce_weight_sum": "PPqqqiPP", "sce_grad": "PPPPPPqqqqiiP"}
@@ -31,8 +30,7 @@ KERNELS = {(name, suffix): Kernel("loss", f"{name}_{suffix}", sig)
            for name, sig in SIGNATURES.items() for suffix in LABEL_SUFFIX.values()}
 REDUCE = Kernel("loss", "sce_reduce", "PqiP")
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
-ONE_BLOCK = ((1, 1, 1), (1024, 1, 1))
-WARPS_PER_BLOCK = BLOCK // 32
+ONE_BLOCK = ((1, 1, 1), (MAX_BLOCK, 1, 1))
 
 
 class LabelGuard:
@@ -88,21 +86,15 @@ class LabelGuard:
                                  f"(ignore_index={ignore_index})")
 
 
-_guards = weakref.WeakKeyDictionary()
-
-
 def label_guard(provider):
     """The LabelGuard of `provider` (made on first use)."""
-    guard = _guards.get(provider)
-    if guard is None:
-        guard = _guards[provider] = LabelGuard(provider)
-    return guard
+    return provider.cache.get("label guard", lambda: LabelGuard(provider))
 
 
 def check_labels(provider):
     """Wait for the loss calls queued on `provider` and raise ShapeError if any met a label
     outside [0, C) that is not ignore_index."""
-    guard = _guards.get(provider)
+    guard = provider.cache.find("label guard")
     if guard is not None:
         guard.check(wait=True)
 
@@ -121,7 +113,7 @@ def _label_args(ctx):
     return (0 if ignore is None else ignore), int(ignore is not None)
 
 
-@register_kernel("SoftmaxCrossEntropyLoss", since=12, provider="cuda", dtypes=FLOATS)
+@register_kernel("SoftmaxCrossEntropyLoss", since=12, provider="cuda", dtypes=FLOAT_TYPES)
 def softmax_cross_entropy(ctx):
     scores, labels, weights = (ctx.inputs + [None])[:3]
     prov = ctx.provider
@@ -141,7 +133,7 @@ def softmax_cross_entropy(ctx):
                 loss if partial is None else 0, 0 if partial is None else partial, rows, c, d,
                 *_label_args(ctx), guard.flag)
         if d == 1:     # rows are contiguous: a warp per row
-            blocks = min((rows + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK, prov.multiprocessors * 16)
+            blocks = grid_stride_blocks(prov, rows, WARPS_PER_BLOCK)
             KERNELS["sce_forward_warp", suffix].launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
         else:          # a row's classes are D apart: a thread per row, neighbours reading neighbours
             KERNELS["sce_forward_thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)
@@ -154,7 +146,7 @@ def softmax_cross_entropy(ctx):
     return out
 
 
-@register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def softmax_cross_entropy_grad(ctx):
     dy, log_prob, labels, weights = (ctx.inputs + [None])[:4]
     prov = ctx.provider

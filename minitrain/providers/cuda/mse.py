@@ -7,11 +7,11 @@ mean and sum are reduced in double in a fixed order: per-chunk partial sums, the
 """
 import numpy as np
 
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import BLOCK, Kernel
+from .compiler import Kernel
+from .launch import BLOCK, MAX_BLOCK
 
-FLOATS = (np.float16, np.float32, np.float64)
 NONE = Kernel("loss", "mse_none", "PPPq")
 PARTIAL = Kernel("loss", "mse_partial", "PPPqq")
 FINISH = Kernel("loss", "mse_finish", "PqPd")
@@ -19,7 +19,7 @@ GRAD = Kernel("loss", "mse_grad", "PPPPqT")
 MIN_CHUNK, MAX_PARTIALS = 4096, 1024
 
 
-@register_kernel("MSELoss", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("MSELoss", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def mse(ctx):
     prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size
@@ -37,12 +37,12 @@ def mse(ctx):
     if blocks:
         PARTIAL.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), prediction, target, partial, n, chunk)
     loss = prov.empty((), ctx.dtype)
-    FINISH.launch(prov, ctx.dtype, (1, 1, 1), (1024, 1, 1), partial, blocks, loss,
+    FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, loss,
                   float(n) if reduction == "mean" else 1.0)
     return {"loss": loss}
 
 
-@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS, host_inputs=(0,))
+@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(0,))
 def mse_grad(ctx):
     dy, prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size

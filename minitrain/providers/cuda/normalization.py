@@ -12,12 +12,11 @@ import math
 
 import numpy as np
 
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import Kernel
+from .launch import BLOCK
 
-FLOATS = (np.float16, np.float32, np.float64)
-BLOCK = 256
 
 _partial_stats = Kernel("batchnorm", "bn_partial_stats", "PPqqqi")
 _finalize = Kernel("batchnorm", "bn_finalize", "PPPPPPPPPPPqqTTi")
@@ -59,7 +58,7 @@ def _ptr(value):
     return 0 if value is None else value
 
 
-@register_kernel("BatchNormalization", since=14, provider="cuda", dtypes=FLOATS)
+@register_kernel("BatchNormalization", since=14, provider="cuda", dtypes=FLOAT_TYPES)
 def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
@@ -85,7 +84,7 @@ def batch_normalization(ctx):
     return {k: v for k, v in out.items() if v is not None}
 
 
-@register_kernel("BatchNormalizationGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("BatchNormalizationGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def batch_normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
     provider = ctx.provider

@@ -14,28 +14,23 @@ nothing to the device per step.
 from __future__ import annotations
 
 import collections
-import weakref
 
 import numpy as np
 
 from ...ops.optimizer import tensor_groups
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import BLOCK, Kernel
-from .runtime import device_ptr
+from .compiler import Kernel
+from .driver import device_ptr
+from .launch import BLOCK, MAX_BLOCK, TABLE_COLS
 
-FLOATS = (np.float16, np.float32, np.float64)
 MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor launch
 BLOCKS_PER_SM = 4
-TABLE_COLS = 5          # cuda/optimizer.cu's TABLE_COLS: param, grad, state 1, state 2, count
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPTTi")
 ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPP")
-
-_tables = weakref.WeakKeyDictionary()
-
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -56,7 +51,7 @@ def tensor_table(provider, columns):
     pairs = np.array([(k, start) for k, p in enumerate(params) for start in range(0, p.size, chunk)],
                      np.int64).reshape(-1, 2)
     table = np.concatenate([rows.reshape(-1), pairs.reshape(-1)])
-    cache = _tables.setdefault(provider, collections.OrderedDict())
+    cache = provider.cache.get("optimizer tables", collections.OrderedDict)
     key = table.tobytes()
     device = cache.get(key)
     if device is None:
@@ -81,11 +76,11 @@ def global_norm(ctx, table, tensors, blocks, chunk):
         SQ_NORM.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, tensors, chunk, partial)
     grad_norm = prov.empty((), ctx.dtype)
     scale = prov.empty((1,), np.float64)
-    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (1024, 1, 1), partial, blocks, grad_norm, scale, max_norm)
+    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, grad_norm, scale, max_norm)
     return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
 
 
-@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def sgd(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[1:]
@@ -101,7 +96,7 @@ def sgd(ctx):
     return outputs
 
 
-@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOATS)
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def adam(ctx):
     """The step count (from 1) is read on the device; the CPU kernel checks its range."""
     a = ctx.attrs

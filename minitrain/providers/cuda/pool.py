@@ -1,8 +1,8 @@
 """CUDA kernels of the pooling family (cuda/pool.cu), registered as the CPU's are
 (providers/cpu/pool.py): the same ops, versions, attributes, ranks and errors.
 
-Python settles the geometry with ops/pool_geometry.py (dX's shape of the gradients with the
-CPU's `dx_shape`), pads 1-D and 2-D pooling to 3-D with leading unit axes and passes it to the
+Python settles the geometry with ops/pool_geometry.py (dX's shape of the gradients with its
+`dx_shape`), pads 1-D and 2-D pooling to 3-D with leading unit axes and passes it to the
 kernels as one PoolGeom struct; that depends only on the shapes and attributes, so it is kept
 per signature in a small cache, as the CPU side does.
 
@@ -13,19 +13,16 @@ scatter-add dY into a zeroed dX with atomics.  An Indices value
 outside its (n, c) plane is skipped rather than reported: the CPU kernel raises a ShapeError
 for it, which here would cost a host synchronisation per call.
 """
-import weakref
-
 import numpy as np
 
-from ...ops.pool_geometry import DimGeometry, pool_geometry
-from ...ops.schema import MS_DOMAIN
+from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ..plan_cache import cached_plan as _plan
-from ..cpu.pool import dx_shape
 from .compiler import Kernel
+from .launch import MAX_GRID_X
 
-FLOATS = (np.float16, np.float32, np.float64)
 GEOM = "i" * 21     # struct PoolGeom: size, out, kernel, stride, dilation, pad, pad_end per axis
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
 
@@ -41,14 +38,9 @@ WARP_PLANE = 256        # planes up to this size are reduced a warp each, severa
 _global_avg_pool_grad = Kernel("pool", "global_avg_pool_grad", "PPqq")
 _global_max_pool_grad = Kernel("pool", "global_max_pool_grad", "PPPqq")
 
-_scratch = weakref.WeakKeyDictionary()      # provider -> max_pool_grad_tiles' two counters
-
-
 def pool_dims(ctx, shape, what="input 'X'", attrs=None):
     """The per-axis geometry of pooling `shape` (by ctx's attributes, or `attrs`), padded to
     three axes with unit ones."""
-    if not 3 <= len(shape) <= 5:
-        ctx.fail(f"{what} has shape {tuple(shape)}; pooling needs (N, C, D1[, D2[, D3]])")
     dims = pool_geometry(ctx.attrs if attrs is None else attrs, shape[2:], ctx.fail, what)
     return (_UNIT,) * (3 - len(dims)) + tuple(dims)
 
@@ -91,17 +83,16 @@ def tiles(dims):
 
 
 def _tile_scratch(provider):
-    scratch = _scratch.get(provider)
-    if scratch is None:
-        scratch = _scratch[provider] = provider.persistent_empty((2,), np.uint32)
-        provider.fill_zero(scratch)
-    return scratch
+    """max_pool_grad_tiles' two counters on `provider` (zero between launches)."""
+    def make():
+        counters = provider.persistent_empty((2,), np.uint32)
+        provider.fill_zero(counters)
+        return counters
+    return provider.cache.get("max_pool_grad_tiles counters", make)
 
 
 def max_pool_grad(ctx):
     dy, indices = ctx.inputs[0], ctx.inputs[1]
-    if indices.shape != dy.shape:
-        ctx.fail(f"input 'Indices' has shape {indices.shape}; it must match dY {dy.shape}")
 
     def build():
         shape = dx_shape(ctx, dy)
@@ -196,7 +187,7 @@ def global_pool(ctx, x, y, planes, size, is_max):
     per plane for long ones."""
     if size <= WARP_PLANE:
         per_block = 8
-        _global_pool_warps.launch(ctx.provider, x.dtype, (min(-(-planes // per_block), 65535 * 16), 1, 1),
+        _global_pool_warps.launch(ctx.provider, x.dtype, (min(-(-planes // per_block), MAX_GRID_X), 1, 1),
                                   (32 * per_block, 1, 1), x, y, planes, size, int(is_max))
     else:
         _global_pool.launch(ctx.provider, x.dtype, *_plane_launch(planes, size), x, y, planes, size, int(is_max))
@@ -205,17 +196,13 @@ def global_pool(ctx, x, y, planes, size, is_max):
 def _plane_launch(planes, size):
     """(grid, block) of the one-block-per-plane kernels: a block as wide as the plane needs."""
     threads = 32 if size <= 256 else 128 if size <= 4096 else 256
-    return (min(planes, 65535 * 16), 1, 1), (threads, 1, 1)
+    return (min(planes, MAX_GRID_X), 1, 1), (threads, 1, 1)
 
 
 def _global(is_max):
     def kernel(ctx):
         x = ctx.inputs[0]
-        if not 3 <= x.ndim <= 5:
-            ctx.fail(f"input 'X' has shape {x.shape}; pooling needs (N, C, D1[, D2[, D3]])")
         planes, size = split_planes(x.shape)
-        if size == 0:
-            ctx.fail(f"input 'X' {x.shape} has an empty spatial axis")
         y = ctx.provider.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
         if planes:
             global_pool(ctx, x, y, planes, size, is_max)
@@ -237,9 +224,6 @@ def global_average_pool_grad(ctx):
 
 def global_max_pool_grad(ctx):
     dy, x = ctx.inputs[0], ctx.inputs[1]
-    expected = tuple(x.shape[:2]) + (1,) * (x.ndim - 2)
-    if not 3 <= x.ndim <= 5 or dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {x.shape} gives {expected}")
     planes, size = split_planes(x.shape)
     dx = ctx.provider.empty(x.shape, x.dtype)
     if planes and size:
@@ -250,7 +234,7 @@ def global_max_pool_grad(ctx):
 
 def _register(op, ranges, fn, **kwargs):
     for since, end in ranges:
-        register_kernel(op, since=since, end=end, provider="cuda", dtypes=FLOATS, **kwargs)(fn)
+        register_kernel(op, since=since, end=end, provider="cuda", dtypes=FLOAT_TYPES, **kwargs)(fn)
 
 
 # the CPU's version ranges (the attributes each version accepts are the schema's business)

@@ -13,7 +13,6 @@ copy, drawing a Dropout seed) is handed to the capture instead of done once (`pe
 from __future__ import annotations
 
 import contextlib
-import weakref
 
 import numpy as np
 import pycuda.driver as driver
@@ -21,33 +20,32 @@ from pycuda.gpuarray import GPUArray
 from pycuda.tools import DeviceMemoryPool
 
 from ..base import Provider
-from .device import primary_context
-
-_providers = weakref.WeakSet()
-
-
-def release_pools():
-    """Free the blocks every live provider's pool holds (at exit, before the context goes)."""
-    for provider in list(_providers):
-        provider.pool.stop_holding()
-
-
-def device_ptr(value):
-    """The device address of a GPUArray (0 for an empty one), as a kernel argument."""
-    return int(value.gpudata) if value.gpudata is not None else 0
+from ..cuda_options import ConvSearchOptions
+from .capture.fetch import FetchRing
+from .capture.step_graph import StepGraphs
+from .capture.uploads import UploadRing
+from .compiler import module
+from .driver import primary_context, register_provider
+from .layout import make_contiguous
+from .libs.cublas import CublasHandle
+from .session_cache import SessionCache
 
 
 class CudaProvider(Provider):
     """The "cuda" provider; `use_tf32` lets float32 GEMMs use TF32 tensor cores (off: strict
-    FP32, as PyTorch's and ONNX Runtime's defaults)."""
+    FP32, as PyTorch's and ONNX Runtime's defaults); `conv_search` (a ConvSearchOptions or a
+    dict of its fields) sets how convolutions pick their algorithm.  `cache` holds what the
+    kernels keep for this provider between calls."""
     name = "cuda"
 
-    def __init__(self, use_tf32=False):
+    def __init__(self, use_tf32=False, conv_search=None):
         self.context = primary_context()
         self.device = self.context.get_device()
         self.stream = driver.Stream()
         self.pool = DeviceMemoryPool()
         self.use_tf32 = bool(use_tf32)
+        self.conv_search = ConvSearchOptions.of(conv_search)
+        self.cache = SessionCache()
         self.multiprocessors = self.device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
         self.compute_capability = self.device.compute_capability()
         self._blas = None
@@ -57,7 +55,7 @@ class CudaProvider(Provider):
         self._upload_ring = None
         self._fetch_ring = None
         self._spin = None
-        _providers.add(self)
+        register_provider(self)
 
     def add_sync_check(self, check):
         """Call `check()` whenever the host has waited for this stream: kernels that find bad
@@ -69,14 +67,14 @@ class CudaProvider(Provider):
         for check in self._sync_checks:
             check()
 
-    def for_session(self, use_tf32=None):
-        return CudaProvider(self.use_tf32 if use_tf32 is None else use_tf32)
+    def for_session(self, use_tf32=None, conv_search=None):
+        return CudaProvider(self.use_tf32 if use_tf32 is None else use_tf32,
+                            self.conv_search if conv_search is None else conv_search)
 
     @property
     def blas(self):
         """This provider's cuBLAS handle, bound to its stream (created on first use)."""
         if self._blas is None:
-            from .cublas import CublasHandle
             self._blas = CublasHandle(self.stream, self.use_tf32)
         return self._blas
 
@@ -130,7 +128,6 @@ class CudaProvider(Provider):
             self.capture.uploads.append((value, make))
             return value
         if self._upload_ring is None:
-            from .uploads import UploadRing
             self._upload_ring = UploadRing(self)
         return self._upload_ring.upload(np.asarray(make(), dtype).reshape(shape))
 
@@ -162,7 +159,6 @@ class CudaProvider(Provider):
         """`value` when C-contiguous, else a C-contiguous device copy (kernels index densely)."""
         if value.flags.c_contiguous:
             return value
-        from .layout import make_contiguous
         return make_contiguous(self, value)
 
     def copy_into(self, dst, src):
@@ -179,16 +175,13 @@ class CudaProvider(Provider):
 
     def fetch_async(self, values):
         if self._fetch_ring is None:
-            from .fetch import FetchRing
             self._fetch_ring = FetchRing(self)
         return self._fetch_ring.fetch(values)
 
     def step_graphs(self, executor):
-        from .step_graph import StepGraphs
         return StepGraphs(executor, self)
 
     def hold(self, seconds):
-        from .compiler import module
         if self._spin is None:
             self._spin = module("timing").get_function("spin")
             self._spin.prepare("q")

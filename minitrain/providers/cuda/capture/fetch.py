@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pycuda.driver as driver
 
-from ..pending import PendingValues
+from ...pending import PendingValues
 
 SLOTS = 8
 

@@ -8,9 +8,9 @@ run, until the graph is launched.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
-from ...errors import MinitrainError
+from ....errors import MinitrainError
+from .loader import SharedLibrary, driver_library_path
 
 CAPTURE_MODE_RELAXED = 2
 _p = ctypes.c_void_p
@@ -24,23 +24,12 @@ _SIGNATURES = {
     "cuGraphGetNodes": [_p, _p, ctypes.POINTER(ctypes.c_size_t)],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
 }
-_library = None
+library = SharedLibrary(lambda: ctypes.CDLL(driver_library_path()), _SIGNATURES)
+"""libcuda with the graph functions' argument types set (loaded on first use)."""
 
 
 class CudaGraphError(MinitrainError):
     """A CUDA Graph call failed (capture, instantiation or launch)."""
-
-
-def library():
-    """libcuda with the graph functions' argument types set (loaded on first use)."""
-    global _library
-    if _library is None:
-        lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
-        for name, args in _SIGNATURES.items():
-            getattr(lib, name).argtypes = args
-            getattr(lib, name).restype = ctypes.c_int
-        _library = lib
-    return _library
 
 
 def _check(status, call):
@@ -54,28 +43,27 @@ class CapturedGraph:
     """One captured and instantiated graph; launched on a stream, destroyed with the object."""
 
     def __init__(self, graph):
+        self._lib = library()
         self._graph = graph
         self._exec = _p()
-        _check(library().cuGraphInstantiateWithFlags(ctypes.byref(self._exec), graph, 0),
+        _check(self._lib.cuGraphInstantiateWithFlags(ctypes.byref(self._exec), graph, 0),
                "cuGraphInstantiateWithFlags")
 
     @property
     def node_count(self):
         """The graph's node count (kernels, copies, memsets)."""
         count = ctypes.c_size_t(0)
-        _check(library().cuGraphGetNodes(self._graph, None, ctypes.byref(count)), "cuGraphGetNodes")
+        _check(self._lib.cuGraphGetNodes(self._graph, None, ctypes.byref(count)), "cuGraphGetNodes")
         return count.value
 
     def launch(self, stream):
-        _check(library().cuGraphLaunch(self._exec, _p(stream.handle)), "cuGraphLaunch")
+        _check(self._lib.cuGraphLaunch(self._exec, _p(stream.handle)), "cuGraphLaunch")
 
     def __del__(self):
-        lib = _library
-        if lib is not None:
-            if self._exec:
-                lib.cuGraphExecDestroy(self._exec)
-            if self._graph:
-                lib.cuGraphDestroy(self._graph)
+        if self._exec:
+            self._lib.cuGraphExecDestroy(self._exec)
+        if self._graph:
+            self._lib.cuGraphDestroy(self._graph)
 
 
 class StreamCapture:

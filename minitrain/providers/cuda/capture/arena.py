@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pycuda.driver as driver
 
-from ...errors import MinitrainError
-from ...memory_plan import check_disjoint, pack
+from ....errors import MinitrainError
+from ....memory_plan import check_disjoint, pack
 
 
 class ArenaMismatch(MinitrainError):

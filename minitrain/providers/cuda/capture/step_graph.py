@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pycuda.driver as driver
 
-from ...step_replay import Signature, StepReplay
+from ....step_replay import Signature, StepReplay
 from .arena import AllocationTrace, ArenaAllocator
-from .graphs import StreamCapture
+from ..libs.graphs import StreamCapture
 
 log = logging.getLogger("minitrain.capture")
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import Kernel
+from ..compiler import Kernel
+from ..launch import BLOCK, MAX_GRID_X, WARPS_PER_BLOCK
 
 CHUNK = 4096
-BLOCK = 256
-MAX_BLOCKS = 1 << 20
 
 _add_bias = Kernel("conv", "add_bias", "PPqqqq")
 _partial = Kernel("conv", "bias_grad_partial", "PPqqq")
 _sum_slices = Kernel("conv", "sum_slices", "PPqq")
-WARPS_PER_BLOCK = BLOCK // 32
 
 
 def _rows(value, channels):
@@ -33,7 +31,7 @@ def add_bias(provider, y, bias, channels):
     """y (N, channels, ...) += bias[channel], in place."""
     rows, plane, chunks = _rows(y, channels)
     if rows * chunks:
-        _add_bias.launch(provider, y.dtype, (min(rows * chunks, MAX_BLOCKS), 1, 1), (BLOCK, 1, 1), y, bias, rows, plane,
+        _add_bias.launch(provider, y.dtype, (min(rows * chunks, MAX_GRID_X), 1, 1), (BLOCK, 1, 1), y, bias, rows, plane,
                          channels, CHUNK)
 
 
@@ -45,7 +43,7 @@ def bias_grad(provider, dy, db):
         provider.fill_zero(db)
         return
     part = provider.empty((rows * chunks,), np.float64 if dy.dtype == np.float64 else np.float32)
-    _partial.launch(provider, dy.dtype, (min(rows * chunks, MAX_BLOCKS), 1, 1), (BLOCK, 1, 1), dy, part, rows, plane,
+    _partial.launch(provider, dy.dtype, (min(rows * chunks, MAX_GRID_X), 1, 1), (BLOCK, 1, 1), dy, part, rows, plane,
                     CHUNK)
     sum_slices(provider, part, db, channels, dy.shape[0] * chunks)
 
@@ -53,5 +51,5 @@ def bias_grad(provider, dy, db):
 def sum_slices(provider, part, out, count, slices):
     """out[i] = the sum over s < slices of part[s * count + i] (part in float32, float64 for
     float64 out), in a fixed order: one warp per element."""
-    blocks = min(-(-count // WARPS_PER_BLOCK), MAX_BLOCKS)
+    blocks = min(-(-count // WARPS_PER_BLOCK), MAX_GRID_X)
     _sum_slices.launch(provider, out.dtype, (blocks, 1, 1), (BLOCK, 1, 1), part, out, count, slices)

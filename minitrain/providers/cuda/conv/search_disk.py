@@ -17,7 +17,7 @@ import tempfile
 
 import pycuda.driver as driver
 
-from . import cudnn
+from ..libs import cudnn
 
 log = logging.getLogger("minitrain.cuda.conv")
 

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import Kernel
-from .conv_bias import sum_slices
+from ..compiler import Kernel
+from ..launch import BLOCK, MAX_GRID_Y, ROWS_X
+from .bias import sum_slices
 
 MAX_CHANNELS = 8
 MAX_TAPS = 25
 MAX_WEIGHT_WORK = 1 << 14      # weight elements (pairs x taps) the weight gradient takes on
 SHARED_LIMIT = 48 << 10
-BLOCK = 256
-MAX_GRID_Y = 65535
 SLICE_BLOCKS = 512             # weight-gradient blocks to aim for (about 4 per H100 multiprocessor)
 TILE_GEO = "i" * 15
 
@@ -148,7 +147,6 @@ class Tiled:
 
 _rows = {(direction, kw): Kernel("conv_tiled", f"rows_{direction}_k{kw}", "PPPPqi" + TILE_GEO)
          for direction in ("forward", "data") for kw in (3, 5)}
-ROWS_X = 4      # outputs of a row per thread (cuda/conv_tiled.cu)
 
 
 class Rows:

@@ -1,10 +1,10 @@
 """cuBLAS through ctypes: row-major GEMMs on GPUArrays, queued on a provider's stream.
 
-The library is found by cuda-pathfinder (NVIDIA's locator of CUDA libraries in pip wheels,
-conda or the toolkit), loaded once per process.  Every product goes through cublasGemmEx or
-cublasGemmStridedBatchedEx with an explicit compute type: float16 data accumulate in float32
-(CUBLAS_COMPUTE_32F), float32 is strict FP32 unless the provider opted into TF32
-(CUBLAS_COMPUTE_32F_FAST_TF32, ONNX Runtime's use_tf32), float64 uses CUBLAS_COMPUTE_64F.
+The library is found by cuda-pathfinder and loaded once per process (loader.py).  Every
+product goes through cublasGemmEx or cublasGemmStridedBatchedEx with an explicit compute type:
+float16 data accumulate in float32 (CUBLAS_COMPUTE_32F), float32 is strict FP32 unless the
+provider opted into TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, ONNX Runtime's use_tf32), float64 uses
+CUBLAS_COMPUTE_64F.
 
 cuBLAS is column-major; a C-contiguous matrix read column-major is its transpose, so the
 row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T with the
@@ -16,7 +16,8 @@ import ctypes
 
 import numpy as np
 
-from ...errors import MinitrainError, ProviderUnavailableError
+from ....errors import MinitrainError
+from .loader import SharedLibrary, nvidia_library_path
 
 # cublas_api.h / library_types.h
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
@@ -35,33 +36,11 @@ _SIGNATURES = {
     "cublasGemmEx": [_p, _i, _i, _i, _i, _i, _p, _p, _i, _i, _p, _i, _i, _p, _p, _i, _i, _i, _i],
     "cublasGemmStridedBatchedEx": [_p, _i, _i, _i, _i, _i, _p, _p, _i, _i, _ll, _p, _i, _i, _ll, _p,
                                    _p, _i, _i, _ll, _i, _i, _i],
+    "cublasGetStatusName": ([_i], ctypes.c_char_p),
 }
 
-_library = None
-
-
-def library():
-    """The cuBLAS shared library with the entry points used here typed (loaded once)."""
-    global _library
-    if _library is None:
-        try:
-            from cuda.pathfinder import load_nvidia_dynamic_lib
-        except ImportError as e:
-            raise ProviderUnavailableError(
-                f"the 'cuda' provider finds cuBLAS with cuda-pathfinder, which is not installed ({e}); "
-                "pip install cuda-pathfinder nvidia-cublas") from None
-        try:
-            lib = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
-        except Exception as e:
-            raise ProviderUnavailableError(
-                f"the 'cuda' provider needs cuBLAS, which cuda-pathfinder could not load: {e}; "
-                "pip install nvidia-cublas or install the CUDA toolkit") from None
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = argtypes, ctypes.c_int
-        lib.cublasGetStatusName.argtypes, lib.cublasGetStatusName.restype = [ctypes.c_int], ctypes.c_char_p
-        _library = lib
-    return _library
+library = SharedLibrary(lambda: ctypes.CDLL(nvidia_library_path("cublas", "nvidia-cublas")), _SIGNATURES)
+"""The cuBLAS shared library with the entry points used here typed (loaded once)."""
 
 
 class CublasError(MinitrainError, RuntimeError):

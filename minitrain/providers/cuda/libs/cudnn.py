@@ -1,24 +1,22 @@
-"""cuDNN 9's legacy convolution API through ctypes: the cuDNN algorithms of the conv search.
+"""cuDNN 9's legacy convolution API through ctypes: handles, descriptors and algorithm queries.
 
 libcudnn is found by cuda-pathfinder (the nvidia-cudnn-cu13 wheel, conda or a system install)
 and loaded on first use; cuDNN 9's shim then dlopens its sub-libraries (libcudnn_graph,
 libcudnn_ops, libcudnn_cnn, the engines) by soname, so the ones beside it are loaded first,
 globally, as PyTorch does: a cuDNN of another version elsewhere on the loader's path cannot
-then be mixed in.  When libcudnn cannot be loaded, `available()` is False, the family below
-offers no algorithm and the search runs on minitrain's own kernels alone.
+then be mixed in.  When libcudnn cannot be loaded, `available()` is False, the conv search's
+cuDNN families offer no algorithm and it runs on minitrain's own kernels alone.
 
-The three primitives of conv.py map onto cuDNN's calls on one descriptor set (image tensor x,
-filter w, column tensor y, convolution descriptor; cross-correlation, NCHW, 1D as 2D with a
-unit axis):
+The three primitives of conv/kernels.py map onto cuDNN's calls on one descriptor set (image
+tensor x, filter w, column tensor y, convolution descriptor; cross-correlation, NCHW, 1D as 2D
+with a unit axis):
   * forward (columns = W (*) image):  cudnnConvolutionForward(x -> y)
   * data (image = W^T (*) columns):   cudnnConvolutionBackwardData(y -> x)  (ConvTranspose)
   * weight (dW):                      cudnnConvolutionBackwardFilter(x, y -> dw)
-with the bias added by conv_bias.py's kernel (cudnnAddTensor took a third longer).  For a key, CudnnFamily asks the _v7 heuristic for the
-direction's algorithms and offers one CudnnAlgorithm per supported algorithm (its workspace
-from cudnnGet*WorkspaceSize, its determinism and math type from the answer); the search times
-them with its own (and with the backend API's engine configurations, cudnn_backend.py, which
-reach the engines these legacy calls do not).  cuDNN takes symmetric pads only: other keys stay
-on minitrain's kernels.
+The search's candidates made of them are in conv/cudnn_algorithms.py (and the backend API's
+engine configurations, cudnn_backend.py and conv/cudnn_engines.py, which reach the engines
+these legacy calls do not).  cuDNN takes symmetric pads only: other keys stay on minitrain's
+kernels.
 
 Math types: float16 data compute in float32 (PSEUDO_HALF) with tensor ops allowed; float32
 runs CUDNN_FMA_MATH unless the provider allows TF32 (CUDNN_DEFAULT_MATH would allow TF32 on
@@ -32,14 +30,10 @@ import logging
 import math
 import os
 import threading
-import weakref
 from functools import lru_cache
 
-import numpy as np
-
-from ...errors import MinitrainError
-from . import conv_bias
-from .runtime import device_ptr
+from ....errors import MinitrainError
+from .loader import SharedLibrary, nvidia_library_path
 
 log = logging.getLogger("minitrain.cuda.cudnn")
 
@@ -108,6 +102,8 @@ _SIGNATURES = {
     "cudnnConvolutionForward": _RUN,
     "cudnnConvolutionBackwardData": _RUN,
     "cudnnConvolutionBackwardFilter": _RUN,
+    "cudnnGetErrorString": ([_i], ctypes.c_char_p),
+    "cudnnGetVersion": ([], ctypes.c_size_t),
 }
 # per direction: the _v7 query, the workspace query and the call; each takes its descriptors
 # in the order DESCRIPTORS names (plan attributes)
@@ -135,10 +131,10 @@ _failure = None
 _lock = threading.RLock()
 
 
-def _load():
-    """libcudnn with its sub-libraries loaded and the entry points used here typed."""
-    from cuda.pathfinder import load_nvidia_dynamic_lib
-    path = load_nvidia_dynamic_lib("cudnn").abs_path
+def _open():
+    """libcudnn, opened globally after the sub-libraries beside it (dependencies first), so the
+    shim's own dlopen of them finds these."""
+    path = nvidia_library_path("cudnn", "nvidia-cudnn-cu13")
     lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     folder = os.path.dirname(path)
     found = {os.path.basename(p): p for p in glob.glob(os.path.join(folder, "libcudnn_*.so.9"))}
@@ -148,14 +144,18 @@ def _load():
             ctypes.CDLL(found[name], mode=ctypes.RTLD_GLOBAL)
         except OSError as e:   # cuDNN reports what it then misses (SUBLIBRARY_LOADING_FAILED)
             log.info("cuDNN: could not preload %s: %s", name, e)
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int
-    lib.cudnnGetErrorString.argtypes, lib.cudnnGetErrorString.restype = [ctypes.c_int], ctypes.c_char_p
-    lib.cudnnGetVersion.argtypes, lib.cudnnGetVersion.restype = [], ctypes.c_size_t
+    return lib
+
+
+_shared = SharedLibrary(_open, _SIGNATURES)
+
+
+def _load():
+    """libcudnn with the entry points used here typed, if it is cuDNN 9."""
+    lib = _shared()
     version = lib.cudnnGetVersion()
     if version // 10000 != 9:
-        raise CudnnUnavailable(f"{path} is cuDNN {version}; these bindings are for cuDNN 9")
+        raise CudnnUnavailable(f"the libcudnn found is cuDNN {version}; these bindings are for cuDNN 9")
     return lib
 
 
@@ -235,18 +235,9 @@ class Handle:
                 pass
 
 
-_handles = weakref.WeakKeyDictionary()
-
-
 def handle_for(provider):
     """The provider's cuDNN handle (created on first use, bound to its stream)."""
-    with _lock:
-        handle = _handles.get(provider)
-    if handle is None:
-        handle = Handle(provider.stream)
-        with _lock:
-            handle = _handles.setdefault(provider, handle)
-    return handle.handle
+    return provider.cache.get("cudnn handle", lambda: Handle(provider.stream)).handle
 
 
 def _as_2d(values, fill):
@@ -344,94 +335,3 @@ def math_types(key):
     if key.dtype == "float32":
         return CUDNN_FMA_MATH, {CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH}, CUDNN_FMA_MATH
     return CUDNN_DEFAULT_MATH, {CUDNN_DEFAULT_MATH, CUDNN_FMA_MATH}, None
-
-
-class CudnnAlgorithm:
-    """One cuDNN algorithm of one direction, as the _v7 heuristic offered it for one key."""
-    family = "cudnn"
-
-    def __init__(self, direction, algo, math_type, workspace, deterministic, rank):
-        self.direction, self.algo, self.math_type = direction, algo, math_type
-        self.workspace, self.deterministic, self.rank = workspace, deterministic, rank
-        tensor_op = math_type in (CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
-        self.name = PREFIX[direction] + ALGORITHM_NAMES[direction][algo] + ("_tensor_op" if tensor_op else "")
-
-    def __repr__(self):
-        return f"<{self.name} workspace={self.workspace}>"
-
-    def workspace_bytes(self, key):
-        return self.workspace
-
-    def supports(self, key):
-        return True   # made for its key by CudnnFamily
-
-    def heuristic_rank(self, key):
-        return self.rank
-
-    def run(self, provider, key, buffers):
-        plan = plan_for(key.geom, key.n, key.dtype)
-        handle = handle_for(provider)
-        scalar = ctypes.c_double if key.dtype == "float64" else ctypes.c_float
-        one, zero = scalar(1.0), scalar(0.0)
-        workspace = provider.empty((self.workspace,), np.uint8) if self.workspace else None
-        if self.direction == "weight":
-            cols, img, out = buffers
-            operands, bias = (img, cols), None
-        else:
-            source, w, bias, out = buffers
-            operands = (source, w) if self.direction == "forward" else (w, source)
-        descriptors = [getattr(plan, name) for name in DESCRIPTORS[self.direction]]
-        call(CALLS[self.direction][2], handle, ctypes.byref(one), descriptors[0], device_ptr(operands[0]),
-             descriptors[1], device_ptr(operands[1]), plan.conv(self.math_type), self.algo,
-             device_ptr(workspace) if workspace is not None else None, self.workspace, ctypes.byref(zero),
-             descriptors[2], device_ptr(out))
-        if bias is not None:
-            conv_bias.add_bias(provider, out, bias, out.shape[1])
-
-
-class CudnnFamily:
-    """cuDNN's algorithms for a key, for the search to time with minitrain's own: `for_key`
-    returns one CudnnAlgorithm per algorithm the _v7 heuristic finds supported (none when
-    libcudnn is missing or the key is not for cuDNN).  `own_first(key)`: whether the heuristic
-    mode should still try minitrain's kernels before cuDNN's (the small-channel shapes its
-    direct kernel is for); otherwise cuDNN's first choice leads."""
-
-    def __init__(self, own_first):
-        self.own_first = own_first
-
-    def for_key(self, provider, key):
-        if not supports(key) or not available():
-            return []
-        try:
-            return self._query(provider, key)
-        except CudnnError as e:
-            log.warning("cuDNN offers no algorithm for %s: %s", key, e)
-            return []
-
-    def _query(self, provider, key):
-        plan = plan_for(key.geom, key.n, key.dtype)
-        handle = handle_for(provider)
-        query_math, allowed, forced = math_types(key)
-        query, workspace_query, _ = CALLS[key.direction]
-        descriptors = [getattr(plan, name) for name in DESCRIPTORS[key.direction]]
-        count = len(ALGORITHM_NAMES[key.direction])
-        perfs, returned = (AlgoPerf * count)(), ctypes.c_int(0)
-        call(query, handle, descriptors[0], descriptors[1], plan.conv(query_math), descriptors[2], count,
-             ctypes.byref(returned), perfs)
-        base = 0.5 if self.own_first(key) else -1.0
-        found, names = [], set()
-        for perf in perfs[:returned.value]:
-            if perf.status != CUDNN_STATUS_SUCCESS or perf.mathType not in allowed:
-                continue
-            math_type = perf.mathType if forced is None else forced
-            size = ctypes.c_size_t(0)
-            status = getattr(library(), workspace_query)(handle, descriptors[0], descriptors[1], plan.conv(math_type),
-                                                         descriptors[2], perf.algo, ctypes.byref(size))
-            if status != CUDNN_STATUS_SUCCESS:
-                continue
-            algorithm = CudnnAlgorithm(key.direction, perf.algo, math_type, size.value,
-                                       perf.determinism == CUDNN_DETERMINISTIC, base + len(found) / 100)
-            if algorithm.name not in names:
-                names.add(algorithm.name)
-                found.append(algorithm)
-        return found

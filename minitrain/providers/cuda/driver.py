@@ -1,10 +1,32 @@
-"""Finding the GPU: pycuda importable, the driver initialised, a device present.  Each missing
-piece is a ProviderUnavailableError that names it, never an ImportError from deep inside."""
+"""The bottom of the CUDA provider: finding the GPU (pycuda importable, the driver initialised, a
+device present; each missing piece is a ProviderUnavailableError that names it, never an
+ImportError from deep inside), the process's one primary context, device pointers, and the
+live providers whose pools are returned before the context goes."""
+import atexit
+import gc
 import os
+import weakref
 
 from ...errors import ProviderUnavailableError
 
 _context = None
+_providers = weakref.WeakSet()
+
+
+def register_provider(provider):
+    """Track `provider` (it has a `pool`) so its pool is freed at exit while the context lives."""
+    _providers.add(provider)
+
+
+def release_pools():
+    """Free the blocks every live provider's pool holds (at exit, before the context goes)."""
+    for provider in list(_providers):
+        provider.pool.stop_holding()
+
+
+def device_ptr(value):
+    """The device address of a GPUArray (0 for an empty one), as a kernel argument."""
+    return int(value.gpudata) if value.gpudata is not None else 0
 
 
 def check_available():
@@ -34,19 +56,14 @@ def primary_context():
     memory that minitrain's pools hold is returned."""
     global _context
     if _context is None:
-        import atexit
-
-        import pycuda.driver as driver
+        import pycuda.driver as driver      # present: check_available ran when the package loaded
+        from pycuda.tools import clear_context_caches
         device = driver.Device(device_index())
         _context = device.retain_primary_context()
         _context.push()
 
         def release():
             global _context
-            import gc
-
-            from pycuda.tools import clear_context_caches
-            from .runtime import release_pools
             gc.collect()            # device objects nobody holds go while the context is current
             release_pools()
             _context.pop()

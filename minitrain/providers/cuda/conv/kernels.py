@@ -6,18 +6,18 @@ As on the CPU (providers/cpu/conv.py), three primitives on a ConvGeometry do all
   * weight:  dW = columns . im2col(image)   (ConvGrad's dW; ConvTransposeGrad's dW, X and dY
                                              swapped, as ONNX Runtime's ConvTransposeGrad does)
 and the bias gradient is a per-channel block reduction.  Two algorithms of minitrain's own serve
-each primitive, ranked per shape by the search of conv_search.py with cuDNN's (cudnn.py, when
-libcudnn 9 loads and the pads are symmetric):
+each primitive, ranked per shape by the search of search.py with cuDNN's (cudnn_algorithms.py
+and cudnn_engines.py, when libcudnn 9 loads and the pads are symmetric):
   * Im2colGemm: im2col (vol2col) of a chunk of samples into a pooled workspace, then cuBLAS
     GEMMs strided-batched over samples or groups; col2im gathers the data gradient; the weight
     gradient takes one GEMM per sample and sums the partials in a fixed order.  1x1 stride-1
     unpadded convolutions skip im2col/col2im (the image is the column matrix).
   * Direct: one thread per output element (one block per weight element for dW), for depthwise
     and small-channel convolutions (LeNet's first layer), no workspace.
-  * Tiled and Rows (conv_tiled.py): the same shapes in 1D and 2D, from shared-memory windows
+  * Tiled and Rows (tiled.py): the same shapes in 1D and 2D, from shared-memory windows
     (two tile heights) or from registers (4 outputs of a row per thread, unit column stride).
 The kernels are in cuda/conv.cu and cuda/conv_tiled.cu; none uses atomics, so every result is
-deterministic.  The bias is conv_bias.py's.
+deterministic.  The bias is bias.py's.
 """
 from __future__ import annotations
 
@@ -25,21 +25,21 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...ops.conv_geometry import geometry_for
-from ...ops.schema import MS_DOMAIN
-from ...ops.shape_utils import numel
-from ...registry import register_kernel
-from ..cpu.conv import geo_array
-from . import conv_search, cudnn, cudnn_backend
-from .conv_bias import add_bias, bias_grad
-from .conv_tiled import Rows, Tiled
-from .compiler import Kernel
-from .runtime import device_ptr
+from ....ops.conv_geometry import geometry_for, packed_geometry
+from ....ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ....ops.shape_utils import numel
+from ....registry import register_kernel
+from ..compiler import Kernel
+from ..driver import device_ptr
+from ..launch import BLOCK, MAX_GRID_Y
+from . import search as conv_search
+from .bias import add_bias, bias_grad
+from .cudnn_algorithms import CudnnFamily
+from .cudnn_engines import BackendFamily
+from .tiled import Rows, Tiled
 
 # im2col workspace per chunk of samples (at least one sample's worth).
 CHUNK_BYTES = 256 << 20
-REDUCE_BLOCK = 256
-MAX_GRID_Y = 65535
 GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
@@ -52,8 +52,8 @@ _direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
 
 @lru_cache(maxsize=1024)
 def geo_args(geom):
-    """The ConvGeo argument (21 ints, every rank as 3D): the CPU core's geometry array."""
-    return tuple(int(v) for v in geo_array(geom))
+    """The ConvGeo argument (21 ints, every rank as 3D)."""
+    return packed_geometry(geom)
 
 
 class Sizes:
@@ -95,13 +95,13 @@ def _gemm2(provider, trans_a, trans_b, a, b, c, batches, groups):
 def _launch_rows(kernel, provider, dtype, rows, width, *args):
     """A kernel whose blocks stride over `rows` along y and over a row's `width` along x."""
     if rows > 0 and width > 0:
-        grid = (min(-(-width // REDUCE_BLOCK), 1024), min(rows, MAX_GRID_Y), 1)
-        kernel.launch(provider, dtype, grid, (REDUCE_BLOCK, 1, 1), *args)
+        grid = (min(-(-width // BLOCK), 1024), min(rows, MAX_GRID_Y), 1)
+        kernel.launch(provider, dtype, grid, (BLOCK, 1, 1), *args)
 
 
 def _launch_blocks(kernel, provider, dtype, blocks, *args):
     if blocks > 0:
-        kernel.launch(provider, dtype, (blocks, 1, 1), (REDUCE_BLOCK, 1, 1), *args)
+        kernel.launch(provider, dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
 
 
 # --------------------------------------------------------------------------- algorithms
@@ -241,7 +241,7 @@ class Direct:
 ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows()]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
-FAMILIES = [cudnn.CudnnFamily(own_first=Direct.suits), cudnn_backend.BackendFamily(own_first=Direct.suits)]
+FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]
 
 
 def run_primitive(ctx, direction, geom, n, buffers):
@@ -328,10 +328,9 @@ def conv_transpose_grad_kernel(ctx):
     return out
 
 
-_FLOATS = (np.float16, np.float32, np.float64)
-register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=_FLOATS)(conv_kernel)
-register_kernel("Conv", since=11, provider="cuda", dtypes=_FLOATS)(conv_kernel)
-register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=_FLOATS)(conv_transpose_kernel)
-register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=_FLOATS)(conv_transpose_kernel)
-register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=_FLOATS)(conv_grad_kernel)
-register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=_FLOATS)(conv_transpose_grad_kernel)
+register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=FLOAT_TYPES)(conv_kernel)
+register_kernel("Conv", since=11, provider="cuda", dtypes=FLOAT_TYPES)(conv_kernel)
+register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_kernel)
+register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_kernel)
+register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(conv_grad_kernel)
+register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_grad_kernel)

@@ -3,7 +3,7 @@
 An algorithm is an object with a `name`, `workspace_bytes(key)` (device scratch one run needs),
 `supports(key)` and `run(provider, key, buffers)`.  For a ConvKey seen for the first time,
 `execute` times every algorithm that supports the key and whose workspace fits (the device's
-free memory less 10% for fragmentation, or `OPTIONS.workspace_limit` when lower) with CUDA
+free memory less 10% for fragmentation, or the options' `workspace_limit` when lower) with CUDA
 events on the real buffers, after one untimed warm-up run each (kernel compilation, cuBLAS
 set-up), the timed runs queued behind a spin kernel so that only GPU time counts, and caches
 the ranking, fastest first, in a bounded LRU.  Every call then tries the
@@ -12,22 +12,14 @@ pool cannot serve) the next takes over, and the fallback is logged once per key 
 
 An entry of the algorithm list may instead be a family (an object with `for_key(provider,
 key)`): on a cache miss it stands for the algorithms it returns for that key, which are then
-filtered, timed and ranked with the others.  cuDNN is one (cudnn.py: one algorithm per
-algorithm its _v7 heuristic finds for the key, none without libcudnn).
+filtered, timed and ranked with the others.  cuDNN's are two (cudnn_algorithms.py: one
+algorithm per algorithm its _v7 heuristic finds for the key; cudnn_engines.py: its engine
+configurations; none without libcudnn).
 
-OPTIONS (module-wide, like PyTorch's torch.backends.cudnn flags):
-  mode: "exhaustive" (time the candidates, the default), "heuristic" (each algorithm's own
-        `heuristic_rank(key)`, lowest first; nothing timed) or "fixed" (`algorithm` first,
-        the others as fallbacks);
-  algorithm: for mode "fixed", an algorithm's name or a family's (an algorithm's `family`
-        attribute, "cudnn": its algorithms first, in the family's order);
-  deterministic: only algorithms whose results do not depend on scheduling (`deterministic`
-        attribute; minitrain's own kernels all are);
-  workspace_limit: bytes, or None for free memory less 10%;
-  cache_dir: a folder for rankings on disk (conv_search_disk.py; its `default_folder()` sits
-        beside pycuda's kernel cache), or None (the default) to keep them in memory only.  In
-        exhaustive mode a key missing from memory is looked up there before it is timed: the
-        stored names order the candidates (new ones after them) and nothing is timed.
+The options (mode, algorithm, deterministic, workspace_limit, cache_dir) are the provider's
+`conv_search` (providers/cuda_options.py: a session option, as ONNX Runtime's
+cudnn_conv_algo_search is a provider option); the rankings are cached for the process, per key
+and the options they depend on.  The counters the tests read are per provider (`stats`).
 The math type (TF32 allowed or not) is the provider's `use_tf32`, part of the key.
 """
 from __future__ import annotations
@@ -36,11 +28,11 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Optional
 
 import pycuda.driver as driver
 
-from . import conv_search_disk
+from ...cuda_options import check_mode
+from . import search_disk as conv_search_disk
 
 log = logging.getLogger("minitrain.cuda.conv")
 
@@ -64,29 +56,21 @@ class ConvKey:
     wanted: tuple
 
 
-@dataclass
-class SearchOptions:
-    mode: str = "exhaustive"
-    algorithm: Optional[str] = None
-    deterministic: bool = False
-    workspace_limit: Optional[int] = None
-    cache_dir: Optional[str] = None
-
-
-OPTIONS = SearchOptions()
-
-
 class SearchStats:
-    """Counters the tests read: searches run (cache misses), cache hits, rankings read from
-    disk, candidates timed, fallbacks taken, and the runs of each algorithm."""
+    """Counters of one provider's searches: searches run (cache misses), cache hits, rankings
+    read from disk, candidates timed, fallbacks taken, and the runs of each algorithm."""
 
     def __init__(self):
         self.searches = self.hits = self.disk_hits = self.timed = self.fallbacks = 0
         self.ran = Counter()    # algorithm name -> runs that succeeded outside timing
 
 
-STATS = SearchStats()
-_rankings: OrderedDict = OrderedDict()
+def stats(provider):
+    """The SearchStats of `provider` (made on first use)."""
+    return provider.cache.get("conv search stats", SearchStats)
+
+
+_rankings: OrderedDict = OrderedDict()     # (ConvKey, ranking settings) -> algorithms, best first
 _logged = set()
 
 
@@ -100,22 +84,24 @@ RECOVERABLE = (driver.Error, MemoryError, RuntimeError)
 
 
 def clear_cache():
-    """Forget every ranking (tests; a changed workspace limit)."""
+    """Forget every ranking (tests, benchmarks)."""
     _rankings.clear()
     _logged.clear()
 
 
 def rankings():
-    """A copy of the cached rankings: ConvKey -> algorithms, best first."""
-    return dict(_rankings)
+    """The cached rankings: ConvKey -> algorithms, best first (the latest where rankings
+    under several options exist)."""
+    return {key: ranked for (key, _), ranked in _rankings.items()}
 
 
-def max_workspace():
+def max_workspace(provider):
     """The largest workspace an algorithm may ask for: free device memory less 10%, or the
-    configured limit when lower."""
+    provider's limit when lower."""
     free, _ = driver.mem_get_info()
     limit = int(free * (1.0 - FRAGMENTATION))
-    return limit if OPTIONS.workspace_limit is None else min(limit, int(OPTIONS.workspace_limit))
+    cap = provider.conv_search.workspace_limit
+    return limit if cap is None else min(limit, int(cap))
 
 
 def expand(provider, key, algorithms):
@@ -126,12 +112,11 @@ def expand(provider, key, algorithms):
     return found
 
 
-def candidates(key, algorithms):
-    """The algorithms that can run `key` under the options and the workspace limit."""
-    limit = max_workspace()
+def candidates(provider, key, algorithms):
+    """The algorithms that can run `key` under the provider's options and workspace limit."""
+    limit, deterministic = max_workspace(provider), provider.conv_search.deterministic
     return [a for a in algorithms
-            if a.supports(key) and a.workspace_bytes(key) <= limit
-            and (a.deterministic or not OPTIONS.deterministic)]
+            if a.supports(key) and a.workspace_bytes(key) <= limit and (a.deterministic or not deterministic)]
 
 
 def _time(provider, algorithm, key, buffers):
@@ -151,7 +136,7 @@ def _time(provider, algorithm, key, buffers):
             algorithm.run(provider, key, buffers)
         end.record(provider.stream)
         end.synchronize()
-        STATS.timed += 1
+        stats(provider).timed += 1
         return end.time_since(start) / TIMED_RUNS
     except RECOVERABLE as e:
         log.warning("conv algorithm %s failed while timing %s: %s", algorithm.name, key, e)
@@ -159,14 +144,14 @@ def _time(provider, algorithm, key, buffers):
 
 
 def rank(provider, key, algorithms, buffers):
-    """The candidate algorithms for `key`, best first, per OPTIONS.mode."""
-    found = candidates(key, expand(provider, key, algorithms))
-    if OPTIONS.mode == "heuristic":
+    """The candidate algorithms for `key`, best first, per the provider's search mode."""
+    options = provider.conv_search
+    check_mode(options.mode)
+    found = candidates(provider, key, expand(provider, key, algorithms))
+    if options.mode == "heuristic":
         return sorted(found, key=lambda a: a.heuristic_rank(key))
-    if OPTIONS.mode == "fixed":
-        return sorted(found, key=lambda a: OPTIONS.algorithm not in (a.name, getattr(a, "family", None)))
-    if OPTIONS.mode != "exhaustive":
-        raise ValueError(f"conv search: mode {OPTIONS.mode!r} is not exhaustive, heuristic or fixed")
+    if options.mode == "fixed":
+        return sorted(found, key=lambda a: options.algorithm not in (a.name, getattr(a, "family", None)))
     if len(found) < 2:
         return found
     times = [(_time(provider, a, key, buffers), i, a) for i, a in enumerate(found)]
@@ -176,21 +161,23 @@ def rank(provider, key, algorithms, buffers):
 
 def ranking(provider, key, algorithms, buffers):
     """The cached ranking of `key`, searched on a miss (least recently used entries dropped)."""
-    ranked = _rankings.get(key)
+    options, counters = provider.conv_search, stats(provider)
+    entry = (key, options.ranking_settings())
+    ranked = _rankings.get(entry)
     if ranked is not None:
-        STATS.hits += 1
-        _rankings.move_to_end(key)
+        counters.hits += 1
+        _rankings.move_to_end(entry)
         return ranked
-    STATS.searches += 1
+    counters.searches += 1
     ranked = None
-    disk = OPTIONS.cache_dir if OPTIONS.mode == "exhaustive" else None
+    disk = options.cache_dir if options.mode == "exhaustive" else None
     if disk:
         ranked = _stored(provider, key, algorithms, conv_search_disk.load(disk, key))
     if ranked is None:
         ranked = rank(provider, key, algorithms, buffers)
         if disk and ranked:
             conv_search_disk.store(disk, key, [a.name for a in ranked])
-    _rankings[key] = ranked
+    _rankings[entry] = ranked
     if len(_rankings) > CACHE_SIZE:
         _rankings.popitem(last=False)
     return ranked
@@ -201,11 +188,11 @@ def _stored(provider, key, algorithms, names):
     when there is none or it names no candidate."""
     if not names:
         return None
-    found = candidates(key, expand(provider, key, algorithms))
+    found = candidates(provider, key, expand(provider, key, algorithms))
     order = {name: i for i, name in enumerate(names)}
     if not any(a.name in order for a in found):
         return None
-    STATS.disk_hits += 1
+    stats(provider).disk_hits += 1
     return sorted(found, key=lambda a: order.get(a.name, len(order)))
 
 
@@ -213,16 +200,17 @@ def execute(provider, key, algorithms, buffers):
     """Run `key` on `buffers` (the output last) with the best algorithm that succeeds."""
     ranked = ranking(provider, key, algorithms, buffers)
     if not ranked:
-        raise AlgorithmFailed(f"no convolution algorithm fits {key} within {max_workspace()} bytes of workspace")
+        raise AlgorithmFailed(f"no convolution algorithm fits {key} within {max_workspace(provider)} bytes of "
+                              "workspace")
     error = None
     for algorithm in ranked:
         try:
             algorithm.run(provider, key, buffers)
-            STATS.ran[algorithm.name] += 1
+            stats(provider).ran[algorithm.name] += 1
             return algorithm
         except RECOVERABLE as e:
             error = e
-            STATS.fallbacks += 1
+            stats(provider).fallbacks += 1
             if (key, algorithm.name) not in _logged:
                 _logged.add((key, algorithm.name))
                 log.warning("conv algorithm %s failed on %s (%s); trying the next one", algorithm.name, key, e)
