@@ -17,12 +17,14 @@
 
 struct Chunk {
     const int64_t* row;     // param, grad, state 1, state 2, count
+    int64_t tensor;         // the row's index: the parameter's place in per-parameter settings
     int64_t begin, end;
 };
 
 __device__ __forceinline__ Chunk block_chunk(const int64_t* table, int64_t tensors, int64_t chunk) {
     const int64_t* pair = table + TABLE_COLS * tensors + 2 * (int64_t)blockIdx.x;
     Chunk c;
+    c.tensor = pair[0];
     c.row = table + TABLE_COLS * pair[0];
     c.begin = pair[1];
     c.end = min(c.row[4], pair[1] + chunk);
@@ -61,13 +63,17 @@ __device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* gr
 }
 
 // d = scale*g + wd*w; buf = momentum*buf + d; d = d + momentum*buf (nesterov) or buf; w -= lr*d.
-// The learning rate is read from device memory, so a captured step follows a schedule.
+// The learning rate is read from device memory, so a captured step follows a schedule.  With
+// parameter groups, lr_stride is 1 (one rate per parameter) and `decays` holds one weight decay
+// per parameter in place of `weight_decay`.
 template <typename T>
 __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale,
-                            const T* learning_rate, acc_t<T> momentum, acc_t<T> weight_decay, int nesterov) {
+                            const T* learning_rate, int64_t lr_stride, const double* decays,
+                            acc_t<T> momentum, acc_t<T> uniform_decay, int nesterov) {
     typedef acc_t<T> A;
     const Chunk c = block_chunk(table, tensors, chunk);
-    const A lr = to_acc<T>(learning_rate[0]);
+    const A lr = to_acc<T>(learning_rate[lr_stride * c.tensor]);
+    const A weight_decay = decays ? (A)decays[c.tensor] : uniform_decay;
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
     T* buf = column<T>(c, 2);
@@ -87,14 +93,17 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
 // Adam (decay added to the gradient: weight_decay != 0, shrink 1) and AdamW (decoupled: w
 // scaled by shrink = 1 - lr*wd first); step = lr / (1 - beta1^t), inv_sqrt_bias2 =
 // 1 / sqrt(1 - beta2^t), worked out in double from the learning rate and t read from device
-// memory (so a captured step follows the schedule and the step count).
+// memory (so a captured step follows the schedule and the step count).  Parameter groups: as
+// in mt_sgd_impl.
 template <typename T>
 __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, double beta1_d,
-                             double beta2_d, acc_t<T> eps, double weight_decay_d, int decoupled,
-                             const T* learning_rate, const int64_t* step_count) {
+                             double beta2_d, acc_t<T> eps, double uniform_decay, int decoupled,
+                             const T* learning_rate, const int64_t* step_count, int64_t lr_stride,
+                             const double* decays) {
     typedef acc_t<T> A;
     const Chunk c = block_chunk(table, tensors, chunk);
-    const double lr_d = (double)to_acc<T>(learning_rate[0]);
+    const double lr_d = (double)to_acc<T>(learning_rate[lr_stride * c.tensor]);
+    const double weight_decay_d = decays ? decays[c.tensor] : uniform_decay;
     const double t = (double)step_count[0];
     const A beta1 = (A)beta1_d, beta2 = (A)beta2_d;
     const A weight_decay = decoupled ? A(0) : (A)weight_decay_d;
@@ -127,15 +136,18 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
         mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm);                             \
     }                                                                                                    \
     extern "C" __global__ void mt_sgd_##S(const int64_t* table, int64_t tensors, int64_t chunk,          \
-                                          const double* scale, const T* lr, acc_t<T> momentum,           \
+                                          const double* scale, const T* lr, int64_t lr_stride,           \
+                                          const double* decays, acc_t<T> momentum,                       \
                                           acc_t<T> weight_decay, int nesterov) {                         \
-        mt_sgd_impl<T>(table, tensors, chunk, scale, lr, momentum, weight_decay, nesterov);              \
+        mt_sgd_impl<T>(table, tensors, chunk, scale, lr, lr_stride, decays, momentum, weight_decay,      \
+                       nesterov);                                                                        \
     }                                                                                                    \
     extern "C" __global__ void mt_adam_##S(const int64_t* table, int64_t tensors, int64_t chunk,         \
                                            const double* scale, double beta1, double beta2,              \
                                            acc_t<T> eps, double weight_decay, int decoupled,             \
-                                           const T* lr, const int64_t* step) {                           \
+                                           const T* lr, const int64_t* step, int64_t lr_stride,          \
+                                           const double* decays) {                                       \
         mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, decoupled, lr,    \
-                        step);                                                                           \
+                        step, lr_stride, decays);                                                        \
     }
 MT_FOR_FLOATS(OPTIMIZER)

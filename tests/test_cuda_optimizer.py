@@ -23,6 +23,8 @@ OPTIMIZERS = {  # name: (op, attributes, state tensors per parameter)
 }
 # max_norm: 0 (off), far above the gradients' norm (no effect), below it (clips)
 MAX_NORMS = [0.0, 1e4, 0.5]
+GROUP_LR_SCALES = [1.0, 0.5, 2.0, 0.0, 0.25]     # one per shape in SHAPES
+GROUP_DECAYS = [0.0, 0.01, 0.05, 0.0, 0.02]
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2}
 
 
@@ -34,10 +36,12 @@ def _step_inputs(op, lr, step, dtype):
 @pytest.mark.parametrize("name", OPTIMIZERS)
 @pytest.mark.parametrize("max_norm", MAX_NORMS)
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
-def test_update_matches_the_cpu(name, max_norm, dtype, rng):
-    """Three steps; float16 on CUDA against float32 on the CPU from the same rounded values."""
+@pytest.mark.parametrize("groups", [False, True])
+def test_update_matches_the_cpu(name, max_norm, dtype, groups, rng):
+    """Three steps; float16 on CUDA against float32 on the CPU from the same rounded values.
+    `groups`: one learning rate and one weight decay per parameter, as parameter groups give."""
     op, attrs, states = OPTIMIZERS[name]
-    attrs = attrs | {"max_norm": max_norm}
+    attrs = attrs | {"max_norm": max_norm} | ({"weight_decays": GROUP_DECAYS} if groups else {})
     cpu_dtype = "float32" if dtype == "float16" else dtype
     cuda = get_provider("cuda")
     params = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
@@ -49,6 +53,7 @@ def test_update_matches_the_cpu(name, max_norm, dtype, rng):
     for step in range(1, 4):
         grads = [(rng.standard_normal(s) * 0.1).astype(dtype) for s in SHAPES]
         lr = 0.05 if op == "SGDOptimizer" else 0.01
+        lr = [lr * scale for scale in GROUP_LR_SCALES] if groups else lr
         cpu_inputs = _step_inputs(op, lr, step, cpu_dtype) + cpu_tensors[:count] + \
             [g.astype(cpu_dtype) for g in grads] + cpu_tensors[count:]
         gpu_inputs = _step_inputs(op, lr, step, dtype) + gpu_tensors[:count] + \

@@ -9,7 +9,8 @@ schedule and the step count.  The global gradient norm is reduced on the device 
 update kernel reads that scale from device memory: no step waits for the GPU, and `grad_norm`
 stays a device scalar.  The table of tensor addresses that a launch walks is cached per
 provider by content, so a training loop whose buffers come back at the same addresses copies
-nothing to the device per step.
+nothing to the device per step.  Parameter groups reach the kernels as one learning rate per
+parameter (the `learning_rate` input) and a cached device array of per-parameter decays.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ BLOCKS_PER_SM = 4
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
-SGD = Kernel("optimizer", "mt_sgd", "PqqPPTTi")
-ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPP")
+SGD = Kernel("optimizer", "mt_sgd", "PqqPPqPTTi")
+ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqP")
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -51,18 +52,35 @@ def tensor_table(provider, columns):
     pairs = np.array([(k, start) for k, p in enumerate(params) for start in range(0, p.size, chunk)],
                      np.int64).reshape(-1, 2)
     table = np.concatenate([rows.reshape(-1), pairs.reshape(-1)])
-    cache = provider.cache.get("optimizer tables", collections.OrderedDict)
-    key = table.tobytes()
+    return cached_device_array(provider, "optimizer tables", table), len(pairs), chunk
+
+
+def cached_device_array(provider, kind, values):
+    """A persistent device copy of `values`, cached per provider by content (so a training
+    loop copies nothing per step) and kept alive by a capture that reads it on every replay."""
+    cache = provider.cache.get(kind, collections.OrderedDict)
+    key = values.tobytes()
     device = cache.get(key)
     if device is None:
-        device = cache[key] = provider.persistent_from_numpy(table)
+        device = cache[key] = provider.persistent_from_numpy(values)
         if len(cache) > CACHED_TABLES:
             cache.popitem(last=False)
     else:
         cache.move_to_end(key)
-    if provider.capture is not None:        # a captured graph reads it on every replay
+    if provider.capture is not None:
         provider.capture.keep.append(device)
-    return device, len(pairs), chunk
+    return device
+
+
+def group_settings(ctx):
+    """(lr_stride, decays) of parameter groups: a stride of 1 where `learning_rate` holds one
+    rate per parameter, else 0; the device array of per-parameter weight decays (float64), or 0
+    (a null pointer) where the `weight_decay` attribute serves every parameter."""
+    lr_stride = int(ctx.inputs[0].size > 1)
+    decays = ctx.attrs.get("weight_decays")
+    if not decays:
+        return lr_stride, 0
+    return lr_stride, cached_device_array(ctx.provider, "optimizer decays", np.asarray(decays, np.float64))
 
 
 def global_norm(ctx, table, tensors, blocks, chunk):
@@ -91,8 +109,9 @@ def sgd(ctx):
     table, blocks, chunk = tensor_table(ctx.provider, [params, grads, buffers, [None] * count])
     outputs, scale = global_norm(ctx, table, count, blocks, chunk)
     if blocks:
+        lr_stride, decays = group_settings(ctx)
         SGD.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
-                   ctx.inputs[0], momentum, a["weight_decay"], int(bool(a["nesterov"])))
+                   ctx.inputs[0], lr_stride, decays, momentum, a["weight_decay"], int(bool(a["nesterov"])))
     return outputs
 
 
@@ -105,7 +124,8 @@ def adam(ctx):
     table, blocks, chunk = tensor_table(ctx.provider, [tensors[k * count:(k + 1) * count] for k in range(4)])
     outputs, scale = global_norm(ctx, table, count, blocks, chunk)
     if blocks:
+        lr_stride, decays = group_settings(ctx)
         ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
                     a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"], int(bool(a["decoupled_weight_decay"])),
-                    ctx.inputs[0], ctx.inputs[1])
+                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays)
     return outputs
