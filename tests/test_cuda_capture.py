@@ -11,6 +11,7 @@ import minitrain
 from minitrain import nn
 from minitrain.memory_plan import check_disjoint
 from minitrain.optim import SGD, Adam
+from minitrain.providers import get_provider
 from minitrain.training import TrainingSession
 
 pytestmark = pytest.mark.cuda
@@ -18,8 +19,10 @@ pytestmark = pytest.mark.cuda
 
 @pytest.fixture(autouse=True)
 def deterministic_convolutions(search):
-    search.OPTIONS.deterministic = True
-    search.OPTIONS.mode = "heuristic"
+    """Sessions start from the default provider's search options (the fixture restores them)."""
+    options = get_provider("cuda").conv_search
+    options.deterministic = True
+    options.mode = "heuristic"
 
 
 def lenet(dropout=0.0, seed=0):

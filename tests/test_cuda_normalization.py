@@ -73,7 +73,8 @@ def test_variance_far_from_zero(dtype, rng):
                                 attrs={"training_mode": 1, "momentum": 0.0}, provider="cuda")
     var = x.astype(np.float64).var(axis=(0, 2, 3))
     np.testing.assert_allclose(rv, var, rtol=1e-3 if dtype == "float32" else 1e-10)
-    np.testing.assert_allclose(sis, 1 / np.sqrt(var + 1e-5), rtol=1e-3 if dtype == "float32" else 1e-10)
+    epsilon = float(np.float32(1e-5))     # ONNX's default, a float32 attribute
+    np.testing.assert_allclose(sis, 1 / np.sqrt(var + epsilon), rtol=1e-3 if dtype == "float32" else 1e-10)
 
 
 def test_non_contiguous_and_device_inputs(rng):

@@ -15,10 +15,12 @@ for it, which here would cost a host synchronisation per call.
 """
 import numpy as np
 
+from ...ops.pool import check_global_grad_shape
 from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
+from ...tensor_limit import check_tensor_bytes
 from ..plan_cache import cached_plan as _plan
 from .compiler import Kernel
 from .launch import MAX_GRID_X
@@ -212,9 +214,8 @@ def _global(is_max):
 
 def global_average_pool_grad(ctx):
     dy, shape = ctx.inputs[0], tuple(int(d) for d in ctx.inputs[1])
-    expected = shape[:2] + (1,) * (len(shape) - 2)
-    if not 3 <= len(shape) <= 5 or dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; global pooling of {shape} gives {expected}")
+    check_global_grad_shape(ctx, dy.shape, shape)
+    check_tensor_bytes(describe_op(ctx.op_type, ctx.node_name), "dX", shape, dy.dtype, ctx.attrs)
     planes, size = split_planes(shape)
     dx = ctx.provider.empty(shape, dy.dtype)
     if planes and size:
