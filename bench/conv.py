@@ -33,7 +33,7 @@ import subprocess  # noqa: E402
 import numpy as np  # noqa: E402
 
 import minitrain  # noqa: E402
-from minitrain.executor import bind_node  # noqa: E402
+from minitrain.binding import bind_node  # noqa: E402
 from minitrain.ops.schema import MS_DOMAIN, TensorType  # noqa: E402
 from minitrain.providers import get_provider  # noqa: E402
 

@@ -39,7 +39,7 @@ from pool_activation import ACT_GRAD_OPS, torch_act_grad  # noqa: E402
 from cases import ACT_CASES, GEMM_CASES, POOL_CASES, make_inputs  # noqa: E402
 from _gpu_conv import CONV_CALLS, conv_section  # noqa: E402
 from harness import markdown_table  # noqa: E402
-from minitrain.executor import bind_node  # noqa: E402
+from minitrain.binding import bind_node  # noqa: E402
 from minitrain.ops.schema import TensorType  # noqa: E402
 from minitrain.providers import get_provider  # noqa: E402
 

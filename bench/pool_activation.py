@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import minitrain  # noqa: E402
 from cases import ACT_CASES, POOL_CASES, PoolCase, make_inputs  # noqa: E402
 from roofline import build_stream_add, stream_add_case  # noqa: E402
-from minitrain.executor import bind_node  # noqa: E402
+from minitrain.binding import bind_node  # noqa: E402
 from minitrain.ops.schema import TensorType  # noqa: E402
 from minitrain.providers import get_provider  # noqa: E402
 
