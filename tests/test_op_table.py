@@ -48,10 +48,13 @@ def row_of(kdef):
     return row
 
 
-def cases_at(row, opset):
-    cases = [c for c in row.cases if c.since <= opset]
-    assert cases, f"{row.op}: no case of its row runs at opset {opset}"
-    return cases
+def runs(kdef, row, first=1):
+    """(n, case, opset) for the row's cases this kernel serves, each at the first opset of the
+    kernel's range (not before `first`) whose schema takes its attributes."""
+    found = [(n, case, max(kdef.since_version, case.since, first)) for n, case in enumerate(row.cases)]
+    found = [(n, case, opset) for n, case, opset in found if kdef.holds(opset)]
+    assert found, f"{kernel_id(kdef)}: no case of its row runs at its versions"
+    return found
 
 
 def wanted_outputs(row, case, schema):
@@ -70,17 +73,21 @@ def cast(kdef, schema, inputs, dtype):
     return out
 
 
-def run(kdef, row, case, inputs, provider="cpu"):
+def fresh(inputs):
+    return [None if x is None else x.copy() for x in inputs]
+
+
+def run(kdef, row, case, opset, inputs, provider="cpu"):
     """The case's outputs by name, then the in-place inputs after the call (`input i`)."""
-    schema = get_schema(kdef.op_type, kdef.domain, kdef.since_version)
+    schema = get_schema(kdef.op_type, kdef.domain, opset)
     names = wanted_outputs(row, case, schema)
     updated = [i for i in row.in_place if i < len(inputs)]
     args = list(inputs)
     if provider != "cpu":
         prov = get_provider(provider)
         args = [prov.from_numpy(x) if i in updated else x for i, x in enumerate(args)]
-    got = run_node(kdef.op_type, args, attrs=case.attrs, domain=kdef.domain, opset=kdef.since_version,
-                   provider=provider, outputs=names, output_shapes=case.output_shapes)
+    got = run_node(kdef.op_type, args, attrs=case.attrs, domain=kdef.domain, opset=opset, provider=provider,
+                   outputs=names, output_shapes=case.output_shapes)
     result = dict(zip(names, got))
     result.update({f"input {i}": args[i] for i in updated})
     if provider != "cpu":
@@ -90,7 +97,7 @@ def run(kdef, row, case, inputs, provider="cpu"):
 
 def assert_close(what, got, expected, dtype):
     """Shapes equal; float values to the tolerance of `dtype` (scaled by the largest expected
-    magnitude), other values exactly."""
+    magnitude), other values exactly and of the same dtype."""
     got, expected = np.asarray(got), np.asarray(expected)
     assert got.shape == expected.shape, f"{what}: shape {got.shape}, expected {expected.shape}"
     if expected.dtype.kind == "f":
@@ -99,82 +106,79 @@ def assert_close(what, got, expected, dtype):
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol * scale,
                                    err_msg=what)
     else:
+        assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype}, expected {expected.dtype}"
         np.testing.assert_array_equal(got, expected, err_msg=what)
 
 
 def compare(what, got, expected, dtype, random):
-    assert set(got) == set(expected), f"{what}: outputs {sorted(got)}, expected {sorted(expected)}"
-    for name, value in got.items():
-        if np.asarray(expected[name]).dtype.kind == "f":
-            assert value.dtype == dtype, f"{what} {name}: dtype {value.dtype}, expected {dtype}"
+    """Every expected output: float ones of `dtype`; values unless they were drawn at random."""
+    for name, value in expected.items():
+        assert name in got, f"{what}: no output {name!r}"
+        if np.asarray(value).dtype.kind == "f":
+            assert got[name].dtype == dtype, f"{what} {name}: dtype {got[name].dtype}, expected {dtype}"
         if random:
-            assert value.shape == expected[name].shape, f"{what} {name}: shape {value.shape}"
+            assert got[name].shape == np.shape(value), f"{what} {name}: shape {got[name].shape}"
         else:
-            assert_close(f"{what} {name}", value, expected[name], dtype)
+            assert_close(f"{what} {name}", got[name], value, dtype)
 
 
-def reference_outputs(kdef, row, case, inputs):
+def reference_outputs(row, case, opset, kdef, inputs):
     """The row's reference on float64 copies of `inputs` (their values as rounded), for the
     outputs the case asks for; {} without a reference."""
-    schema = get_schema(kdef.op_type, kdef.domain, kdef.since_version)
+    schema = get_schema(kdef.op_type, kdef.domain, opset)
     wide = [x.astype(np.float64) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x for x in inputs]
     found = (row.reference(wide, case.attrs) if row.reference else None) or {}
     return {k: v for k, v in found.items() if k in wanted_outputs(row, case, schema)}
 
 
-def cpu_outputs(kdef, row, case, inputs, dtype):
+def cpu_outputs(row, case, opset, kdef, inputs, dtype):
     """The CPU kernel's outputs at `dtype` on `inputs` (cast), or None where the CPU has none."""
-    if not any(k.provider == "cpu" and k.holds(kdef.since_version) and dtype in k.type_constraints["T"]
+    if not any(k.provider == "cpu" and k.holds(opset) and dtype in k.type_constraints["T"]
                for k in registered_kernels(kdef.op_type, kdef.domain)):
         return None
-    schema = get_schema(kdef.op_type, kdef.domain, kdef.since_version)
-    return run(kdef, row, case, cast(kdef, schema, [None if x is None else x.copy() for x in inputs], dtype))
-
-
-def fresh(inputs):
-    return [None if x is None else x.copy() for x in inputs]
+    schema = get_schema(kdef.op_type, kdef.domain, opset)
+    return run(kdef, row, case, opset, cast(kdef, schema, fresh(inputs), dtype))
 
 
 @pytest.mark.parametrize("kdef,dtype", kernels("cpu"))
 def test_forward(kdef, dtype):
     row = row_of(kdef)
-    schema = get_schema(kdef.op_type, kdef.domain, kdef.since_version)
-    for n, case in enumerate(cases_at(row, kdef.since_version)):
-        what = f"{kernel_id(kdef, dtype)} case {n} {case.attrs}"
-        inputs = cast(kdef, schema, case.build(np.random.default_rng(n)), dtype)
+    for n, case, opset in runs(kdef, row):
+        what = f"{kernel_id(kdef, dtype)} case {n} at opset {opset} {case.attrs}"
+        inputs = cast(kdef, get_schema(kdef.op_type, kdef.domain, opset), case.build(np.random.default_rng(n)), dtype)
         kept = fresh(inputs)
-        got = run(kdef, row, case, fresh(inputs))
-        expected = reference_outputs(kdef, row, case, inputs)
+        got = run(kdef, row, case, opset, fresh(inputs))
+        expected = reference_outputs(row, case, opset, kdef, inputs)
         if dtype != np.float64:
-            expected = {**cpu_outputs(kdef, row, case, inputs, np.dtype(np.float64)), **expected}
-        compare(what, {k: got[k] for k in expected}, expected, dtype, case.random)
+            expected = {**cpu_outputs(row, case, opset, kdef, inputs, np.dtype(np.float64)), **expected}
+        compare(what, got, expected, dtype, case.random)
         if not case.random:
-            strided = run(kdef, row, case, [None if x is None else noncontiguous(x) for x in fresh(inputs)])
-            outputs = [name for name in got if not name.startswith("input ")]   # in place: on contiguous copies
-            compare(what + " non-contiguous", {k: strided[k] for k in outputs}, {k: got[k] for k in outputs}, dtype,
-                    False)
+            strided = run(kdef, row, case, opset, [None if x is None else noncontiguous(x) for x in fresh(inputs)])
+            outputs = {k: v for k, v in got.items() if not k.startswith("input ")}  # in place: on contiguous copies
+            compare(what + " non-contiguous", strided, outputs, dtype, False)
         for i, (x, before) in enumerate(zip(inputs, kept)):
             if x is not None:
                 np.testing.assert_array_equal(x, before, err_msg=f"{what}: input {i} was written")
 
 
 def gradient_opset(kdef):
-    """The opset the kernel's gradient is checked at: its first, or its row's gradient_since."""
+    """The first opset of the kernel's range where its op has a gradient (and the row allows
+    it), or None."""
     row = row_for(kdef.domain, kdef.op_type, kdef.since_version)
-    opset = max(kdef.since_version, row.gradient_since if row else 1)
+    builder = get_gradient_builder(kdef.op_type, kdef.domain, kdef.end_version or NEWEST_OPSET)
+    if row is None or builder is None:
+        return None
+    opset = max(kdef.since_version, builder.since_version, row.gradient_since)
     return opset if kdef.holds(opset) else None
 
 
-def _gradient_params():
-    return [p for p in kernels("cpu", [np.dtype(np.float64)]) if gradient_opset(p.values[0])
-            and get_gradient_builder(p.values[0].op_type, p.values[0].domain, gradient_opset(p.values[0]))]
-
-
-@pytest.mark.parametrize("kdef,dtype", _gradient_params())
+@pytest.mark.parametrize("kdef,dtype", [p for p in kernels("cpu", [np.dtype(np.float64)]) if gradient_opset(p.values[0])])
 def test_gradient(kdef, dtype):
-    row, opset = row_of(kdef), gradient_opset(kdef)
+    row = row_of(kdef)
     assert row.differentiable, f"{kernel_id(kdef)} has a gradient builder; its row names no differentiable input"
-    for n, case in enumerate(c for c in cases_at(row, opset) if c.gradient):
+    for n, case, opset in runs(kdef, row, gradient_opset(kdef)):
+        if not case.gradient:
+            continue
         inputs = case.build(np.random.default_rng(n))
         wrt = [i for i in row.differentiable if i < len(inputs) and inputs[i] is not None]
         gradcheck(kdef.op_type, inputs, case.attrs, domain=kdef.domain, opset=opset, wrt=wrt,
@@ -203,17 +207,16 @@ def test_cuda_against_cpu(kdef, dtype):
     if kdef is None:
         pytest.skip(CUDA_MISSING)
     row = row_of(kdef)
-    schema = get_schema(kdef.op_type, kdef.domain, kdef.since_version)
     cpu_dtype = np.dtype(np.float32) if dtype == np.float16 else dtype
-    for n, case in enumerate(cases_at(row, kdef.since_version)):
-        what = f"{kernel_id(kdef, dtype)} case {n} {case.attrs}"
-        inputs = cast(kdef, schema, case.build(np.random.default_rng(n)), dtype)
-        got = run(kdef, row, case, fresh(inputs), provider="cuda")
-        expected = cpu_outputs(kdef, row, case, inputs, cpu_dtype)
+    for n, case, opset in runs(kdef, row):
+        what = f"{kernel_id(kdef, dtype)} case {n} at opset {opset} {case.attrs}"
+        inputs = cast(kdef, get_schema(kdef.op_type, kdef.domain, opset), case.build(np.random.default_rng(n)), dtype)
+        got = run(kdef, row, case, opset, fresh(inputs), provider="cuda")
+        expected = cpu_outputs(row, case, opset, kdef, inputs, cpu_dtype)
         if expected is None:
-            expected = reference_outputs(kdef, row, case, inputs)
+            expected = reference_outputs(row, case, opset, kdef, inputs)
             assert expected, f"{what}: the CPU has no kernel and the row no reference"
-        compare(what, {k: got[k] for k in expected}, expected, dtype, case.random)
+        compare(what, got, expected, dtype, case.random)
 
 
 def test_every_kernel_has_a_row():
