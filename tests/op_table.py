@@ -15,7 +15,7 @@ A row (OpRow) says how to call the op and what it should give:
   `gradient_since`: the first opset whose gradient graph can be built; a case with
   `gradient=False`: one the gradient refuses by design).
 - `outputs`: the op's output names; `in_place`: the inputs it updates (optimizers), compared
-  after the call like outputs; `gradient_of`: for a gradient op, the forward op whose builder
+  after the call like outputs (a reference names them "input i"); `gradient_of`: for a gradient op, the forward op whose builder
   emits it (its gradient check exercises this kernel).
 
 A row serves every kernel of its (domain, op) whose since_version is at or above the row's
@@ -357,6 +357,16 @@ def dropout_grad(inputs, attrs):
     return {"dX": dy * mask / (1 - r)}
 
 
+def accumulate(inputs, attrs):
+    total = inputs[0] + (1.0 if len(inputs) < 3 else float(inputs[2])) * inputs[1]
+    return {"accumulated": total, "input 0": total}
+
+
+def accumulate_v2(inputs, attrs):
+    total = inputs[1] if len(inputs) > 2 and inputs[2][0] else inputs[0] + inputs[1]
+    return {"updated_flag": np.ones(1, bool), "accumulated": total, "input 0": total}
+
+
 def binary(fn, name="C"):
     return lambda inputs, attrs: {name: fn(*inputs)}
 
@@ -414,6 +424,42 @@ def _optimizer_inputs(head, shapes, groups):
     return derived(build)
 
 
+def broadcasting(divisor=normal):
+    """Every broadcast pattern: equal shapes, a trailing vector, inner and outer ones, both
+    operands stretched, a scalar."""
+    shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)), ((4,), (2, 3, 4)),
+              ((2, 1, 4), (1, 3, 1)), ((), (2, 3)), ((3,), ())]
+    return tuple(case(normal(*a), divisor(*b)) for a, b in shapes)
+
+
+def softmax_cases(since):
+    """The default axis on 2-D and 3-D inputs; every axis of a 3-D input (from `since`, where
+    negative axes start); 1-D and 4-D inputs."""
+    return (case(normal(3, 4)), case(normal(2, 3, 4)),
+            *(case(normal(3, 4, 5, scale=3), axis=axis, since=since) for axis in (0, 1, 2, -1)),
+            case(normal(4), axis=0), case(normal(3, 5), axis=0), case(normal(2, 3, 2, 3), axis=-1, since=since))
+
+
+def sce_cases():
+    """Each reduction on (N, C), (N, C, d) and (N, C, d1, d2) scores, with and without class
+    weights and an ignored class."""
+    return tuple(c for reduction in ("mean", "sum", "none") for c in (
+        case(normal(5, 4), labels(5, classes=4), reduction=reduction),
+        case(normal(5, 4, 3), labels(5, 3, classes=4), positive(4), reduction=reduction),
+        case(normal(5, 4, 2, 3), labels(5, 2, 3, classes=4), reduction=reduction, ignore_index=1),
+        case(normal(5, 4), labels(5, classes=4), positive(4), reduction=reduction, ignore_index=0)))
+
+
+def batchnorm_cases():
+    """Training and inference mode on 0-D to 3-D spatial inputs, data off zero."""
+    def inputs(*shape):
+        return (lambda rng: rng.standard_normal(shape) * 2 + 0.5, normal(shape[1]), normal(shape[1]),
+                normal(shape[1]), positive(shape[1]))
+    shapes = [(5, 3), (3, 2, 7), (2, 3, 2, 2), (2, 2, 3, 2, 3)]
+    return (*(case(*inputs(*shape), training_mode=1, momentum=0.8, epsilon=1e-3) for shape in shapes),
+            *(case(*inputs(*shape), epsilon=1e-3, outputs=["Y", "saved_mean", "saved_inv_std"]) for shape in shapes))
+
+
 _CONV_2D = dict(pads=[1, 0, 1, 0], strides=[2, 1], dilations=[1, 2], group=2, kernel_shape=[3, 2])
 _POOL_2D = dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])
 _ADAM_SHAPES = [(3, 2), (4,)]
@@ -422,14 +468,10 @@ _ADAM_SHAPES = [(3, 2), (4,)]
 # ---- the table ------------------------------------------------------------------------------
 
 ROWS = [
-    OpRow("Add", (case(normal(2, 3), normal(3)), case(normal(3, 1), normal(1, 4)), case(normal(), normal(2)),
-                  sample("", "Add")), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Sub", (case(normal(2, 3), normal(3)), case(normal(2, 1, 3), normal(4, 1))),
-          reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Mul", (case(normal(2, 3), normal(3)), case(normal(2, 1, 3), normal(4, 1))),
-          reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Div", (case(normal(2, 3), nonzero(3)), case(normal(3, 1), nonzero(1, 4)), case(normal(4), nonzero())),
-          reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Add", broadcasting(), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Sub", broadcasting(), reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Mul", broadcasting(), reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Div", broadcasting(nonzero), reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
     OpRow("Neg", (case(normal(2, 3)), case(normal())), reference=lambda i, a: {"Y": -i[0]}, differentiable=(0,)),
     OpRow("Sum", (case(normal(2, 3)), case(normal(2, 3), normal(3), normal(2, 1))),
           reference=lambda i, a: {"sum": sum(np.broadcast_arrays(*i))}, differentiable=(0, 1, 2), outputs=("sum",)),
@@ -439,23 +481,26 @@ ROWS = [
     OpRow("Sigmoid", (case(normal(2, 5, scale=3)),), reference=activation("Sigmoid"), differentiable=(0,)),
     OpRow("Tanh", (case(normal(2, 5)),), reference=activation("Tanh", "output"), differentiable=(0,),
           outputs=("output",)),
-    OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(2, 5), alpha=0.2), case(normal(7), alpha=-0.5)),
+    OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(2, 5), alpha=0.2), case(normal(7), alpha=-0.5),
+                        case(normal(7), alpha=0.0)),
           reference=activation("LeakyRelu"), differentiable=(0,)),
     OpRow("QuickGelu", (case(normal(2, 5, scale=2)), case(normal(7), alpha=-0.3)), domain=MS,
           reference=activation("QuickGelu"), differentiable=(0,)),
-    OpRow("Softmax", (case(normal(3, 4)), case(normal(2, 3, 4), axis=2), case(normal(2, 3, 2), axis=-2)),
-          reference=softmax(False, True), differentiable=(0,), outputs=("output",)),
-    OpRow("Softmax", (case(normal(3, 4)), case(normal(2, 3, 4), axis=1), case(normal(2, 3, 2), axis=0)), since=13,
-          reference=softmax(False, False), differentiable=(0,), outputs=("output",)),
-    OpRow("LogSoftmax", (case(normal(3, 4)), case(normal(2, 3, 4), axis=2), case(normal(2, 3, 2), axis=-2)),
-          reference=softmax(True, True), differentiable=(0,), outputs=("output",)),
-    OpRow("LogSoftmax", (case(normal(3, 4)), case(normal(2, 3, 4), axis=1)), since=13,
-          reference=softmax(True, False), differentiable=(0,), outputs=("output",)),
-    OpRow("Flatten", (case(normal(2, 3, 4)), case(normal(2, 3, 4), axis=0), case(normal(2, 3, 4), axis=-1)),
+    OpRow("Softmax", softmax_cases(11), reference=softmax(False, True), differentiable=(0,), outputs=("output",)),
+    OpRow("Softmax", softmax_cases(13), since=13, reference=softmax(False, False), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("LogSoftmax", softmax_cases(11), reference=softmax(True, True), differentiable=(0,), outputs=("output",)),
+    OpRow("LogSoftmax", softmax_cases(13), since=13, reference=softmax(True, False), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Flatten", tuple(case(normal(2, 3, 4), axis=axis) for axis in (0, 1, 2, 3, -1, -2, -3)) + (case(normal(2, 3, 4)),),
           reference=flatten, differentiable=(0,), outputs=("output",), gradient_since=5),  # its gradient is a Reshape
-    OpRow("Reshape", (case(normal(2, 3, 4), int64(4, -1)), case(normal(2, 3, 4), int64(0, -1, 2))),
+    OpRow("Reshape", tuple(case(normal(2, 3, 4), int64(*target)) for target in ([4, -1], [0, -1], [2, 3, 4], [-1],
+                                                                              [0, -1, 2])),
           reference=reshape, differentiable=(0,), outputs=("reshaped",)),
-    OpRow("Shape", (case(normal(2, 3, 4)), case(normal())),
+    OpRow("Shape", (case(normal(2, 3, 4)), case(normal()),
+                    *(case(normal(2, 3, 4, 5), **bounds, since=15) for bounds in (
+                        dict(start=1), dict(start=-2), dict(end=-1), dict(start=1, end=3), dict(start=-9, end=9),
+                        dict(start=3, end=1)))),
           reference=shape_of, outputs=("shape",)),
     OpRow("Transpose", (case(normal(2, 3, 4), perm=[2, 0, 1]), case(normal(2, 3))),
           reference=lambda i, a: {"transposed": i[0].transpose(a.get("perm"))}, differentiable=(0,),
@@ -467,12 +512,16 @@ ROWS = [
           since=13, reference=reduce_sum(True), outputs=("reduced",)),
     OpRow("SumToShape", (case(normal(2, 3, 4), int64(3, 1)), case(normal(2, 3), int64(3)), case(normal(2, 3), int64())),
           domain=MS, reference=lambda i, a: {"Y": _sum_to(i[0], tuple(i[1]))}),
-    OpRow("Gemm", (case(normal(2, 3), normal(3, 4)), case(normal(3, 2), normal(4, 3), normal(4), transA=1, transB=1,
-                                                          alpha=0.5, beta=2.0),
-                   case(normal(2, 3), normal(3, 4), normal(2, 1), beta=-1.0)),
+    OpRow("Gemm", (case(normal(3, 4), normal(4, 5), normal(5), alpha=0.7, beta=1.5),
+                   case(normal(4, 3), normal(4, 5), normal(5), transA=1, alpha=0.7, beta=1.5),
+                   case(normal(3, 4), normal(5, 4), normal(5), transB=1, alpha=0.7, beta=1.5),
+                   case(normal(4, 3), normal(5, 4), normal(5), transA=1, transB=1, alpha=0.7, beta=1.5),
+                   *(case(normal(3, 4), normal(4, 5), *c) for c in ((), (normal(1),), (normal(3, 1),), (normal(3, 5),))),
+                   case(normal(3, 4), normal(4, 5), normal(3, 1), beta=-1.0)),
           reference=gemm, differentiable=(0, 1, 2)),
-    OpRow("MatMul", (case(normal(2, 3), normal(3, 4)), case(normal(2, 2, 3), normal(3, 2)), case(normal(3), normal(3, 2), gradient=False),
-                     case(normal(2, 1, 2, 3), normal(3, 3, 2))),
+    OpRow("MatMul", (case(normal(3, 4), normal(4, 5)), case(normal(2, 3, 4), normal(4, 5)),
+                     case(normal(2, 3, 4), normal(2, 4, 5)), case(normal(1, 3, 4), normal(2, 4, 5)),
+                     case(normal(2, 1, 2, 3), normal(3, 3, 2)), case(normal(3), normal(3, 2), gradient=False)),
           reference=lambda i, a: {"Y": np.matmul(*i)}, differentiable=(0, 1)),
     OpRow("FusedGemm", (sample(MS, "FusedGemm"), case(normal(2, 3), normal(3, 4), normal(4), activation="Relu"),
                         case(normal(2, 3), normal(3, 4), activation="Tanh")), domain=MS,
@@ -501,15 +550,11 @@ ROWS = [
                           case(normal(1, 2, 5, 5), kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, since=10),
                           case(normal(1, 2, 6, 5), kernel_shape=[2, 2], dilations=[2, 1], pads=[1, 1, 0, 0], since=19)),
           reference=pool("avg"), differentiable=(0,)),
-    OpRow("GlobalAveragePool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5))), reference=global_pool(np.mean),
-          differentiable=(0,)),
-    OpRow("GlobalMaxPool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5))), reference=global_pool(np.max),
-          differentiable=(0,)),
-    OpRow("BatchNormalization", (case(normal(2, 3, 4), normal(3), normal(3), normal(3), positive(3), training_mode=1),
-                                 case(normal(2, 3, 2, 2), normal(3), normal(3), normal(3), positive(3),
-                                      training_mode=1, momentum=0.5, epsilon=1e-3),
-                                 case(normal(2, 3, 4), normal(3), normal(3), normal(3), positive(3),
-                                      outputs=["Y", "saved_mean", "saved_inv_std"])),
+    OpRow("GlobalAveragePool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
+          reference=global_pool(np.mean), differentiable=(0,)),
+    OpRow("GlobalMaxPool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
+          reference=global_pool(np.max), differentiable=(0,)),
+    OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
@@ -517,10 +562,7 @@ ROWS = [
                       case(normal(3, 4))),
           reference=dropout_identity, differentiable=(0,), differentiable_outputs=("output",),
           outputs=("output", "mask")),
-    OpRow("SoftmaxCrossEntropyLoss", (case(normal(5, 3), labels(5), positive(3)),
-                                      case(normal(4, 3), labels(4), reduction="sum", ignore_index=1),
-                                      case(normal(4, 3), labels(4), positive(3), reduction="none"),
-                                      case(normal(4, 3), labels(4), positive(3), reduction="mean", ignore_index=0)),
+    OpRow("SoftmaxCrossEntropyLoss", sce_cases(),
           reference=sce, differentiable=(0,), differentiable_outputs=("output",), outputs=("output", "log_prob")),
     OpRow("MSELoss", (case(normal(3, 4), normal(3, 4)), case(normal(3, 4), normal(3, 4), reduction="sum"),
                       case(normal(5), normal(5), reduction="none")),
@@ -599,13 +641,10 @@ ROWS = [
 
     # in-place updates
     OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),
-          domain=MS, outputs=("accumulated",), in_place=(0,),
-          reference=lambda i, a: {"accumulated": i[0] + (1.0 if len(i) < 3 else float(i[2])) * i[1]}),
+          domain=MS, outputs=("accumulated",), in_place=(0,), reference=accumulate),
     OpRow("InPlaceAccumulatorV2", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array([True])),
                                    case(normal(3, 2), normal(3, 2), np.array([False]))),
-          domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,),
-          reference=lambda i, a: {"updated_flag": np.ones(1, bool),
-                                  "accumulated": i[1] if len(i) > 2 and i[2][0] else i[0] + i[1]}),
+          domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,), reference=accumulate_v2),
     OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], _ADAM_SHAPES, 2)),
                            case(_optimizer_inputs([np.array(0.1)], _ADAM_SHAPES, 3), momentum=0.9, nesterov=1,
                                 weight_decay=0.01, max_norm=0.5)),
