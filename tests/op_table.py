@@ -447,7 +447,8 @@ def sce_cases():
         case(normal(5, 4), labels(5, classes=4), reduction=reduction),
         case(normal(5, 4, 3), labels(5, 3, classes=4), positive(4), reduction=reduction),
         case(normal(5, 4, 2, 3), labels(5, 2, 3, classes=4), reduction=reduction, ignore_index=1),
-        case(normal(5, 4), labels(5, classes=4), positive(4), reduction=reduction, ignore_index=0)))
+        case(normal(5, 4), labels(5, classes=4), positive(4), reduction=reduction, ignore_index=0),
+        case(normal(6, 5, 3), labels(6, 3, classes=5), positive(5), reduction=reduction, ignore_index=0)))
 
 
 def batchnorm_cases():
