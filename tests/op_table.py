@@ -15,8 +15,8 @@ A row (OpRow) says how to call the op and what it should give:
   `gradient_since`: the first opset whose gradient graph can be built; a case with
   `gradient=False`: one the gradient refuses by design).
 - `outputs`: the op's output names; `in_place`: the inputs it updates (optimizers), compared
-  after the call like outputs (a reference names them "input i"); `gradient_of`: for a gradient op, the forward op whose builder
-  emits it (its gradient check exercises this kernel).
+  after the call like outputs (a reference names them "input i"); `gradient_of`: for a
+  gradient op, the forward op whose builder emits it (its gradient check exercises this kernel).
 
 A row serves every kernel of its (domain, op) whose since_version is at or above the row's
 `since`, up to the next row of the op; a case with `since` set is used only from that opset
@@ -413,7 +413,7 @@ def _sce_grad_inputs(n, classes, reduction, weighted):
     return derived(build)
 
 
-def _optimizer_inputs(head, shapes, groups):
+def _optimizer_inputs(head, groups, shapes=((3, 2), (4,))):
     """learning rate (and step), then `groups` tensors per parameter shape: parameters,
     gradients, then state (moments kept positive: Adam's v is a mean of squares)."""
     def build(rng):
@@ -463,7 +463,6 @@ def batchnorm_cases():
 
 _CONV_2D = dict(pads=[1, 0, 1, 0], strides=[2, 1], dilations=[1, 2], group=2, kernel_shape=[3, 2])
 _POOL_2D = dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])
-_ADAM_SHAPES = [(3, 2), (4,)]
 
 
 # ---- the table ------------------------------------------------------------------------------
@@ -493,10 +492,10 @@ ROWS = [
     OpRow("LogSoftmax", softmax_cases(11), reference=softmax(True, True), differentiable=(0,), outputs=("output",)),
     OpRow("LogSoftmax", softmax_cases(13), since=13, reference=softmax(True, False), differentiable=(0,),
           outputs=("output",)),
-    OpRow("Flatten", tuple(case(normal(2, 3, 4), axis=axis) for axis in (0, 1, 2, 3, -1, -2, -3)) + (case(normal(2, 3, 4)),),
+    OpRow("Flatten", (case(normal(2, 3, 4)), *(case(normal(2, 3, 4), axis=axis) for axis in (0, 1, 2, 3, -1, -2, -3))),
           reference=flatten, differentiable=(0,), outputs=("output",), gradient_since=5),  # its gradient is a Reshape
-    OpRow("Reshape", tuple(case(normal(2, 3, 4), int64(*target)) for target in ([4, -1], [0, -1], [2, 3, 4], [-1],
-                                                                              [0, -1, 2])),
+    OpRow("Reshape", tuple(case(normal(2, 3, 4), int64(*target))
+                           for target in ([4, -1], [0, -1], [2, 3, 4], [-1], [0, -1, 2])),
           reference=reshape, differentiable=(0,), outputs=("reshaped",)),
     OpRow("Shape", (case(normal(2, 3, 4)), case(normal()),
                     *(case(normal(2, 3, 4, 5), **bounds, since=15) for bounds in (
@@ -511,13 +510,15 @@ ROWS = [
     OpRow("ReduceSum", (case(normal(2, 3, 4), int64(0, -1), keepdims=0), case(normal(2, 3, 4), int64(1)),
                         case(normal(2, 3)), case(normal(2, 3), int64(), noop_with_empty_axes=1)),
           since=13, reference=reduce_sum(True), outputs=("reduced",)),
-    OpRow("SumToShape", (case(normal(2, 3, 4), int64(3, 1)), case(normal(2, 3), int64(3)), case(normal(2, 3), int64())),
+    OpRow("SumToShape", (case(normal(2, 3, 4), int64(3, 1)), case(normal(2, 3), int64(3)),
+                         case(normal(2, 3), int64())),
           domain=MS, reference=lambda i, a: {"Y": _sum_to(i[0], tuple(i[1]))}),
     OpRow("Gemm", (case(normal(3, 4), normal(4, 5), normal(5), alpha=0.7, beta=1.5),
                    case(normal(4, 3), normal(4, 5), normal(5), transA=1, alpha=0.7, beta=1.5),
                    case(normal(3, 4), normal(5, 4), normal(5), transB=1, alpha=0.7, beta=1.5),
                    case(normal(4, 3), normal(5, 4), normal(5), transA=1, transB=1, alpha=0.7, beta=1.5),
-                   *(case(normal(3, 4), normal(4, 5), *c) for c in ((), (normal(1),), (normal(3, 1),), (normal(3, 5),))),
+                   *(case(normal(3, 4), normal(4, 5), *c)
+                     for c in ((), (normal(1),), (normal(3, 1),), (normal(3, 5),))),
                    case(normal(3, 4), normal(4, 5), normal(3, 1), beta=-1.0)),
           reference=gemm, differentiable=(0, 1, 2)),
     OpRow("MatMul", (case(normal(3, 4), normal(4, 5)), case(normal(2, 3, 4), normal(4, 5)),
@@ -537,16 +538,17 @@ ROWS = [
                                  output_padding=[1, 0], group=2),
                             case(normal(1, 2, 2, 3, 2), normal(2, 1, 2, 2, 2), strides=[1, 2, 1])),
           differentiable=(0, 1, 2)),
-    OpRow("FusedConv", (sample(MS, "FusedConv"), case(normal(1, 2, 5), normal(3, 2, 3), normal(3), activation="Relu"),
+    OpRow("FusedConv", (sample(MS, "FusedConv"),
+                        case(normal(1, 2, 5), normal(3, 2, 3), normal(3), activation="Relu"),
                         case(normal(1, 2, 4, 4), normal(2, 2, 3, 3), activation="Sigmoid", pads=[1, 1, 1, 1])),
           domain=MS, reference=_fused(conv, lambda a: (a.get("activation_params") or [0.01])[0])),
-    OpRow("MaxPool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]), case(normal(1, 2, 7), kernel_shape=[3], strides=[2]),
-                      case(normal(1, 2, 5, 5), **_POOL_2D),
+    OpRow("MaxPool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]),
+                      case(normal(1, 2, 7), kernel_shape=[3], strides=[2]), case(normal(1, 2, 5, 5), **_POOL_2D),
                       case(normal(1, 2, 5, 5), kernel_shape=[2, 2], dilations=[2, 1], ceil_mode=1, since=10),
                       case(normal(1, 1, 3, 4, 3), kernel_shape=[2, 2, 2], storage_order=1, since=8)),
           reference=pool("max"), differentiable=(0,), differentiable_outputs=("Y",), outputs=("Y", "Indices")),
-    OpRow("AveragePool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]), case(normal(1, 2, 7), kernel_shape=[3], strides=[2]),
-                          case(normal(1, 2, 5, 5), **_POOL_2D),
+    OpRow("AveragePool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]),
+                          case(normal(1, 2, 7), kernel_shape=[3], strides=[2]), case(normal(1, 2, 5, 5), **_POOL_2D),
                           case(normal(1, 2, 5, 5), **_POOL_2D, count_include_pad=1, since=7),
                           case(normal(1, 2, 5, 5), kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, since=10),
                           case(normal(1, 2, 6, 5), kernel_shape=[2, 2], dilations=[2, 1], pads=[1, 1, 0, 0], since=19)),
@@ -559,8 +561,8 @@ ROWS = [
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
-                      case(normal(3, 4), np.array(0.3), np.array(False)), case(normal(3, 4), np.array(0.0), np.array(True)),
-                      case(normal(3, 4))),
+                      case(normal(3, 4), np.array(0.3), np.array(False)),
+                      case(normal(3, 4), np.array(0.0), np.array(True)), case(normal(3, 4))),
           reference=dropout_identity, differentiable=(0,), differentiable_outputs=("output",),
           outputs=("output", "mask")),
     OpRow("SoftmaxCrossEntropyLoss", sce_cases(),
@@ -593,25 +595,28 @@ ROWS = [
                                 case(_softmax_pair((2, 3, 4), 1, True, False), axis=1)), domain=MS,
           reference=softmax_grad(True, False), outputs=("dX",), gradient_of=("", "LogSoftmax")),
     OpRow("ConvGrad", (sample(MS, "ConvGrad"),
-                       case(_conv_grad_inputs("Conv", (1, 4, 5, 5), (4, 2, 3, 2), _CONV_2D), **_CONV_2D),
-                       case(_conv_grad_inputs("Conv", (1, 4, 5, 5), (4, 2, 3, 2), _CONV_2D), **_CONV_2D, outputs=["dW"]),
+                       *(case(_conv_grad_inputs("Conv", (1, 4, 5, 5), (4, 2, 3, 2), _CONV_2D), **_CONV_2D,
+                              outputs=outputs) for outputs in (None, ["dW"])),
                        case(_conv_grad_inputs("Conv", (1, 2, 5), (3, 2, 3), {}), outputs=["dX", "dB"])),
           domain=MS, outputs=("dX", "dW", "dB"), gradient_of=("", "Conv")),
     OpRow("ConvTransposeGrad", (sample(MS, "ConvTransposeGrad"),
                                 case(_conv_grad_inputs("ConvTranspose", (1, 2, 4), (2, 3, 3), {}), outputs=["dW"])),
           domain=MS, outputs=("dX", "dW", "dB"), gradient_of=("", "ConvTranspose")),
     OpRow("MaxPoolGrad", (sample("", "MaxPoolGrad", since=9),
-                          case(_max_pool_grad_inputs((1, 2, 5, 5), _POOL_2D), **_POOL_2D, output_shapes={"dX": (1, 2, 5, 5)})),
+                          case(_max_pool_grad_inputs((1, 2, 5, 5), _POOL_2D), **_POOL_2D,
+                               output_shapes={"dX": (1, 2, 5, 5)})),
           since=9, outputs=("dX",), gradient_of=("", "MaxPool")),
     OpRow("AveragePoolGrad", (sample("", "AveragePoolGrad", since=9),
-                              case(normal(1, 2, 3, 5), **_POOL_2D, count_include_pad=1, output_shapes={"dX": (1, 2, 5, 5)})),
+                              case(normal(1, 2, 3, 5), **_POOL_2D, count_include_pad=1,
+                                   output_shapes={"dX": (1, 2, 5, 5)})),
           since=9, outputs=("dX",), gradient_of=("", "AveragePool")),
-    OpRow("GlobalAveragePoolGrad", (case(normal(2, 3, 1, 1), int64(2, 3, 4, 5)), case(normal(1, 2, 1), int64(1, 2, 5))),
+    OpRow("GlobalAveragePoolGrad", (case(normal(2, 3, 1, 1), int64(2, 3, 4, 5)),
+                                    case(normal(1, 2, 1), int64(1, 2, 5))),
           domain=MS, outputs=("dX",), gradient_of=("", "GlobalAveragePool"),
           reference=lambda i, a: {"dX": np.broadcast_to(i[0] / np.prod(i[1][2:]), tuple(i[1]))}),
     OpRow("GlobalMaxPoolGrad", (case(normal(2, 3, 1, 1), normal(2, 3, 4, 5)), case(normal(1, 2, 1), normal(1, 2, 5))),
           domain=MS, outputs=("dX",), gradient_of=("", "GlobalMaxPool"),
-          reference=lambda i, a: {"dX": i[0] * (i[1] == i[1].max(axis=tuple(range(2, i[1].ndim)), keepdims=True))}),
+          reference=lambda i, a: {"dX": i[0] * (i[1] == global_pool(np.max)([i[1]], a)["Y"])}),
     OpRow("BatchNormalizationGrad", (case(_batchnorm_grad_inputs((2, 3, 4), True), training_mode=1),
                                      case(_batchnorm_grad_inputs((2, 3, 2, 2), False))),
           domain=MS, outputs=("dX", "dscale", "dbias"), gradient_of=("", "BatchNormalization")),
@@ -623,7 +628,8 @@ ROWS = [
                                           case(_sce_grad_inputs(4, 3, "sum", False), ignore_index=1, reduction="sum"),
                                           case(_sce_grad_inputs(4, 3, "none", True), reduction="none")),
           domain=MS, reference=sce_grad, outputs=("d_logits",), gradient_of=("", "SoftmaxCrossEntropyLoss")),
-    OpRow("MSELossGrad", (case(normal(), normal(3, 4), normal(3, 4)), case(normal(5), normal(5), normal(5), reduction="none"),
+    OpRow("MSELossGrad", (case(normal(), normal(3, 4), normal(3, 4)),
+                          case(normal(5), normal(5), normal(5), reduction="none"),
                           case(normal(), normal(3, 4), normal(3, 4), reduction="sum")),
           domain=MS, reference=mse_grad, outputs=("d_prediction",), gradient_of=(MS, "MSELoss")),
 
@@ -632,7 +638,8 @@ ROWS = [
                                       ("Relu", "Sigmoid", "Tanh", "LeakyRelu")) +
           (case(normal(2, 3, 2, 2), normal(2, 3, 2, 2), activation="LeakyRelu", activation_alpha=0.2),),
           domain=FUSED, reference=activation_grad_bias, outputs=("dX", "dB")),
-    OpRow("MaxPoolActivationGrad", (case(normal(2, 3, 2, 2), normal(2, 3, 4, 4), activation="Relu", kernel_shape=[2, 2]),
+    OpRow("MaxPoolActivationGrad", (case(normal(2, 3, 2, 2), normal(2, 3, 4, 4), activation="Relu",
+                                         kernel_shape=[2, 2]),
                                     case(normal(1, 2, 3), normal(1, 2, 6), activation="Tanh", kernel_shape=[2])),
           domain=FUSED, outputs=("dX", "dB")),
     OpRow("SoftmaxCrossEntropyLossWithGrad", (case(normal(5, 3), labels(5), normal(), positive(3)),
@@ -643,15 +650,15 @@ ROWS = [
     # in-place updates
     OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),
           domain=MS, outputs=("accumulated",), in_place=(0,), reference=accumulate),
-    OpRow("InPlaceAccumulatorV2", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array([True])),
-                                   case(normal(3, 2), normal(3, 2), np.array([False]))),
+    OpRow("InPlaceAccumulatorV2", (case(normal(3, 2), normal(3, 2)),
+                                   *(case(normal(3, 2), normal(3, 2), np.array([flag])) for flag in (True, False))),
           domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,), reference=accumulate_v2),
-    OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], _ADAM_SHAPES, 2)),
-                           case(_optimizer_inputs([np.array(0.1)], _ADAM_SHAPES, 3), momentum=0.9, nesterov=1,
-                                weight_decay=0.01, max_norm=0.5)),
+    OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], 2)),
+                           case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, nesterov=1, weight_decay=0.01,
+                                max_norm=0.5)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
-    OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], _ADAM_SHAPES, 4)),
-                            case(_optimizer_inputs([np.array(0.1), np.array(1)], _ADAM_SHAPES, 4), decoupled_weight_decay=1,
+    OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
+                            case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
                                  weight_decay=0.01, max_norm=0.5, beta1=0.8)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
 

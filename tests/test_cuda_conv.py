@@ -3,9 +3,10 @@
 The case table is test_conv.py's matrix (rank x group x stride x dilation x padding mode, for
 ConvTranspose also output_padding and output_shape), each case run with every algorithm forced
 first (search mode "fixed") in float64, float32 and float16 (both opset versions:
-test_op_table.py); then its special paths, every subset of requested gradients, non-contiguous and device-tensor inputs, bad input raising the
-CPU's errors, and the search: a cache hit times nothing, a failing algorithm falls back to the
-next, a low workspace cap excludes im2col, dW is bitwise repeatable."""
+test_op_table.py); then its special paths, every subset of requested gradients,
+non-contiguous and device-tensor inputs, bad input raising the CPU's errors, and the search:
+a cache hit times nothing, a failing algorithm falls back to the next, a low workspace cap
+excludes im2col, dW is bitwise repeatable."""
 import numpy as np
 import pytest
 

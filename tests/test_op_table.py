@@ -176,7 +176,8 @@ def gradient_opset(kdef):
     return opset if kdef.holds(opset) else None
 
 
-@pytest.mark.parametrize("kdef,dtype", [p for p in kernels("cpu", [np.dtype(np.float64)]) if gradient_opset(p.values[0])])
+@pytest.mark.parametrize("kdef,dtype", [p for p in kernels("cpu", [np.dtype(np.float64)])
+                                        if gradient_opset(p.values[0])])
 def test_gradient(kdef, dtype):
     row = row_of(kdef)
     assert row.differentiable, f"{kernel_id(kdef)} has a gradient builder; its row names no differentiable input"
@@ -228,7 +229,8 @@ def test_cuda_against_cpu(kdef, dtype):
 
 
 def test_every_kernel_has_a_row():
-    missing = sorted({kernel_id(k) for k in registered_kernels() if row_for(k.domain, k.op_type, k.since_version) is None})
+    missing = sorted({kernel_id(k) for k in registered_kernels()
+                      if row_for(k.domain, k.op_type, k.since_version) is None})
     assert not missing, f"kernels without a row in op_table.ROWS: {', '.join(missing)}"
 
 
