@@ -20,9 +20,11 @@ A row (OpRow) says how to call the op and what it should give:
 
 A row serves every kernel of its (domain, op) whose since_version is at or above the row's
 `since`, up to the next row of the op; a case with `since` set is used only from that opset
-on (attributes a version added).  Adding an op is one `OpRow(...)` in ROWS."""
-from __future__ import annotations
+on (attributes a version added).  Adding an op is one `OpRow(...)` in ROWS, for example
 
+    OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(7), alpha=0.2)),
+          reference=activation("LeakyRelu"), differentiable=(0,)),
+"""
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -39,6 +41,7 @@ FUSED = "ai.minitrain.fused"
 # ---- input builders -------------------------------------------------------------------------
 
 def normal(*shape, scale=1.0):
+    """Standard normal values (times `scale`)."""
     return lambda rng: np.asarray(rng.standard_normal(shape) * scale)
 
 
@@ -53,10 +56,12 @@ def nonzero(*shape):
 
 
 def labels(*shape, classes=3):
+    """Class indices in [0, classes), int64."""
     return lambda rng: rng.integers(0, classes, shape)
 
 
 def int64(*values):
+    """A constant int64 vector: shapes, axes."""
     return np.array(values, dtype=np.int64)
 
 
@@ -84,6 +89,7 @@ class Case:
 
 
 def case(*inputs, since=1, outputs=None, output_shapes=None, random=False, gradient=True, **attrs):
+    """A Case of these inputs; keyword arguments other than Case's fields are the attributes."""
     return Case(tuple(inputs), attrs, since, None if outputs is None else tuple(outputs), output_shapes, random,
                 gradient)
 
@@ -112,6 +118,7 @@ class OpRow:
 # ---- NumPy references -----------------------------------------------------------------------
 
 def _spatial(x, attrs, name, fill):
+    """The attribute `name` (strides, pads, dilations) or its default for x's spatial rank."""
     k = x.ndim - 2
     value = attrs.get(name)
     return list(value) if value else [fill] * (2 * k if name == "pads" else k)
@@ -133,6 +140,7 @@ def _explicit(attrs):
 
 
 def conv(inputs, attrs):
+    """Conv as a contraction of each group's windows with its filters (explicit pads only)."""
     if not _explicit(attrs):
         return None
     x, w, b = (list(inputs) + [None])[:3]
@@ -148,6 +156,8 @@ def conv(inputs, attrs):
 
 
 def pool(kind):
+    """MaxPool ("max") or AveragePool ("avg") over the windows (explicit pads, floor rounding);
+    without count_include_pad the average counts only the input's own elements."""
     def reference(inputs, attrs):
         (x,) = inputs
         if not _explicit(attrs):
@@ -245,6 +255,7 @@ def gemm(inputs, attrs):
 
 
 def _sum_to(x, shape):
+    """x summed over the leading axes `shape` lacks and the axes where `shape` has 1."""
     lead = x.ndim - len(shape)
     x = x.sum(axis=tuple(range(lead))) if lead else x
     return x.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1), keepdims=True)
@@ -263,6 +274,7 @@ def reduce_sum(axes_from_input):
 
 
 def reshape(inputs, attrs):
+    """A 0 in the target keeps the input's dim (unless allowzero), -1 is inferred."""
     x, target = inputs
     shape = [x.shape[i] if d == 0 and not attrs.get("allowzero") else int(d) for i, d in enumerate(target)]
     return {"reshaped": x.reshape(shape)}
@@ -280,28 +292,29 @@ def shape_of(inputs, attrs):
     return {"shape": dims[attrs.get("start", 0):attrs.get("end")]}
 
 
-def _class_weights(labels, weights, ignore_index, classes):
+def _class_weights(labels, weights, ignore_index):
+    """(labels with the ignored ones made 0, each sample's weight: 0 where ignored)."""
     safe = np.where(labels == ignore_index, 0, labels) if ignore_index is not None else labels
     w = np.ones(labels.shape) if weights is None else weights[safe]
     return safe, (w if ignore_index is None else np.where(labels == ignore_index, 0.0, w))
 
 
-def _reduce_loss(losses, w, reduction):
+def _reduce_loss(losses, reduction, count):
     if reduction == "none":
         return losses
-    return np.array(losses.sum() / (w.sum() if reduction == "mean" else 1.0))
+    return np.array(losses.sum() / (count if reduction == "mean" else 1.0))
 
 
 def sce(inputs, attrs):
     scores, lab, weights = (list(inputs) + [None])[:3]
     log_prob = _softmax(scores, 1, True, False)
-    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"), scores.shape[1])
+    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
     picked = -np.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
-    return {"output": _reduce_loss(w * picked, w, attrs.get("reduction", "mean")), "log_prob": log_prob}
+    return {"output": _reduce_loss(w * picked, attrs.get("reduction", "mean"), w.sum()), "log_prob": log_prob}
 
 
 def _sce_grad(dy, log_prob, lab, weights, attrs):
-    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"), log_prob.shape[1])
+    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
     reduction = attrs.get("reduction", "mean")
     scale = w * dy if reduction == "none" else w * dy / (w.sum() if reduction == "mean" else 1.0)
     one_hot = np.zeros_like(log_prob)
@@ -322,7 +335,7 @@ def sce_with_grad(inputs, attrs):
 
 def mse(inputs, attrs):
     p, t = inputs
-    return {"loss": _reduce_loss((p - t) ** 2, np.ones(1) * p.size, attrs.get("reduction", "mean"))}
+    return {"loss": _reduce_loss((p - t) ** 2, attrs.get("reduction", "mean"), p.size)}
 
 
 def mse_grad(inputs, attrs):
