@@ -6,6 +6,9 @@ compares every output: float64 to 1e-10, float32 to 1e-5 relative, float16 again
 float32 CPU result on the same float16-rounded inputs to 1e-2.  Float inputs are cast to the
 element type under test; integer and bool inputs (labels, indices, masks) are passed as they
 are.  With `noncontiguous=True` the CUDA run gets non-contiguous NumPy views of the inputs.
+The tolerances and the non-contiguous views also serve test_op_table.py, which runs every
+registered CUDA kernel this way from the op table; the files that use check_parity keep the
+cases beyond it (large and odd geometry, algorithm routes, device inputs).
 """
 import numpy as np
 

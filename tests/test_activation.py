@@ -1,13 +1,14 @@
-"""Elementwise activations and their com.microsoft gradient kernels: forward values, the
-gradient formulas, finite-difference gradchecks in float64, PyTorch autograd, bad input, and
-the streaming-store path (ext/grad_stream.h) against the plain one."""
+"""Elementwise activations and their com.microsoft gradient kernels beyond their rows in the
+op table (op_table.py: values, gradient formulas, finite differences, every alpha's builder
+route): long and odd-sized inputs that take the threaded chunks and their tails, huge and
+non-finite inputs, every opset's schema, PyTorch autograd, bad input, and the streaming-store
+path (ext/grad_stream.h) against the plain one."""
 import numpy as np
 import pytest
 
 from minitrain import Graph, errors, run_node
 from minitrain._ext import activation as _act
 from minitrain.autodiff import build_gradient_graph
-from minitrain.gradcheck import gradcheck
 from minitrain.providers.cpu import activation as cpu_activation
 from minitrain.providers.cpu import streaming
 
@@ -96,19 +97,6 @@ def test_gradient_kernels_match_formulas(grad_op, dtype, rng):
     np.testing.assert_allclose(dx, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
 
 
-@pytest.mark.parametrize("op", sorted(FORWARD))
-@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 2, 2)])
-def test_gradcheck(op, shape, rng):
-    attrs, domain, _ = FORWARD[op]
-    gradcheck(op, [away_from_kinks(rng, shape)], attrs, domain=domain, opset=None if domain else 19)
-
-
-@pytest.mark.parametrize("alpha", [0.2, -0.5, 0.0])
-def test_leaky_relu_gradient_any_alpha(alpha, rng):
-    """alpha <= 0: Y no longer marks X > 0, so the builder hands the kernel X instead."""
-    gradcheck("LeakyRelu", [away_from_kinks(rng, (4, 5))], {"alpha": alpha})
-
-
 def test_leaky_relu_builder_reads_y_for_positive_alpha():
     g = Graph(name="leaky")
     g.add_input("x", np.float64, (3,))
@@ -156,15 +144,6 @@ def test_non_contiguous_and_empty_inputs(rng):
     np.testing.assert_allclose(y, sigmoid(x), rtol=1e-12)
     (e,) = run_node("TanhGrad", [np.zeros((0, 3)), np.zeros((0, 3))], domain=MS)
     assert e.shape == (0, 3)
-
-
-def test_inputs_are_not_written(rng):
-    x = rng.standard_normal((50, 50))
-    dy = rng.standard_normal((50, 50))
-    keep = x.copy(), dy.copy()
-    run_node("QuickGeluGrad", [dy, x], domain=MS)
-    np.testing.assert_array_equal(x, keep[0])
-    np.testing.assert_array_equal(dy, keep[1])
 
 
 @pytest.mark.parametrize("grad_op", sorted(GRADIENTS))

@@ -1,8 +1,8 @@
 """The elementwise activations and their com.microsoft gradients on CUDA against the CPU
 kernels: every op and alpha that test_activation.py covers, sizes that leave pack tails, huge
-and non-finite inputs (NaN handled as the CPU does), every opset, non-contiguous and device
-inputs, misaligned device views (the unvectorised path), and bad input raising the CPU's
-errors."""
+and non-finite inputs (NaN handled as the CPU does), device inputs, misaligned device views
+(the unvectorised path), and bad input raising the CPU's errors.  Every opset and
+non-contiguous inputs: test_op_table.py."""
 import numpy as np
 import pytest
 
@@ -61,21 +61,6 @@ def test_huge_and_non_finite_inputs(op, alpha, dtype):
     y = check_extremes(op, [x], attrs_of(alpha), domain, dtype)
     dy = np.array([1.0, -2.0, np.nan, 0.5] * 4)
     check_extremes(grad_op, [dy, x if reads == "X" else y.astype(np.float64)], attrs_of(alpha), MS, dtype)
-
-
-@pytest.mark.parametrize("opset", [6, 13, 14, 16, 19])
-def test_forward_versions(opset, rng):
-    x = rng.standard_normal((4, 3))
-    for op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu"):
-        check_parity(op, [x], opset=opset)
-
-
-@pytest.mark.parametrize("op", sorted(OPS))
-def test_non_contiguous(op, rng):
-    domain, grad_op, _ = OPS[op]
-    x, dy = rng.standard_normal((6, 40)), rng.standard_normal((6, 40))
-    check_parity(op, [x], domain=domain, noncontiguous_inputs=True)
-    check_parity(grad_op, [dy, x], domain=MS, noncontiguous_inputs=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

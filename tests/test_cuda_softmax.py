@@ -35,13 +35,6 @@ def test_forward_and_gradient(shape, axis, op, opset, dtype, rng):
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
-@pytest.mark.parametrize("opset", [1, 12, 13])
-def test_default_axis(op, opset, rng):
-    check_parity(op, [rng.standard_normal((2, 3, 4))], opset=opset)
-    check_parity(grad_op(op, opset), [rng.standard_normal((2, 3, 4)), rng.random((2, 3, 4))], domain=MS)
-
-
-@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("width", [4, 2000])

@@ -5,7 +5,6 @@ import pytest
 import minitrain.random
 from minitrain import run_node
 from minitrain.errors import DTypeError, ShapeError
-from minitrain.gradcheck import gradcheck
 
 TRUE = np.array(True)
 
@@ -53,11 +52,6 @@ def test_grad_uses_the_forward_mask(rng):
     np.testing.assert_allclose(dx, dy * mask / 0.6)
     (dx_inf,) = run_node("DropoutGrad", [dy, mask], domain="com.microsoft")
     np.testing.assert_array_equal(dx_inf, dy)
-
-
-@pytest.mark.parametrize("shape", [(4, 5), (2, 3, 4), (2, 2, 3, 3)])
-def test_gradcheck(shape, rng):
-    gradcheck("Dropout", [rng.standard_normal(shape), np.array(0.3), TRUE], {"seed": 5}, outputs=["output"])
 
 
 def test_bad_input(rng):

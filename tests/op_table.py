@@ -1,0 +1,692 @@
+"""The op table: one row per op (per version where the op's meaning changes), read by
+test_op_table.py, which runs every registered kernel against it (PyTorch's OpInfo, Chainer's
+FunctionTestCase).
+
+A row (OpRow) says how to call the op and what it should give:
+- `cases`: the ways to call it, each made by `case(*inputs, **attributes)`.  An input is an
+  array, None (an absent optional input), or a builder `rng -> array` (normal(2, 3),
+  positive(3), ...); `derived(fn)` builds inputs that depend on each other (`rng -> list`).
+  Inputs are float64; the harness casts those of the kernel's element type.
+- `reference`: NumPy's forward, `(inputs, attrs) -> {output name: array}` in float64, or None
+  for a case it does not cover; without one, the float64 CPU kernel is the reference of the
+  other element types and providers.
+- `differentiable`: the inputs whose gradient the op's gradient builder emits, checked by
+  central differences in float64 (`differentiable_outputs`: the outputs it differentiates;
+  `gradient_since`: the first opset whose gradient graph can be built; a case with
+  `gradient=False`: one the gradient refuses by design).
+- `outputs`: the op's output names; `in_place`: the inputs it updates (optimizers), compared
+  after the call like outputs (a reference names them "input i"); `gradient_of`: for a
+  gradient op, the forward op whose builder emits it (its gradient check exercises this kernel).
+
+A row serves every kernel of its (domain, op) whose since_version is at or above the row's
+`since`, up to the next row of the op; a case with `since` set is used only from that opset
+on (attributes a version added).  Adding an op is one `OpRow(...)` in ROWS, for example
+
+    OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(7), alpha=0.2)),
+          reference=activation("LeakyRelu"), differentiable=(0,)),
+"""
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from error_inputs import SAMPLES
+from minitrain import run_node
+
+MS = "com.microsoft"
+FUSED = "ai.minitrain.fused"
+
+
+# ---- input builders -------------------------------------------------------------------------
+
+def normal(*shape, scale=1.0):
+    """Standard normal values (times `scale`)."""
+    return lambda rng: np.asarray(rng.standard_normal(shape) * scale)
+
+
+def positive(*shape, low=0.5, high=2.0):
+    """Values in [low, high): logarithms, divisors, variances."""
+    return lambda rng: np.asarray(rng.uniform(low, high, shape))
+
+
+def nonzero(*shape):
+    """Magnitudes in [0.5, 2) of either sign: divisors whose quotients stay small."""
+    return lambda rng: np.asarray(rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape))
+
+
+def labels(*shape, classes=3):
+    """Class indices in [0, classes), int64."""
+    return lambda rng: rng.integers(0, classes, shape)
+
+
+def int64(*values):
+    """A constant int64 vector: shapes, axes."""
+    return np.array(values, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class derived:
+    """Inputs built together (`fn(rng) -> list`), for ops whose inputs must agree."""
+    fn: Callable
+
+
+@dataclass(frozen=True)
+class Case:
+    inputs: tuple
+    attrs: dict
+    since: int = 1                       # the first opset whose schema takes these attributes
+    outputs: Optional[tuple] = None      # outputs to ask for (None: the row's)
+    output_shapes: Optional[dict] = None
+    random: bool = False                 # values drawn at random: shapes and dtypes compared, not values
+    gradient: bool = True                # False where the op's gradient refuses the case by design
+
+    def build(self, rng):
+        """The inputs as a list of float64 (and integer, bool) arrays or None."""
+        if len(self.inputs) == 1 and isinstance(self.inputs[0], derived):
+            return list(self.inputs[0].fn(rng))
+        return [x(rng) if callable(x) else x for x in self.inputs]
+
+
+def f32(value):
+    """An ONNX float attribute's default as the kernels see it: the float32 value."""
+    return float(np.float32(value))
+
+
+def case(*inputs, since=1, outputs=None, output_shapes=None, random=False, gradient=True, **attrs):
+    """A Case of these inputs; keyword arguments other than Case's fields are the attributes."""
+    return Case(tuple(inputs), attrs, since, None if outputs is None else tuple(outputs), output_shapes, random,
+                gradient)
+
+
+def sample(domain, op, since=1):
+    """The op's sample in error_inputs.SAMPLES as a case."""
+    inputs, attrs, shapes = SAMPLES[(domain, op)]
+    return Case(tuple(inputs), dict(attrs), since, None, shapes)
+
+
+@dataclass(frozen=True)
+class OpRow:
+    op: str
+    cases: tuple
+    domain: str = ""
+    since: int = 1
+    reference: Optional[Callable] = None
+    differentiable: tuple = ()
+    differentiable_outputs: Optional[tuple] = None
+    outputs: tuple = ("Y",)
+    in_place: tuple = ()
+    gradient_of: Optional[tuple] = None
+    gradient_since: int = 1              # the first opset whose gradient graph can be built
+
+
+# ---- NumPy references -----------------------------------------------------------------------
+
+def _spatial(x, attrs, name, fill):
+    """The attribute `name` (strides, pads, dilations) or its default for x's spatial rank."""
+    k = x.ndim - 2
+    value = attrs.get(name)
+    return list(value) if value else [fill] * (2 * k if name == "pads" else k)
+
+
+def _windows(x, kernel, strides, pads, dilations, fill):
+    """(N, C, *out, *kernel) windows of x padded with `fill` (explicit pads, floor rounding)."""
+    k = len(kernel)
+    padded = np.pad(x, [(0, 0), (0, 0)] + list(zip(pads[:k], pads[k:])), constant_values=fill)
+    extent = [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations)]
+    win = sliding_window_view(padded, extent, axis=tuple(range(2, 2 + k)))
+    pick = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides) + \
+        tuple(slice(None, None, d) for d in dilations)
+    return win[pick]
+
+
+def _explicit(attrs):
+    return attrs.get("auto_pad", "NOTSET") == "NOTSET" and not attrs.get("ceil_mode")
+
+
+def conv(inputs, attrs):
+    """Conv as a contraction of each group's windows with its filters (explicit pads only)."""
+    if not _explicit(attrs):
+        return None
+    x, w, b = (list(inputs) + [None])[:3]
+    k, group = x.ndim - 2, attrs.get("group", 1)
+    win = _windows(x, w.shape[2:], _spatial(x, attrs, "strides", 1), _spatial(x, attrs, "pads", 0),
+                   _spatial(x, attrs, "dilations", 1), 0.0)
+    cg, mg = x.shape[1] // group, w.shape[0] // group
+    parts = [np.tensordot(win[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
+                          axes=([1] + list(range(2 + k, 2 + 2 * k)), [1] + list(range(2, 2 + k))))
+             for g in range(group)]
+    y = np.moveaxis(np.concatenate(parts, axis=-1), -1, 1)
+    return {"Y": y if b is None else y + b.reshape((1, -1) + (1,) * k)}
+
+
+def pool(kind):
+    """MaxPool ("max") or AveragePool ("avg") over the windows (explicit pads, floor rounding);
+    without count_include_pad the average counts only the input's own elements."""
+    def reference(inputs, attrs):
+        (x,) = inputs
+        if not _explicit(attrs):
+            return None
+        kernel = attrs["kernel_shape"]
+        geometry = (_spatial(x, attrs, "strides", 1), _spatial(x, attrs, "pads", 0), _spatial(x, attrs, "dilations", 1))
+        axes = tuple(range(-len(kernel), 0))
+        if kind == "max":
+            return {"Y": _windows(x, kernel, *geometry, -np.inf).max(axis=axes)}
+        total = _windows(x, kernel, *geometry, 0.0).sum(axis=axes)
+        if attrs.get("count_include_pad"):
+            return {"Y": total / np.prod(kernel)}
+        return {"Y": total / _windows(np.ones_like(x), kernel, *geometry, 0.0).sum(axis=axes)}
+    return reference
+
+
+def global_pool(reduce):
+    return lambda inputs, attrs: {"Y": reduce(inputs[0], axis=tuple(range(2, inputs[0].ndim)), keepdims=True)}
+
+
+def _softmax(x, axis, log, flatten):
+    shape = x.shape
+    if flatten:
+        x, axis = x.reshape(int(np.prod(shape[:axis % x.ndim])), -1), 1
+    z = x - x.max(axis=axis, keepdims=True)
+    s = np.exp(z).sum(axis=axis, keepdims=True)
+    return (z - np.log(s) if log else np.exp(z) / s).reshape(shape)
+
+
+def softmax(log, flatten, name="output"):
+    default_axis = 1 if flatten else -1
+    return lambda inputs, attrs: {name: _softmax(inputs[0], attrs.get("axis", default_axis), log, flatten)}
+
+
+def softmax_grad(log, flatten):
+    def reference(inputs, attrs):
+        dy, y = inputs
+        shape, axis = dy.shape, attrs.get("axis", 1 if flatten else -1)
+        if flatten:
+            rows = int(np.prod(shape[:axis % dy.ndim]))
+            dy, y, axis = dy.reshape(rows, -1), y.reshape(rows, -1), 1
+        if log:
+            dx = dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)
+        else:
+            dx = y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+        return {"dX": dx.reshape(shape)}
+    return reference
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+ACTIVATIONS = {  # op: (forward, gradient from (dY, what the gradient op reads), default alpha)
+    "Relu": (lambda x, a: np.maximum(x, 0), lambda dy, x, a: dy * (x > 0), None),
+    "Sigmoid": (lambda x, a: _sigmoid(x), lambda dy, y, a: dy * y * (1 - y), None),
+    "Tanh": (lambda x, a: np.tanh(x), lambda dy, y, a: dy * (1 - y * y), None),
+    "LeakyRelu": (lambda x, a: np.where(x > 0, x, a * x), lambda dy, y, a: dy * np.where(y > 0, 1, a), f32(0.01)),
+    "QuickGelu": (lambda x, a: x * _sigmoid(a * x),
+                  lambda dy, x, a: dy * (_sigmoid(a * x) * (1 + a * x * (1 - _sigmoid(a * x)))), f32(1.702)),
+}
+
+
+def activation(op, name="Y"):
+    forward, _, alpha = ACTIVATIONS[op]
+    return lambda inputs, attrs: {name: forward(inputs[0], attrs.get("alpha", alpha))}
+
+
+def activation_grad(op):
+    _, backward, alpha = ACTIVATIONS[op]
+    return lambda inputs, attrs: {"dX": backward(inputs[0], inputs[1], attrs.get("alpha", alpha))}
+
+
+def activation_grad_bias(inputs, attrs):
+    dx = ACTIVATIONS[attrs["activation"]][1](inputs[0], inputs[1], attrs.get("activation_alpha", f32(0.01)))
+    return {"dX": dx, "dB": dx.sum(axis=tuple(a for a in range(dx.ndim) if a != 1))}
+
+
+def _fused(forward, alpha_of):
+    def reference(inputs, attrs):
+        y = forward(inputs, attrs)
+        if y is None:
+            return None
+        act, alpha = attrs.get("activation"), alpha_of(attrs)
+        return {"Y": ACTIVATIONS[act][0](y["Y"], alpha) if act else y["Y"]}
+    return reference
+
+
+def gemm(inputs, attrs):
+    a, b, c = (list(inputs) + [None])[:3]
+    a = a.T if attrs.get("transA") else a
+    b = b.T if attrs.get("transB") else b
+    y = attrs.get("alpha", 1.0) * (a @ b)
+    return {"Y": y if c is None else y + attrs.get("beta", 1.0) * c}
+
+
+def _sum_to(x, shape):
+    """x summed over the leading axes `shape` lacks and the axes where `shape` has 1."""
+    lead = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(lead))) if lead else x
+    return x.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1), keepdims=True)
+
+
+def reduce_sum(axes_from_input):
+    def reference(inputs, attrs):
+        x = inputs[0]
+        axes = inputs[1] if axes_from_input and len(inputs) > 1 else attrs.get("axes")
+        if axes is None or len(axes) == 0:
+            if attrs.get("noop_with_empty_axes"):
+                return {"reduced": x}
+            axes = range(x.ndim)
+        return {"reduced": x.sum(axis=tuple(int(a) for a in axes), keepdims=bool(attrs.get("keepdims", 1)))}
+    return reference
+
+
+def reshape(inputs, attrs):
+    """A 0 in the target keeps the input's dim (unless allowzero), -1 is inferred."""
+    x, target = inputs
+    shape = [x.shape[i] if d == 0 and not attrs.get("allowzero") else int(d) for i, d in enumerate(target)]
+    return {"reshaped": x.reshape(shape)}
+
+
+def flatten(inputs, attrs):
+    x = inputs[0]
+    axis = attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return {"output": x.reshape(int(np.prod(x.shape[:axis])), -1)}
+
+
+def shape_of(inputs, attrs):
+    dims = np.array(inputs[0].shape, dtype=np.int64)
+    return {"shape": dims[attrs.get("start", 0):attrs.get("end")]}
+
+
+def _class_weights(labels, weights, ignore_index):
+    """(labels with the ignored ones made 0, each sample's weight: 0 where ignored)."""
+    safe = np.where(labels == ignore_index, 0, labels) if ignore_index is not None else labels
+    w = np.ones(labels.shape) if weights is None else weights[safe]
+    return safe, (w if ignore_index is None else np.where(labels == ignore_index, 0.0, w))
+
+
+def _reduce_loss(losses, reduction, count):
+    if reduction == "none":
+        return losses
+    return np.array(losses.sum() / (count if reduction == "mean" else 1.0))
+
+
+def sce(inputs, attrs):
+    scores, lab, weights = (list(inputs) + [None])[:3]
+    log_prob = _softmax(scores, 1, True, False)
+    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
+    picked = -np.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
+    return {"output": _reduce_loss(w * picked, attrs.get("reduction", "mean"), w.sum()), "log_prob": log_prob}
+
+
+def _sce_grad(dy, log_prob, lab, weights, attrs):
+    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
+    reduction = attrs.get("reduction", "mean")
+    scale = w * dy if reduction == "none" else w * dy / (w.sum() if reduction == "mean" else 1.0)
+    one_hot = np.zeros_like(log_prob)
+    np.put_along_axis(one_hot, safe[:, None], 1.0, axis=1)
+    return (np.exp(log_prob) - one_hot) * np.expand_dims(scale, 1)
+
+
+def sce_grad(inputs, attrs):
+    dy, log_prob, lab, weights = (list(inputs) + [None])[:4]
+    return {"d_logits": _sce_grad(dy, log_prob, lab, weights, attrs)}
+
+
+def sce_with_grad(inputs, attrs):
+    scores, lab, dy, weights = (list(inputs) + [None])[:4]
+    forward = sce([scores, lab, weights], attrs)
+    return {"output": forward["output"], "d_logits": _sce_grad(dy, forward["log_prob"], lab, weights, attrs)}
+
+
+def mse(inputs, attrs):
+    p, t = inputs
+    return {"loss": _reduce_loss((p - t) ** 2, attrs.get("reduction", "mean"), p.size)}
+
+
+def mse_grad(inputs, attrs):
+    dy, p, t = inputs
+    scale = {"none": 1.0, "sum": 1.0, "mean": 1.0 / p.size}[attrs.get("reduction", "mean")]
+    return {"d_prediction": 2 * (p - t) * dy * scale}
+
+
+def batchnorm(inputs, attrs):
+    x, scale, bias, mean_in, var_in = inputs
+    eps, m, training = attrs.get("epsilon", f32(1e-5)), attrs.get("momentum", f32(0.9)), attrs.get("training_mode", 0)
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean, var = (x.mean(axis=axes), x.var(axis=axes)) if training else (mean_in, var_in)
+    inv_std = 1 / np.sqrt(var + eps)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - mean.reshape(shape)) * (inv_std * scale).reshape(shape) + bias.reshape(shape)
+    out = {"Y": y, "saved_mean": mean, "saved_inv_std": inv_std}
+    if training:
+        out.update(running_mean=m * mean_in + (1 - m) * mean, running_var=m * var_in + (1 - m) * var)
+    return out
+
+
+def dropout_identity(inputs, attrs):
+    return {"output": inputs[0], "mask": np.ones(inputs[0].shape, bool)}
+
+
+def dropout_grad(inputs, attrs):
+    dy, mask, ratio, training = (list(inputs) + [None, None])[:4]
+    r = 0.5 if ratio is None else float(ratio)
+    if training is None or not bool(training) or r == 0:
+        return {"dX": dy}
+    return {"dX": dy * mask / (1 - r)}
+
+
+def accumulate(inputs, attrs):
+    total = inputs[0] + (1.0 if len(inputs) < 3 else float(inputs[2])) * inputs[1]
+    return {"accumulated": total, "input 0": total}
+
+
+def accumulate_v2(inputs, attrs):
+    total = inputs[1] if len(inputs) > 2 and inputs[2][0] else inputs[0] + inputs[1]
+    return {"updated_flag": np.ones(1, bool), "accumulated": total, "input 0": total}
+
+
+def binary(fn, name="C"):
+    return lambda inputs, attrs: {name: fn(*inputs)}
+
+
+# ---- inputs that must agree ------------------------------------------------------------------
+
+def _max_pool_grad_inputs(x_shape, attrs):
+    def build(rng):
+        x = rng.standard_normal(x_shape)
+        y, indices = run_node("MaxPool", [x], attrs=attrs)
+        return [rng.standard_normal(y.shape), indices]
+    return derived(build)
+
+
+def _conv_grad_inputs(op, x_shape, w_shape, attrs):
+    """dY of the forward's output shape, X and W."""
+    def build(rng):
+        x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+        (y,) = run_node(op, [x, w], attrs=attrs)
+        return [rng.standard_normal(y.shape), x, w]
+    return derived(build)
+
+
+def _softmax_pair(shape, axis, log, flatten):
+    return derived(lambda rng: [rng.standard_normal(shape), _softmax(rng.standard_normal(shape), axis, log, flatten)])
+
+
+def _batchnorm_grad_inputs(shape, training):
+    def build(rng):
+        x = rng.standard_normal(shape)
+        axes = (0,) + tuple(range(2, len(shape)))
+        mean, var = (x.mean(axis=axes), x.var(axis=axes)) if training else \
+            (rng.standard_normal(shape[1]), rng.uniform(0.5, 2.0, shape[1]))
+        return [rng.standard_normal(shape), x, rng.standard_normal(shape[1]), mean, 1 / np.sqrt(var + 1e-5)]
+    return derived(build)
+
+
+def _sce_grad_inputs(n, classes, reduction, weighted):
+    def build(rng):
+        log_prob = _softmax(rng.standard_normal((n, classes)), 1, True, False)
+        dy = rng.standard_normal(n) if reduction == "none" else np.array(rng.standard_normal())
+        weights = rng.uniform(0.5, 2.0, classes) if weighted else None
+        return [dy, log_prob, rng.integers(0, classes, n), weights]
+    return derived(build)
+
+
+def _optimizer_inputs(head, groups, shapes=((3, 2), (4,))):
+    """learning rate (and step), then `groups` tensors per parameter shape: parameters,
+    gradients, then state (moments kept positive: Adam's v is a mean of squares)."""
+    def build(rng):
+        tensors = [rng.standard_normal(s) * (0.1 if g == 1 else 1.0) for g in range(groups) for s in shapes]
+        if groups == 4:
+            tensors[3 * len(shapes):] = [np.abs(t) for t in tensors[3 * len(shapes):]]
+        return list(head) + tensors
+    return derived(build)
+
+
+def broadcasting(divisor=normal):
+    """Every broadcast pattern: equal shapes, a trailing vector, inner and outer ones, both
+    operands stretched, a scalar."""
+    shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)), ((4,), (2, 3, 4)),
+              ((2, 1, 4), (1, 3, 1)), ((), (2, 3)), ((3,), ())]
+    return tuple(case(normal(*a), divisor(*b)) for a, b in shapes)
+
+
+def softmax_cases(since):
+    """The default axis on 2-D and 3-D inputs; every axis of a 3-D input (from `since`, where
+    negative axes start); 1-D and 4-D inputs."""
+    return (case(normal(3, 4)), case(normal(2, 3, 4)),
+            *(case(normal(3, 4, 5, scale=3), axis=axis, since=since) for axis in (0, 1, 2, -1)),
+            case(normal(4), axis=0), case(normal(3, 5), axis=0), case(normal(2, 3, 2, 3), axis=-1, since=since))
+
+
+def sce_cases():
+    """Each reduction on (N, C), (N, C, d) and (N, C, d1, d2) scores, with and without class
+    weights and an ignored class."""
+    return tuple(c for reduction in ("mean", "sum", "none") for c in (
+        case(normal(5, 4), labels(5, classes=4), reduction=reduction),
+        case(normal(5, 4, 3), labels(5, 3, classes=4), positive(4), reduction=reduction),
+        case(normal(5, 4, 2, 3), labels(5, 2, 3, classes=4), reduction=reduction, ignore_index=1),
+        case(normal(5, 4), labels(5, classes=4), positive(4), reduction=reduction, ignore_index=0),
+        case(normal(6, 5, 3), labels(6, 3, classes=5), positive(5), reduction=reduction, ignore_index=0)))
+
+
+def batchnorm_cases():
+    """Training and inference mode on 0-D to 3-D spatial inputs, data off zero."""
+    def inputs(*shape):
+        return (lambda rng: rng.standard_normal(shape) * 2 + 0.5, normal(shape[1]), normal(shape[1]),
+                normal(shape[1]), positive(shape[1]))
+    shapes = [(5, 3), (3, 2, 7), (2, 3, 2, 2), (2, 2, 3, 2, 3)]
+    return (*(case(*inputs(*shape), training_mode=1, momentum=0.8, epsilon=1e-3) for shape in shapes),
+            *(case(*inputs(*shape), epsilon=1e-3, outputs=["Y", "saved_mean", "saved_inv_std"]) for shape in shapes))
+
+
+_CONV_2D = dict(pads=[1, 0, 1, 0], strides=[2, 1], dilations=[1, 2], group=2, kernel_shape=[3, 2])
+_POOL_2D = dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])
+
+
+# ---- the table ------------------------------------------------------------------------------
+
+ROWS = [
+    OpRow("Add", broadcasting(), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Sub", broadcasting(), reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Mul", broadcasting(), reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Div", broadcasting(nonzero), reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Neg", (case(normal(2, 3)), case(normal())), reference=lambda i, a: {"Y": -i[0]}, differentiable=(0,)),
+    OpRow("Sum", (case(normal(2, 3)), case(normal(2, 3), normal(3), normal(2, 1))),
+          reference=lambda i, a: {"sum": sum(np.broadcast_arrays(*i))}, differentiable=(0, 1, 2), outputs=("sum",)),
+    OpRow("Identity", (case(normal(2, 3)),), reference=lambda i, a: {"output": i[0]}, differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Relu", (case(normal(2, 5)),), reference=activation("Relu"), differentiable=(0,)),
+    OpRow("Sigmoid", (case(normal(2, 5, scale=3)),), reference=activation("Sigmoid"), differentiable=(0,)),
+    OpRow("Tanh", (case(normal(2, 5)),), reference=activation("Tanh", "output"), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(2, 5), alpha=0.2), case(normal(7), alpha=-0.5),
+                        case(normal(7), alpha=0.0)),
+          reference=activation("LeakyRelu"), differentiable=(0,)),
+    OpRow("QuickGelu", (case(normal(2, 5, scale=2)), case(normal(7), alpha=-0.3)), domain=MS,
+          reference=activation("QuickGelu"), differentiable=(0,)),
+    OpRow("Softmax", softmax_cases(11), reference=softmax(False, True), differentiable=(0,), outputs=("output",)),
+    OpRow("Softmax", softmax_cases(13), since=13, reference=softmax(False, False), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("LogSoftmax", softmax_cases(11), reference=softmax(True, True), differentiable=(0,), outputs=("output",)),
+    OpRow("LogSoftmax", softmax_cases(13), since=13, reference=softmax(True, False), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Flatten", (case(normal(2, 3, 4)), *(case(normal(2, 3, 4), axis=axis) for axis in (0, 1, 2, 3, -1, -2, -3))),
+          reference=flatten, differentiable=(0,), outputs=("output",), gradient_since=5),  # its gradient is a Reshape
+    OpRow("Reshape", tuple(case(normal(2, 3, 4), int64(*target))
+                           for target in ([4, -1], [0, -1], [2, 3, 4], [-1], [0, -1, 2])),
+          reference=reshape, differentiable=(0,), outputs=("reshaped",)),
+    OpRow("Shape", (case(normal(2, 3, 4)), case(normal()),
+                    *(case(normal(2, 3, 4, 5), **bounds, since=15) for bounds in (
+                        dict(start=1), dict(start=-2), dict(end=-1), dict(start=1, end=3), dict(start=-9, end=9),
+                        dict(start=3, end=1)))),
+          reference=shape_of, outputs=("shape",)),
+    OpRow("Transpose", (case(normal(2, 3, 4), perm=[2, 0, 1]), case(normal(2, 3))),
+          reference=lambda i, a: {"transposed": i[0].transpose(a.get("perm"))}, differentiable=(0,),
+          outputs=("transposed",)),
+    OpRow("ReduceSum", (case(normal(2, 3, 4), axes=[0, 2]), case(normal(2, 3, 4), axes=[1], keepdims=0),
+                        case(normal(2, 3))), reference=reduce_sum(False), outputs=("reduced",)),
+    OpRow("ReduceSum", (case(normal(2, 3, 4), int64(0, -1), keepdims=0), case(normal(2, 3, 4), int64(1)),
+                        case(normal(2, 3)), case(normal(2, 3), int64(), noop_with_empty_axes=1)),
+          since=13, reference=reduce_sum(True), outputs=("reduced",)),
+    OpRow("SumToShape", (case(normal(2, 3, 4), int64(3, 1)), case(normal(2, 3), int64(3)),
+                         case(normal(2, 3), int64())),
+          domain=MS, reference=lambda i, a: {"Y": _sum_to(i[0], tuple(i[1]))}),
+    OpRow("Gemm", (case(normal(3, 4), normal(4, 5), normal(5), alpha=0.7, beta=1.5),
+                   case(normal(4, 3), normal(4, 5), normal(5), transA=1, alpha=0.7, beta=1.5),
+                   case(normal(3, 4), normal(5, 4), normal(5), transB=1, alpha=0.7, beta=1.5),
+                   case(normal(4, 3), normal(5, 4), normal(5), transA=1, transB=1, alpha=0.7, beta=1.5),
+                   case(normal(3, 4), normal(4, 5), since=11),        # C is optional from opset 11
+                   *(case(normal(3, 4), normal(4, 5), c) for c in (normal(1), normal(3, 1), normal(3, 5))),
+                   case(normal(3, 4), normal(4, 5), normal(3, 1), beta=-1.0)),
+          reference=gemm, differentiable=(0, 1, 2)),
+    OpRow("MatMul", (case(normal(3, 4), normal(4, 5)), case(normal(2, 3, 4), normal(4, 5)),
+                     case(normal(2, 3, 4), normal(2, 4, 5)), case(normal(1, 3, 4), normal(2, 4, 5)),
+                     case(normal(2, 1, 2, 3), normal(3, 3, 2)), case(normal(3), normal(3, 2), gradient=False)),
+          reference=lambda i, a: {"Y": np.matmul(*i)}, differentiable=(0, 1)),
+    OpRow("FusedGemm", (sample(MS, "FusedGemm"), case(normal(2, 3), normal(3, 4), normal(4), activation="Relu"),
+                        case(normal(2, 3), normal(3, 4), activation="Tanh")), domain=MS,
+          reference=_fused(gemm, lambda a: a.get("activation_alpha", f32(0.01)))),
+    OpRow("Conv", (case(normal(1, 2, 5), normal(3, 2, 3), normal(3)),
+                   case(normal(1, 4, 5, 5), normal(4, 2, 3, 2), normal(4), **_CONV_2D),
+                   case(normal(1, 2, 3, 4, 3), normal(2, 2, 2, 2, 2), strides=[1, 2, 1]),
+                   case(normal(1, 2, 5, 4), normal(2, 1, 3, 3), auto_pad="SAME_UPPER", group=2)),
+          reference=conv, differentiable=(0, 1, 2)),
+    OpRow("ConvTranspose", (case(normal(1, 2, 4), normal(2, 3, 3), normal(3)),
+                            case(normal(1, 4, 3, 3), normal(4, 1, 3, 2), normal(2), strides=[2, 1], pads=[1, 0, 0, 1],
+                                 output_padding=[1, 0], group=2),
+                            case(normal(1, 2, 2, 3, 2), normal(2, 1, 2, 2, 2), strides=[1, 2, 1])),
+          differentiable=(0, 1, 2)),
+    OpRow("FusedConv", (sample(MS, "FusedConv"),
+                        case(normal(1, 2, 5), normal(3, 2, 3), normal(3), activation="Relu"),
+                        case(normal(1, 2, 4, 4), normal(2, 2, 3, 3), activation="Sigmoid", pads=[1, 1, 1, 1])),
+          domain=MS, reference=_fused(conv, lambda a: (a.get("activation_params") or [f32(0.01)])[0])),
+    OpRow("MaxPool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]),
+                      case(normal(1, 2, 7), kernel_shape=[3], strides=[2]), case(normal(1, 2, 5, 5), **_POOL_2D),
+                      case(normal(1, 2, 5, 5), kernel_shape=[2, 2], dilations=[2, 1], ceil_mode=1, since=10),
+                      case(normal(1, 1, 3, 4, 3), kernel_shape=[2, 2, 2], storage_order=1, since=8)),
+          reference=pool("max"), differentiable=(0,), differentiable_outputs=("Y",), outputs=("Y", "Indices")),
+    OpRow("AveragePool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]),
+                          case(normal(1, 2, 7), kernel_shape=[3], strides=[2]), case(normal(1, 2, 5, 5), **_POOL_2D),
+                          case(normal(1, 2, 5, 5), **_POOL_2D, count_include_pad=1, since=7),
+                          case(normal(1, 2, 5, 5), kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, since=10),
+                          case(normal(1, 2, 6, 5), kernel_shape=[2, 2], dilations=[2, 1], pads=[1, 1, 0, 0], since=19)),
+          reference=pool("avg"), differentiable=(0,)),
+    OpRow("GlobalAveragePool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
+          reference=global_pool(np.mean), differentiable=(0,)),
+    OpRow("GlobalMaxPool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
+          reference=global_pool(np.max), differentiable=(0,)),
+    OpRow("BatchNormalization", batchnorm_cases(),
+          reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
+          outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
+                      case(normal(3, 4), np.array(0.3), np.array(False)),
+                      case(normal(3, 4), np.array(0.0), np.array(True)), case(normal(3, 4))),
+          reference=dropout_identity, differentiable=(0,), differentiable_outputs=("output",),
+          outputs=("output", "mask")),
+    OpRow("SoftmaxCrossEntropyLoss", sce_cases(),
+          reference=sce, differentiable=(0,), differentiable_outputs=("output",), outputs=("output", "log_prob")),
+    OpRow("MSELoss", (case(normal(3, 4), normal(3, 4)), case(normal(3, 4), normal(3, 4), reduction="sum"),
+                      case(normal(5), normal(5), reduction="none")),
+          domain=MS, reference=mse, differentiable=(0,), outputs=("loss",)),
+
+    # gradient ops: checked through their forward op's gradient, and against a reference where one is short
+    OpRow("ReluGrad", (case(normal(2, 5), normal(2, 5)),), domain=MS, reference=activation_grad("Relu"),
+          outputs=("dX",), gradient_of=("", "Relu")),
+    OpRow("SigmoidGrad", (case(normal(2, 5), positive(2, 5, low=0.0, high=1.0)),), domain=MS,
+          reference=activation_grad("Sigmoid"), outputs=("dX",), gradient_of=("", "Sigmoid")),
+    OpRow("TanhGrad", (case(normal(2, 5), positive(2, 5, low=-1.0, high=1.0)),), domain=MS,
+          reference=activation_grad("Tanh"), outputs=("dX",), gradient_of=("", "Tanh")),
+    OpRow("LeakyReluGrad", (case(normal(2, 5), normal(2, 5)), case(normal(7), normal(7), alpha=0.2)), domain=MS,
+          reference=activation_grad("LeakyRelu"), outputs=("dX",), gradient_of=("", "LeakyRelu")),
+    OpRow("QuickGeluGrad", (case(normal(2, 5), normal(2, 5)), case(normal(7), normal(7), alpha=-0.3)), domain=MS,
+          reference=activation_grad("QuickGelu"), outputs=("dX",), gradient_of=(MS, "QuickGelu")),
+    OpRow("SoftmaxGrad", (case(_softmax_pair((3, 4), 1, False, True), axis=1),
+                          case(_softmax_pair((2, 3, 4), 2, False, True), axis=2)), domain=MS,
+          reference=softmax_grad(False, True), outputs=("dX",), gradient_of=("", "Softmax")),
+    OpRow("SoftmaxGrad_13", (case(_softmax_pair((3, 4), -1, False, False), axis=-1),
+                             case(_softmax_pair((2, 3, 4), 1, False, False), axis=1)), domain=MS,
+          reference=softmax_grad(False, False), outputs=("dX",), gradient_of=("", "Softmax")),
+    OpRow("LogSoftmaxGrad", (case(_softmax_pair((3, 4), 1, True, True), axis=1),
+                             case(_softmax_pair((2, 3, 4), 2, True, True), axis=2)), domain=MS,
+          reference=softmax_grad(True, True), outputs=("dX",), gradient_of=("", "LogSoftmax")),
+    OpRow("LogSoftmaxGrad_13", (case(_softmax_pair((3, 4), -1, True, False), axis=-1),
+                                case(_softmax_pair((2, 3, 4), 1, True, False), axis=1)), domain=MS,
+          reference=softmax_grad(True, False), outputs=("dX",), gradient_of=("", "LogSoftmax")),
+    OpRow("ConvGrad", (sample(MS, "ConvGrad"),
+                       *(case(_conv_grad_inputs("Conv", (1, 4, 5, 5), (4, 2, 3, 2), _CONV_2D), **_CONV_2D,
+                              outputs=outputs) for outputs in (None, ["dW"])),
+                       case(_conv_grad_inputs("Conv", (1, 2, 5), (3, 2, 3), {}), outputs=["dX", "dB"])),
+          domain=MS, outputs=("dX", "dW", "dB"), gradient_of=("", "Conv")),
+    OpRow("ConvTransposeGrad", (sample(MS, "ConvTransposeGrad"),
+                                case(_conv_grad_inputs("ConvTranspose", (1, 2, 4), (2, 3, 3), {}), outputs=["dW"])),
+          domain=MS, outputs=("dX", "dW", "dB"), gradient_of=("", "ConvTranspose")),
+    OpRow("MaxPoolGrad", (sample("", "MaxPoolGrad", since=9),
+                          case(_max_pool_grad_inputs((1, 2, 5, 5), _POOL_2D), **_POOL_2D,
+                               output_shapes={"dX": (1, 2, 5, 5)})),
+          since=9, outputs=("dX",), gradient_of=("", "MaxPool")),
+    OpRow("AveragePoolGrad", (sample("", "AveragePoolGrad", since=9),
+                              case(normal(1, 2, 3, 5), **_POOL_2D, count_include_pad=1,
+                                   output_shapes={"dX": (1, 2, 5, 5)})),
+          since=9, outputs=("dX",), gradient_of=("", "AveragePool")),
+    OpRow("GlobalAveragePoolGrad", (case(normal(2, 3, 1, 1), int64(2, 3, 4, 5)),
+                                    case(normal(1, 2, 1), int64(1, 2, 5))),
+          domain=MS, outputs=("dX",), gradient_of=("", "GlobalAveragePool"),
+          reference=lambda i, a: {"dX": np.broadcast_to(i[0] / np.prod(i[1][2:]), tuple(i[1]))}),
+    OpRow("GlobalMaxPoolGrad", (case(normal(2, 3, 1, 1), normal(2, 3, 4, 5)), case(normal(1, 2, 1), normal(1, 2, 5))),
+          domain=MS, outputs=("dX",), gradient_of=("", "GlobalMaxPool"),
+          reference=lambda i, a: {"dX": i[0] * (i[1] == global_pool(np.max)([i[1]], a)["Y"])}),
+    OpRow("BatchNormalizationGrad", (case(_batchnorm_grad_inputs((2, 3, 4), True), training_mode=1),
+                                     case(_batchnorm_grad_inputs((2, 3, 2, 2), False))),
+          domain=MS, outputs=("dX", "dscale", "dbias"), gradient_of=("", "BatchNormalization")),
+    OpRow("DropoutGrad", (sample(MS, "DropoutGrad"),
+                          case(normal(3, 4), lambda rng: rng.random((3, 4)) > 0.3, np.array(0.3), np.array(True)),
+                          case(normal(3, 4), np.ones((3, 4), bool), np.array(0.3), np.array(False))),
+          domain=MS, reference=dropout_grad, outputs=("dX",), gradient_of=("", "Dropout")),
+    OpRow("SoftmaxCrossEntropyLossGrad", (case(_sce_grad_inputs(5, 3, "mean", True)),
+                                          case(_sce_grad_inputs(4, 3, "sum", False), ignore_index=1, reduction="sum"),
+                                          case(_sce_grad_inputs(4, 3, "none", True), reduction="none")),
+          domain=MS, reference=sce_grad, outputs=("d_logits",), gradient_of=("", "SoftmaxCrossEntropyLoss")),
+    OpRow("MSELossGrad", (case(normal(), normal(3, 4), normal(3, 4)),
+                          case(normal(5), normal(5), normal(5), reduction="none"),
+                          case(normal(), normal(3, 4), normal(3, 4), reduction="sum")),
+          domain=MS, reference=mse_grad, outputs=("d_prediction",), gradient_of=(MS, "MSELoss")),
+
+    # ops of the fusion pass, against the unfused arithmetic
+    OpRow("ActivationGradBias", tuple(case(normal(3, 4), normal(3, 4), activation=act) for act in
+                                      ("Relu", "Sigmoid", "Tanh", "LeakyRelu")) +
+          (case(normal(2, 3, 2, 2), normal(2, 3, 2, 2), activation="LeakyRelu", activation_alpha=0.2),),
+          domain=FUSED, reference=activation_grad_bias, outputs=("dX", "dB")),
+    OpRow("MaxPoolActivationGrad", (case(normal(2, 3, 2, 2), normal(2, 3, 4, 4), activation="Relu",
+                                         kernel_shape=[2, 2]),
+                                    case(normal(1, 2, 3), normal(1, 2, 6), activation="Tanh", kernel_shape=[2])),
+          domain=FUSED, outputs=("dX", "dB")),
+    OpRow("SoftmaxCrossEntropyLossWithGrad", (case(normal(5, 3), labels(5), normal(), positive(3)),
+                                              case(normal(4, 3), labels(4), normal(4), reduction="none"),
+                                              case(normal(4, 3), labels(4), normal(), reduction="sum", ignore_index=2)),
+          domain=FUSED, reference=sce_with_grad, outputs=("output", "d_logits")),
+
+    # in-place updates
+    OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),
+          domain=MS, outputs=("accumulated",), in_place=(0,), reference=accumulate),
+    OpRow("InPlaceAccumulatorV2", (case(normal(3, 2), normal(3, 2)),
+                                   *(case(normal(3, 2), normal(3, 2), np.array([flag])) for flag in (True, False))),
+          domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,), reference=accumulate_v2),
+    OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], 2)),
+                           case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, nesterov=1, weight_decay=0.01,
+                                max_norm=0.5)),
+          domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
+    OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
+                            case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
+                                 weight_decay=0.01, max_norm=0.5, beta1=0.8)),
+          domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
+
+    # copies between memories (registered by device providers)
+    OpRow("MemcpyFromHost", (case(normal(2, 3)),), reference=lambda i, a: {"Y": i[0]}),
+    OpRow("MemcpyToHost", (case(normal(2, 3)),), reference=lambda i, a: {"Y": i[0]}),
+]
+
+
+def row_for(domain, op, version):
+    """The row serving the kernel of (domain, op) whose range starts at `version`, or None."""
+    rows = [r for r in ROWS if r.domain == domain and r.op == op and r.since <= version]
+    return max(rows, key=lambda r: r.since, default=None)
