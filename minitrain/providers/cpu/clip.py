@@ -17,7 +17,6 @@ def clip_attributes(ctx):
 @register_kernel("Clip", since=11, host_inputs=(1, 2))
 def clip(ctx):
     x, low, high = (ctx.inputs + [None, None])[:3]
-    info = np.finfo(x.dtype)
-    low = info.min if low is None else low.reshape(())
-    high = info.max if high is None else high.reshape(())
+    low = -np.inf if low is None else low.reshape(())          # an absent bound clips nothing, infinities
+    high = np.inf if high is None else high.reshape(())        # included (ONNX's reference, torch.clamp)
     return {"output": _clip(x, low, high)}
