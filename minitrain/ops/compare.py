@@ -1,7 +1,8 @@
-"""Comparisons (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), And and Cast: the masks the
-gradients of Clip and ReduceMax are built from, as ONNX Runtime builds them.  Comparisons
-broadcast and yield bool; none of these has a gradient (Cast's would only pass float to
-float, which the gradients here never need)."""
+"""Comparisons (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), And and Cast.  The gradients
+of ReduceMax (Equal, Cast) and Clip (Less, Greater) build their masks from them; the others
+serve graphs that use them (an imported model, a mask in a loss).  Comparisons broadcast and
+yield bool; none of these has a gradient (Cast's would only pass float to float, which the
+gradients here never need)."""
 import numpy as np
 
 from .schema import REQUIRED, Attr, Input, schema
