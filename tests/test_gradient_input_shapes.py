@@ -46,6 +46,9 @@ CASES = {
                                                                    ints(5), f(3)], None),
     "DropoutGrad": (MS, {}, [f(3, 4), np.ones((3, 4), bool), np.array(0.5), np.array(True)], None),
     "SumToShape": (MS, {}, [f(3, 4), np.array([1, 4])], None),
+    "SliceGrad": (MS, {}, [f(2, 5, 3), np.array([4, 5, 6]), np.array([1, -1]), np.array([3, 0]), np.array([0, 2]),
+                           np.array([1, -2])], None),
+    "NegativeLogLikelihoodLossGrad": (MS, {"reduction": "none"}, [f(5), f(5, 3), ints(5), f(3)], None),
 }
 
 

@@ -1,4 +1,5 @@
-"""Functions over symbolic Tensors, one graph node each (the layers are built from these).
+"""Functions over symbolic Tensors, one graph node each (the layers, the losses and a user's
+own loss are built from these).
 
 Spatial arguments (kernel_size, stride, padding, dilation) take an int or one value per
 spatial dim; padding is symmetric (ONNX pads = begin..., end...).
@@ -56,6 +57,67 @@ def softmax(x, dim=-1):
 
 def log_softmax(x, dim=-1):
     return x.builder.op("LogSoftmax", [x], {"axis": dim})
+
+
+# --------------------------------------------------------------------------- maths for losses
+def sum(x, dim=None, keepdim=False):
+    return x.sum(dim, keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return x.mean(dim, keepdim)
+
+
+def max(x, dim=None, keepdim=False):
+    """The largest value over `dim`, as torch.amax (values only)."""
+    return x.max(dim, keepdim)
+
+
+def log(x):
+    return x.log()
+
+
+def exp(x):
+    return x.exp()
+
+
+def pow(x, exponent):
+    return x ** exponent
+
+
+def sqrt(x):
+    return x.sqrt()
+
+
+def abs(x):
+    return x.abs()
+
+
+def clamp(x, min=None, max=None):
+    return x.clamp(min, max)
+
+
+def reshape(x, *shape):
+    return x.reshape(*shape)
+
+
+def where(condition, x, y):
+    """x where the bool `condition` holds, else y (ONNX Where; all three broadcast).  The
+    condition is a bool Tensor or array (a mask fed as an input, say); x or y may be a number."""
+    like = x if isinstance(x, Tensor) else y
+    if not isinstance(like, Tensor):
+        raise TypeError("where: x or y must be a Tensor")
+    b = like.builder
+    return b.op("Where", [b.as_input(condition), b.as_input(x, like=like), b.as_input(y, like=like)])
+
+
+def one_hot(labels, num_classes, dtype=None):
+    """Integer labels (N, ...) as (N, ..., num_classes) rows of 0 and 1 (ONNX OneHot); dtype
+    defaults to float32.  Labels outside [-num_classes, num_classes) give rows of zeros."""
+    b = labels.builder
+    depth = b.constant(np.array([num_classes], dtype=np.int64), "depth")
+    values = b.constant(np.array([0, 1], dtype=dtype or np.float32), "one_hot_values")
+    return b.op("OneHot", [labels, depth, values], {"axis": -1})
 
 
 # --------------------------------------------------------------------------- layers' maths
@@ -153,6 +215,15 @@ def cross_entropy(logits, labels, reduction="mean", ignore_index=None):
         attrs["ignore_index"] = ignore_index
     loss, _ = logits.builder.op("SoftmaxCrossEntropyLoss", [logits, labels], attrs, outputs=[True, None])
     return loss
+
+
+def nll_loss(log_probs, target, weight=None, reduction="mean", ignore_index=None):
+    """Negative log-likelihood of log-probabilities (N, C, ...) at int64 class indices (N, ...),
+    as torch.nn.functional.nll_loss (ONNX NegativeLogLikelihoodLoss); weight is (C,)."""
+    attrs = {"reduction": reduction}
+    if ignore_index is not None:
+        attrs["ignore_index"] = ignore_index
+    return log_probs.builder.op("NegativeLogLikelihoodLoss", [log_probs, target, weight], attrs)
 
 
 def mse_loss(prediction, target, reduction="mean"):

@@ -1,0 +1,46 @@
+"""Comparisons (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), And and Cast.  The gradients
+of ReduceMax (Equal, Cast) and Clip (Less, Greater) build their masks from them; the others
+serve graphs that use them (an imported model, a mask in a loss).  Comparisons broadcast and
+yield bool; none of these has a gradient (Cast's would only pass float to float, which the
+gradients here never need)."""
+import numpy as np
+
+from .schema import REQUIRED, Attr, Input, schema
+from .shape_utils import broadcast_shapes
+
+BOOL = (np.bool_,)
+
+# ONNX TensorProto.DataType codes of the element types minitrain serves.
+ONNX_DTYPES = {1: np.dtype(np.float32), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
+               10: np.dtype(np.float16), 11: np.dtype(np.float64)}
+ONNX_CODE = {dtype: code for code, dtype in ONNX_DTYPES.items()}
+CAST_TYPES = tuple(ONNX_DTYPES.values())
+
+
+def infer_comparison(ctx):
+    """A bool tensor of the inputs' broadcast shape."""
+    return [ctx.out(broadcast_shapes(ctx, [t.shape for t in ctx.input_types]), np.bool_)]
+
+
+for _op, _versions in (("Equal", (7, 11, 13, 19)), ("Greater", (7, 9, 13)), ("Less", (7, 9, 13)),
+                       ("GreaterOrEqual", (12, 16)), ("LessOrEqual", (12, 16))):
+    for _v in _versions:
+        schema(_op, since=_v, inputs=["A", "B"], outputs=["C"])(infer_comparison)
+schema("And", since=7, inputs=[Input("A", types=BOOL), Input("B", types=BOOL)],
+       outputs=["C"])(infer_comparison)
+
+
+def infer_cast(ctx):
+    """The input's shape in the element type that `to` (an ONNX TensorProto code) names."""
+    to = ctx.attrs["to"]
+    if to not in ONNX_DTYPES:
+        ctx.attr_fail("to", f"names no element type minitrain serves; expected one of "
+                            f"{ {c: str(d) for c, d in ONNX_DTYPES.items()} }")
+    return [ctx.out(ctx.shape(0), ONNX_DTYPES[to])]
+
+
+for _v in (6, 9, 13):
+    schema("Cast", since=_v, inputs=[Input("input", types=CAST_TYPES)], outputs=["output"],
+           attrs={"to": Attr("int", REQUIRED)})(infer_cast)
+schema("Cast", since=19, inputs=[Input("input", types=CAST_TYPES)], outputs=["output"],
+       attrs={"to": Attr("int", REQUIRED), "saturate": Attr("int", 1)})(infer_cast)

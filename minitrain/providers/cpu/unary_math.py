@@ -1,0 +1,24 @@
+"""CPU kernels of Log, Exp, Sqrt, Abs, Sign and Pow (NumPy ufuncs; 0-d inputs give 0-d arrays)."""
+import numpy as np
+
+from ...registry import register_kernel
+
+
+def _unary(ufunc):
+    def kernel(ctx):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return {"output": np.asarray(ufunc(ctx.inputs[0]))}
+    return kernel
+
+
+register_kernel("Log", since=6)(_unary(np.log))
+register_kernel("Exp", since=6)(_unary(np.exp))
+register_kernel("Sqrt", since=6)(_unary(np.sqrt))
+register_kernel("Abs", since=6)(_unary(np.abs))
+register_kernel("Sign", since=9)(_unary(np.sign))
+
+
+@register_kernel("Pow", since=7)
+def power(ctx):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return {"Z": np.asarray(np.power(ctx.inputs[0], ctx.inputs[1]))}
