@@ -60,6 +60,16 @@ def labels(*shape, classes=3):
     return lambda rng: rng.integers(0, classes, shape)
 
 
+def booleans(*shape):
+    """Random bools: conditions and masks."""
+    return lambda rng: rng.random(shape) < 0.5
+
+
+def small_integers(*shape):
+    """Integers in [-2, 2] as float64, so comparisons meet ties."""
+    return lambda rng: rng.integers(-2, 3, shape).astype(np.float64)
+
+
 def int64(*values):
     """A constant int64 vector: shapes, axes."""
     return np.array(values, dtype=np.int64)
@@ -118,6 +128,7 @@ class OpRow:
     in_place: tuple = ()
     gradient_of: Optional[tuple] = None
     gradient_since: int = 1              # the first opset whose gradient graph can be built
+    output_dtype: Optional[Callable] = None  # attrs -> the float outputs' dtype, where not the kernel's (Cast)
 
 
 # ---- NumPy references -----------------------------------------------------------------------
@@ -266,7 +277,10 @@ def _sum_to(x, shape):
     return x.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1), keepdims=True)
 
 
-def reduce_sum(axes_from_input):
+def reduction(reduce, axes_from_input):
+    """ReduceSum, ReduceMean or ReduceMax (`reduce`: np.sum, np.mean, np.max) over the axes of
+    the attribute, or of the input from the opset where they moved; absent or empty axes
+    reduce every axis, unless noop_with_empty_axes makes them the identity."""
     def reference(inputs, attrs):
         x = inputs[0]
         axes = inputs[1] if axes_from_input and len(inputs) > 1 else attrs.get("axes")
@@ -274,7 +288,7 @@ def reduce_sum(axes_from_input):
             if attrs.get("noop_with_empty_axes"):
                 return {"reduced": x}
             axes = range(x.ndim)
-        return {"reduced": x.sum(axis=tuple(int(a) for a in axes), keepdims=bool(attrs.get("keepdims", 1)))}
+        return {"reduced": reduce(x, axis=tuple(int(a) for a in axes), keepdims=bool(attrs.get("keepdims", 1)))}
     return reference
 
 
@@ -310,21 +324,39 @@ def _reduce_loss(losses, reduction, count):
     return np.array(losses.sum() / (count if reduction == "mean" else 1.0))
 
 
+def nll(inputs, attrs):
+    """-input[n, target[n, d...], d...] times the target's class weight (0 where ignored),
+    summed, averaged over the weights of the targets not ignored (mean) or left per target."""
+    x, lab, weights = (list(inputs) + [None])[:3]
+    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
+    picked = -np.take_along_axis(x, safe[:, None], axis=1)[:, 0]
+    return {"loss": _reduce_loss(w * picked, attrs.get("reduction", "mean"), w.sum())}
+
+
 def sce(inputs, attrs):
     scores, lab, weights = (list(inputs) + [None])[:3]
     log_prob = _softmax(scores, 1, True, False)
+    return {"output": nll([log_prob, lab, weights], attrs)["loss"], "log_prob": log_prob}
+
+
+def _target_coefficients(dy, lab, weights, attrs):
+    """(labels with the ignored ones made 0, d loss / d picked input per target: dY times the
+    target's weight, over the weight total for mean)."""
     safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
-    picked = -np.take_along_axis(log_prob, safe[:, None], axis=1)[:, 0]
-    return {"output": _reduce_loss(w * picked, attrs.get("reduction", "mean"), w.sum()), "log_prob": log_prob}
+    reduction = attrs.get("reduction", "mean")
+    return safe, w * dy if reduction == "none" else w * dy / (w.sum() if reduction == "mean" else 1.0)
+
+
+def _at_targets(values, safe, like):
+    """Zeros shaped like `like` holding each target's value at its class (axis 1)."""
+    out = np.zeros_like(like)
+    np.put_along_axis(out, safe[:, None], np.expand_dims(values, 1), axis=1)
+    return out
 
 
 def _sce_grad(dy, log_prob, lab, weights, attrs):
-    safe, w = _class_weights(lab, weights, attrs.get("ignore_index"))
-    reduction = attrs.get("reduction", "mean")
-    scale = w * dy if reduction == "none" else w * dy / (w.sum() if reduction == "mean" else 1.0)
-    one_hot = np.zeros_like(log_prob)
-    np.put_along_axis(one_hot, safe[:, None], 1.0, axis=1)
-    return (np.exp(log_prob) - one_hot) * np.expand_dims(scale, 1)
+    safe, coef = _target_coefficients(dy, lab, weights, attrs)
+    return np.exp(log_prob) * np.expand_dims(coef, 1) - _at_targets(coef, safe, log_prob)
 
 
 def sce_grad(inputs, attrs):
@@ -336,6 +368,12 @@ def sce_with_grad(inputs, attrs):
     scores, lab, dy, weights = (list(inputs) + [None])[:4]
     forward = sce([scores, lab, weights], attrs)
     return {"output": forward["output"], "d_logits": _sce_grad(dy, forward["log_prob"], lab, weights, attrs)}
+
+
+def nll_grad(inputs, attrs):
+    dy, x, lab, weights = (list(inputs) + [None])[:4]
+    safe, coef = _target_coefficients(dy, lab, weights, attrs)
+    return {"dX": -_at_targets(coef, safe, x)}
 
 
 def mse(inputs, attrs):
@@ -389,6 +427,100 @@ def binary(fn, name="C"):
     return lambda inputs, attrs: {name: fn(*inputs)}
 
 
+def unary(fn, name="output"):
+    return lambda inputs, attrs: {name: fn(inputs[0])}
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def clip(bounds_from_input):
+    """X limited to [min, max]: attributes defaulting to the float32 extremes (opset 6), or
+    optional scalar inputs, an absent one clipping nothing (11+).  With min > max every
+    element becomes max."""
+    def reference(inputs, attrs):
+        x = inputs[0]
+        if bounds_from_input:
+            low, high = (list(inputs[1:]) + [None, None])[:2]
+        else:
+            low, high = attrs.get("min", -FLOAT32_MAX), attrs.get("max", FLOAT32_MAX)
+        y = x if low is None else np.maximum(x, low)
+        return {"output": y if high is None else np.minimum(y, high)}
+    return reference
+
+
+def _slice_indices(dim, start, end, step):
+    """The indices ONNX's Slice keeps along a dim: negative start and end count from the end,
+    then clamp to [0, dim] (step > 0) or to [0, dim - 1] and [-1, dim - 1] (step < 0)."""
+    start, end = start + dim if start < 0 else start, end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return np.arange(start, end, step)
+
+
+def _slice_index(shape, starts, ends, axes=None, steps=None):
+    """An np.ix_ index of the elements Slice keeps (every element of the axes not named)."""
+    axes = range(len(starts)) if axes is None else [int(a) % len(shape) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    kept = [np.arange(d) for d in shape]
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        kept[axis] = _slice_indices(shape[axis], int(start), int(end), int(step))
+    return np.ix_(*kept)
+
+
+def slice_(index_from_input):
+    def reference(inputs, attrs):
+        x = inputs[0]
+        index = (list(inputs[1:]) + [None, None])[:4] if index_from_input else \
+            [attrs["starts"], attrs["ends"], attrs.get("axes")]
+        return {"output": x[_slice_index(x.shape, *index)]}
+    return reference
+
+
+def slice_grad(inputs, attrs):
+    """dY written into zeros of the input's shape at the positions Slice kept."""
+    dy, shape = inputs[0], tuple(int(d) for d in inputs[1])
+    dx = np.zeros(shape)
+    dx[_slice_index(shape, *(list(inputs[2:]) + [None, None])[:4])] = dy
+    return {"dX": dx}
+
+
+def one_hot(negative_from_end):
+    """values[1] where a new axis of `depth` entries (at `axis`, default -1) equals the index,
+    values[0] elsewhere; an index outside [0, depth) (opset 9) or [-depth, depth) (11+, a
+    negative one counting from the end) matches nothing."""
+    def reference(inputs, attrs):
+        indices, depth, values = inputs
+        depth = int(np.asarray(depth).reshape(()))
+        index = np.where(indices < 0, indices + depth, indices) if negative_from_end else indices
+        rank = indices.ndim + 1
+        axis = attrs.get("axis", -1) % rank
+        classes = np.arange(depth).reshape((depth,) + (1,) * (rank - 1 - axis))
+        return {"output": np.where(np.expand_dims(index, axis) == classes, values[1], values[0])}
+    return reference
+
+
+def unsqueeze(axes_from_input):
+    """Dims of 1 at the axes, each counted in the output's rank."""
+    def reference(inputs, attrs):
+        axes = inputs[1] if axes_from_input else attrs["axes"]
+        return {"expanded": np.expand_dims(inputs[0], tuple(int(a) for a in axes))}
+    return reference
+
+
+def squeeze(axes_from_input):
+    """Without the dims at the axes; every dim of 1 when they are absent."""
+    def reference(inputs, attrs):
+        axes = (inputs[1] if len(inputs) > 1 else None) if axes_from_input else attrs.get("axes")
+        return {"squeezed": np.squeeze(inputs[0], None if axes is None else tuple(int(a) for a in axes))}
+    return reference
+
+
+CAST_TO = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64}  # TensorProto
+
+
 # ---- inputs that must agree ------------------------------------------------------------------
 
 def _max_pool_grad_inputs(x_shape, attrs):
@@ -428,6 +560,25 @@ def _sce_grad_inputs(n, classes, reduction, weighted):
         dy = rng.standard_normal(n) if reduction == "none" else np.array(rng.standard_normal())
         weights = rng.uniform(0.5, 2.0, classes) if weighted else None
         return [dy, log_prob, rng.integers(0, classes, n), weights]
+    return derived(build)
+
+
+def _nll_grad_inputs(shape, reduction, weighted):
+    """dY of the loss's shape, the input, targets and (optionally) class weights."""
+    def build(rng):
+        targets = (shape[0],) + shape[2:]
+        dy = rng.standard_normal(targets) if reduction == "none" else np.array(rng.standard_normal())
+        weights = rng.uniform(0.5, 2.0, shape[1]) if weighted else None
+        return [dy, rng.standard_normal(shape), rng.integers(0, shape[1], targets), weights]
+    return derived(build)
+
+
+def _slice_grad_inputs(shape, *index):
+    """dY of the slice's shape, the input's shape and the index inputs (starts, ends, axes?,
+    steps?)."""
+    def build(rng):
+        kept = np.zeros(shape)[_slice_index(shape, *index)]
+        return [rng.standard_normal(kept.shape), int64(*shape)] + [int64(*v) for v in index]
     return derived(build)
 
 
@@ -479,6 +630,42 @@ def batchnorm_cases():
             *(case(*inputs(*shape), epsilon=1e-3, outputs=["Y", "saved_mean", "saved_inv_std"]) for shape in shapes))
 
 
+def comparison_cases():
+    """Small integers (ties included) in every broadcast pattern."""
+    shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3))]
+    return tuple(case(small_integers(*a), small_integers(*b)) for a, b in shapes)
+
+
+def reduce_attribute_cases():
+    """Some axes, keepdims=0, every axis (axes absent), negative and unsorted axes (from 11)."""
+    return (case(normal(2, 3, 4), axes=[0, 2]), case(normal(2, 3, 4), axes=[1], keepdims=0), case(normal(2, 3)),
+            case(normal(2, 3), keepdims=0), case(normal(2, 3, 4), axes=[-1, 0], keepdims=0, since=11),
+            case(normal(4), axes=[-1], since=11))
+
+
+def reduce_input_cases():
+    """Axes as an input: some, negative, absent (every axis), empty with and without
+    noop_with_empty_axes."""
+    return (case(normal(2, 3, 4), int64(0, -1), keepdims=0), case(normal(2, 3, 4), int64(1)),
+            case(normal(2, 3)), case(normal(2, 3), keepdims=0), case(normal(2, 3), int64(), noop_with_empty_axes=1),
+            case(normal(2, 3), int64(), keepdims=0), case(normal(2, 3, 4), int64(-2)))
+
+
+def nll_cases():
+    """Each reduction on (N, C), (N, C, d) and (N, C, d1, d2) inputs, with and without class
+    weights, ignoring a class and a target outside the classes."""
+    outside = np.array([0, -1, 4, 2, -1, 3])
+    return tuple(c for reduction in ("mean", "sum", "none") for c in (
+        case(normal(5, 4), labels(5, classes=4), reduction=reduction),
+        case(normal(5, 4, 3), labels(5, 3, classes=4), positive(4), reduction=reduction),
+        case(normal(4, 3, 2, 2), labels(4, 2, 2), reduction=reduction, ignore_index=1),
+        case(normal(6, 5), outside, positive(5), reduction=reduction, ignore_index=-1)))
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
+
+
 _CONV_2D = dict(pads=[1, 0, 1, 0], strides=[2, 1], dilations=[1, 2], group=2, kernel_shape=[3, 2])
 _POOL_2D = dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])
 
@@ -524,10 +711,11 @@ ROWS = [
           reference=lambda i, a: {"transposed": i[0].transpose(a.get("perm"))}, differentiable=(0,),
           outputs=("transposed",)),
     OpRow("ReduceSum", (case(normal(2, 3, 4), axes=[0, 2]), case(normal(2, 3, 4), axes=[1], keepdims=0),
-                        case(normal(2, 3))), reference=reduce_sum(False), outputs=("reduced",)),
+                        case(normal(2, 3))), reference=reduction(np.sum, False), differentiable=(0,),
+          outputs=("reduced",), gradient_since=8),                                           # an Expand
     OpRow("ReduceSum", (case(normal(2, 3, 4), int64(0, -1), keepdims=0), case(normal(2, 3, 4), int64(1)),
                         case(normal(2, 3)), case(normal(2, 3), int64(), noop_with_empty_axes=1)),
-          since=13, reference=reduce_sum(True), outputs=("reduced",)),
+          since=13, reference=reduction(np.sum, True), differentiable=(0,), outputs=("reduced",)),
     OpRow("SumToShape", (case(normal(2, 3, 4), int64(3, 1)), case(normal(2, 3), int64(3)),
                          case(normal(2, 3), int64())),
           domain=MS, reference=lambda i, a: {"Y": _sum_to(i[0], tuple(i[1]))}),
@@ -588,6 +776,98 @@ ROWS = [
     OpRow("MSELoss", (case(normal(3, 4), normal(3, 4)), case(normal(3, 4), normal(3, 4), reduction="sum"),
                       case(normal(5), normal(5), reduction="none")),
           domain=MS, reference=mse, differentiable=(0,), outputs=("loss",)),
+
+    OpRow("Log", (case(positive(2, 3)), case(positive(5, low=0.1, high=10.0))), since=6, reference=unary(np.log),
+          differentiable=(0,), outputs=("output",), gradient_since=7),                       # a Div
+    OpRow("Exp", (case(normal(2, 3)), case(normal())), since=6, reference=unary(np.exp), differentiable=(0,),
+          outputs=("output",), gradient_since=7),                                            # a Mul
+    OpRow("Sqrt", (case(positive(2, 3)), case(positive(5, low=0.1, high=10.0))), since=6, reference=unary(np.sqrt),
+          differentiable=(0,), outputs=("output",), gradient_since=7),                       # a Div
+    OpRow("Abs", (case(nonzero(2, 3)), case(nonzero())), since=6, reference=unary(np.abs), differentiable=(0,),
+          outputs=("output",), gradient_since=9),                                            # a Sign
+    OpRow("Sign", (case(normal(2, 3)), case(np.array([-2.0, 0.0, 3.0, -0.0]))), since=9, reference=unary(np.sign),
+          outputs=("output",)),
+    OpRow("Pow", (case(positive(2, 3), normal(2, 3)), case(positive(2, 3, 4), normal(4)),
+                  case(positive(2, 3), np.array(2.0)), case(positive(3, 1), normal(1, 4)),
+                  case(positive(), normal(2, 3))),
+          since=7, reference=binary(np.power, "Z"), differentiable=(0, 1), outputs=("Z",)),
+    OpRow("ReduceMean", reduce_attribute_cases(), reference=reduction(np.mean, False), differentiable=(0,),
+          outputs=("reduced",), gradient_since=8),                                           # an Expand
+    OpRow("ReduceMean", reduce_input_cases(), since=18, reference=reduction(np.mean, True), differentiable=(0,),
+          outputs=("reduced",)),
+    OpRow("ReduceMax", reduce_attribute_cases() + (case(np.array([[1.0, 3.0, 3.0], [2.0, 0.0, -1.0]]), axes=[1]),),
+          reference=reduction(np.max, False), differentiable=(0,), outputs=("reduced",),
+          gradient_since=7),                                         # an Equal; the last case's tie shares dY
+    OpRow("ReduceMax", reduce_input_cases(), since=18, reference=reduction(np.max, True), differentiable=(0,),
+          outputs=("reduced",)),
+    OpRow("Clip", (case(normal(3, 4), min=-0.5, max=0.5), case(normal(3, 4), min=-0.5), case(normal(3, 4), max=0.2),
+                   case(normal(3, 4)), case(normal(5), min=0.5, max=-0.5)),
+          since=6, reference=clip(False), differentiable=(0,), outputs=("output",), gradient_since=9),  # a Where
+    OpRow("Clip", (case(normal(3, 4), np.array(-0.5), np.array(0.5)), case(normal(3, 4), np.array(-0.5)),
+                   case(normal(3, 4), None, np.array(0.2)), case(normal(3, 4)),
+                   case(normal(5), np.array(0.5), np.array(-0.5)),
+                   case(normal(2, 3), np.array([-0.3]), np.array([0.3]))),
+          since=11, reference=clip(True), differentiable=(0,), outputs=("output",)),
+    OpRow("Where", (case(booleans(2, 3), normal(2, 3), normal(2, 3)), case(booleans(2, 3), normal(3), normal()),
+                    case(booleans(3, 1), normal(1, 4), normal(3, 4)), case(booleans(4), normal(2, 3, 1), normal(3, 4)),
+                    case(booleans(), normal(2, 3), normal(3))),
+          since=9, reference=lambda i, a: {"Y": np.where(*i)}, differentiable=(1, 2)),
+    OpRow("Slice", (case(normal(4, 5, 6), starts=[1, 0], ends=[3, 4], axes=[0, 2]),
+                    case(normal(4, 5), starts=[-3], ends=[_INT64_MAX]),
+                    case(normal(4, 5), starts=[1], ends=[-1], axes=[1]),
+                    case(normal(4, 5), starts=[-9, 2], ends=[9, 99]), case(normal(4, 5), starts=[0, 3], ends=[1, 3])),
+          reference=slice_(False), differentiable=(0,), outputs=("output",)),
+    OpRow("Slice", (case(normal(4, 5, 6), int64(1, 0), int64(3, 4), int64(0, 2)),
+                    case(normal(4, 5, 6), int64(1, -1), int64(3, 0), int64(0, 2), int64(1, -2)),
+                    case(normal(4, 5), int64(-1), int64(_INT64_MIN), int64(1), int64(-1)),
+                    case(normal(4, 5), int64(-3), int64(_INT64_MAX)),
+                    case(normal(4, 5), int64(-9, 9), int64(9, -9), int64(0, 1), int64(2, -3)),
+                    case(normal(4, 5, 3), int64(1), int64(-1), int64(-2), since=11),
+                    case(normal(4, 5), int64(0, 3), int64(1, 3)),
+                    case(normal(4, 5), *(np.array(v, np.int32) for v in ([1], [4])), None,
+                         np.array([2], np.int32))),
+          since=10, reference=slice_(True), differentiable=(0,), outputs=("output",)),
+    OpRow("OneHot", (case(labels(2, 3, classes=4), int64(4), np.array([0.0, 1.0])),
+                     *(case(np.array([[0, 3, -1], [5, -4, 2]]), np.array(4), np.array([-1.0, 3.0]), axis=axis)
+                       for axis in (0, 1, 2, -1, -3)),
+                     case(np.array([2, 0], np.int32), np.array([3], np.int32), np.array([0.5, 2.0]))),
+          since=9, reference=one_hot(False), outputs=("output",)),
+    OpRow("OneHot", (case(labels(2, 3, classes=4), int64(4), np.array([0.0, 1.0])),
+                     *(case(np.array([[0, 3, -1], [5, -4, 2]]), np.array(4), np.array([-1.0, 3.0]), axis=axis)
+                       for axis in (0, 1, 2, -1, -3)),
+                     case(np.array([2, -3], np.int32), np.array([3], np.int32), np.array([0.5, 2.0]))),
+          since=11, reference=one_hot(True), outputs=("output",)),
+    OpRow("NegativeLogLikelihoodLoss", nll_cases(), since=12, reference=nll, differentiable=(0,), outputs=("loss",)),
+    OpRow("Unsqueeze", (case(normal(2, 3), axes=[0]), case(normal(2, 3), axes=[1, 3]), case(normal(), axes=[0, 1]),
+                        case(normal(2, 3), axes=[-1], since=11), case(normal(2, 3), axes=[3, 0, -3], since=11)),
+          reference=unsqueeze(False), differentiable=(0,), outputs=("expanded",), gradient_since=5),  # a Reshape
+    OpRow("Unsqueeze", (case(normal(2, 3), int64(0)), case(normal(2, 3), int64(1, 3)), case(normal(), int64(0, -1)),
+                        case(normal(2, 3), int64(3, 0, -3))),
+          since=13, reference=unsqueeze(True), differentiable=(0,), outputs=("expanded",)),
+    OpRow("Squeeze", (case(normal(2, 1, 3, 1), axes=[1]), case(normal(2, 1, 3, 1), axes=[1, 3]), case(normal(1, 3, 1)),
+                      case(normal(1, 1)), case(normal(2, 1, 3, 1), axes=[-1, 1], since=11)),
+          reference=squeeze(False), differentiable=(0,), outputs=("squeezed",), gradient_since=5),  # a Reshape
+    OpRow("Squeeze", (case(normal(2, 1, 3, 1), int64(1)), case(normal(2, 1, 3, 1), int64(-1, 1)),
+                      case(normal(1, 3, 1)), case(normal(1, 3, 1), None), case(normal(1, 1))),
+          since=13, reference=squeeze(True), differentiable=(0,), outputs=("squeezed",)),
+    OpRow("Expand", (case(normal(3, 1), int64(2, 3, 4)), case(normal(3), int64(2, 1)),
+                     case(normal(2, 1, 4), int64(3, 1)), case(normal(), int64(2, 3)), case(normal(2, 3), int64(1)),
+                     case(normal(2, 3), int64())),
+          since=8, reference=lambda i, a: {"Y": i[0] * np.ones(tuple(i[1]))}, differentiable=(0,)),
+    OpRow("Size", (case(normal(2, 3, 4)), case(normal()), case(np.zeros((3, 0)))),
+          reference=lambda i, a: {"size": np.array(i[0].size, dtype=np.int64)}, outputs=("size",)),
+    OpRow("Equal", comparison_cases(), since=7, reference=binary(np.equal), outputs=("C",)),
+    OpRow("Greater", comparison_cases(), since=7, reference=binary(np.greater), outputs=("C",)),
+    OpRow("Less", comparison_cases(), since=7, reference=binary(np.less), outputs=("C",)),
+    OpRow("GreaterOrEqual", comparison_cases(), since=12, reference=binary(np.greater_equal), outputs=("C",)),
+    OpRow("LessOrEqual", comparison_cases(), since=12, reference=binary(np.less_equal), outputs=("C",)),
+    OpRow("And", (case(booleans(2, 3), booleans(2, 3)), case(booleans(2, 3), booleans(3)),
+                  case(booleans(3, 1), booleans(1, 4)), case(booleans(), booleans(2))),
+          since=7, reference=binary(np.logical_and), outputs=("C",)),
+    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to) for to in CAST_TO),
+                   case(normal(4), to=10, saturate=1, since=19)),      # saturate changes only float8 targets
+          since=6, reference=lambda i, a: {"output": i[0].astype(CAST_TO[a["to"]])},
+          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",)),
 
     # gradient ops: checked through their forward op's gradient, and against a reference where one is short
     OpRow("ReluGrad", (case(normal(2, 5), normal(2, 5)),), domain=MS, reference=activation_grad("Relu"),
@@ -650,6 +930,22 @@ ROWS = [
                           case(normal(5), normal(5), normal(5), reduction="none"),
                           case(normal(), normal(3, 4), normal(3, 4), reduction="sum")),
           domain=MS, reference=mse_grad, outputs=("d_prediction",), gradient_of=(MS, "MSELoss")),
+    OpRow("SliceGrad", (sample(MS, "SliceGrad"), case(_slice_grad_inputs((4, 5), [-1], [_INT64_MIN], [1], [-1])),
+                        case(_slice_grad_inputs((4, 5, 6), [1, 0], [3, 4], [0, 2])),
+                        case(_slice_grad_inputs((4, 5), [-9, 2], [9, 99]))),
+          domain=MS, reference=slice_grad, outputs=("dX",), gradient_of=("", "Slice")),
+    OpRow("NegativeLogLikelihoodLossGrad", (sample(MS, "NegativeLogLikelihoodLossGrad"),
+                                            case(_nll_grad_inputs((5, 3), "mean", True)),
+                                            case(_nll_grad_inputs((4, 3, 2), "sum", False), reduction="sum",
+                                                 ignore_index=1),
+                                            case(_nll_grad_inputs((4, 3, 2, 2), "none", True), reduction="none"),
+                                            case(_nll_grad_inputs((4, 3), "mean", False), ignore_index=2)),
+          domain=MS, reference=nll_grad, outputs=("dX",), gradient_of=("", "NegativeLogLikelihoodLoss")),
+    OpRow("Scale", (case(normal(2, 3), np.array(4.0)), case(normal(2, 3), np.array(4.0), scale_down=1),
+                    case(normal(), np.array([-0.5]))),
+          domain=MS, reference=lambda i, a: {"output": i[0] / i[1].reshape(()) if a.get("scale_down") else
+                                             i[0] * i[1].reshape(())},
+          outputs=("output",), gradient_of=("", "ReduceMean")),
 
     # ops of the fusion pass, against the unfused arithmetic
     OpRow("ActivationGradBias", tuple(case(normal(3, 4), normal(3, 4), activation=act) for act in

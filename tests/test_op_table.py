@@ -129,6 +129,12 @@ def assert_close(what, got, expected, dtype):
         np.testing.assert_array_equal(got, expected, err_msg=what)
 
 
+def output_dtype(row, case, dtype):
+    """The dtype of the float outputs: the kernel's element type `dtype`, unless the row derives
+    it from the attributes (Cast's `to`)."""
+    return np.dtype(row.output_dtype(case.attrs)) if row.output_dtype else dtype
+
+
 def compare(what, got, expected, dtype, random):
     """Every expected output: float ones of `dtype`; values unless they were drawn at random."""
     for name, value in expected.items():
@@ -169,12 +175,12 @@ def test_forward(kdef, dtype):
         got = run(kdef, row, case, opset, fresh(inputs))
         expected = reference_outputs(row, case, opset, kdef, inputs)
         if dtype != np.float64:
-            expected = {**cpu_outputs(row, case, opset, kdef, inputs, np.dtype(np.float64)), **expected}
-        compare(what, got, expected, dtype, case.random)
+            expected = {**(cpu_outputs(row, case, opset, kdef, inputs, np.dtype(np.float64)) or {}), **expected}
+        compare(what, got, expected, output_dtype(row, case, dtype), case.random)
         if not case.random:
             strided = run(kdef, row, case, opset, [None if x is None else noncontiguous(x) for x in fresh(inputs)])
             outputs = {k: v for k, v in got.items() if not k.startswith("input ")}  # in place: on contiguous copies
-            compare(what + " non-contiguous", strided, outputs, dtype, False)
+            compare(what + " non-contiguous", strided, outputs, output_dtype(row, case, dtype), False)
         for i, (x, before) in enumerate(zip(inputs, kept)):
             if x is not None:
                 np.testing.assert_array_equal(x, before, err_msg=f"{what}: input {i} was written")
@@ -236,11 +242,11 @@ def test_cuda_against_cpu(kdef, dtype):
         if expected is None:
             expected = reference_outputs(row, case, opset, kdef, inputs)
             assert expected, f"{what}: the CPU has no kernel and the row no reference"
-        compare(what, got, expected, dtype, case.random)
+        compare(what, got, expected, output_dtype(row, case, dtype), case.random)
         if not case.random:
             strided = [x if x is None or i in row.in_place else noncontiguous(x) for i, x in enumerate(fresh(inputs))]
-            compare(what + " non-contiguous", run(kdef, row, case, opset, strided, provider="cuda"), expected, dtype,
-                    False)
+            compare(what + " non-contiguous", run(kdef, row, case, opset, strided, provider="cuda"), expected,
+                    output_dtype(row, case, dtype), False)
 
 
 def test_every_kernel_has_a_row():
