@@ -111,3 +111,27 @@ def test_graph_api_example_trains_on_cuda():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     import mlp_digits
     assert mlp_digits.main(["--device", "cuda", "--epochs", "10"]) >= 0.9
+
+
+@pytest.mark.parametrize("name", ["label_smoothing", "focal", "distillation", "bce"])
+def test_user_written_losses_train_on_cuda_as_on_the_cpu(name):
+    """A loss written with Tensor maths runs its nodes that have no CUDA kernel on the CPU (with
+    copies between the devices) and trains as the CPU session does."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_custom_losses import LOSSES, _targets
+    loss, kind = LOSSES[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 8, 20))
+    targets = [_targets(kind, rng, n=8, c=4) for _ in range(5)]
+    extra = {"target_dtype": "int64", "target_shape": ()} if kind == "labels" else {}
+    sessions = []
+    for device in ("cpu", "cuda"):
+        minitrain.random.seed(0)
+        model = nn.Sequential(nn.Linear(20, 16), nn.Relu(), nn.Linear(16, 4)).to_dtype(np.float64)
+        sessions.append(TrainingSession(model, loss, SGD(0.1), input_shape=(20,), device=device, **extra))
+    for step in range(5):
+        lc, lg = (s.train_step(x[step], targets[step]) for s in sessions)
+        assert abs(lc - lg) <= 1e-9 * max(1.0, abs(lc)), f"step {step}: cpu loss {lc}, cuda loss {lg}"
+    sessions[1].pull()
+    for param, value in sessions[0].params.items():
+        np.testing.assert_allclose(sessions[1].params[param], value, rtol=1e-8, atol=1e-10, err_msg=param)
