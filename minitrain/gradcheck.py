@@ -97,7 +97,7 @@ def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, e
                         outputs=outputs, output_shapes=output_shapes)
     out_names = list(outputs or sch.outputs)
     ys = forward(arrays)
-    with_gradient = _outputs_with_gradient(op_type, domain, opset, arrays, attrs, wrt, output_shapes)
+    with_gradient = _outputs_with_gradient(op_type, domain, opset, arrays, attrs, wrt, out_names, ys)
     float_outputs = [k for k, y in enumerate(ys) if y.dtype == np.float64]
     projected = [k for k in float_outputs if out_names[k] in with_gradient]
     skipped = [out_names[k] for k in float_outputs if out_names[k] not in with_gradient]
@@ -151,14 +151,12 @@ def _node_graph(op_type, domain, opset, arrays, attrs, out_names):
     return graph, input_names
 
 
-def _outputs_with_gradient(op_type, domain, opset, arrays, attrs, wrt, output_shapes):
-    """The names of the op's float outputs whose gradient reaches an input in `wrt`: every float
-    output is seeded, and an output whose seed no gradient node reads has no gradient."""
-    names = list(get_schema(op_type, domain, opset).outputs)
-    ys = run_node(op_type, arrays, attrs=attrs, domain=domain, opset=opset, output_shapes=output_shapes)
-    graph, input_names = _node_graph(op_type, domain, opset, arrays, attrs, names)
+def _outputs_with_gradient(op_type, domain, opset, arrays, attrs, wrt, out_names, ys):
+    """The names among out_names (float outputs ys) whose gradient reaches an input in `wrt`:
+    each is seeded, and an output whose seed no gradient node reads has no gradient."""
+    graph, input_names = _node_graph(op_type, domain, opset, arrays, attrs, out_names)
     seeds = {name: graph.add_input(f"seed_{name}", np.float64, y.shape)
-             for name, y in zip(names, ys) if y.dtype == np.float64}
+             for name, y in zip(out_names, ys) if y.dtype == np.float64}
     grad_graph, grads = build_gradient_graph(graph, list(seeds), [input_names[i] for i in wrt], seeds=seeds)
     read = {value for node in grad_graph.nodes for value in node.inputs} | set(grads.values())
     return {name for name, seed in seeds.items() if seed in read}
