@@ -102,11 +102,12 @@ POSITIVE = real_number(0.0, inclusive=False)
 NON_NEGATIVE = real_number(0.0, inclusive=True)
 
 
-def missing_folder(path):
-    """The folder of a file to be written when it does not exist (else None): refused before any
-    work is done."""
+def unwritable_file(option, path):
+    """Why `path`, a file to be written, is refused before any work is done (None: it is not)."""
     folder = os.path.dirname(os.path.abspath(path))
-    return None if os.path.isdir(folder) else folder
+    if os.path.isdir(path):
+        return f"{option} {path}: a folder, not a file"
+    return None if os.path.isdir(folder) else f"{option} {path}: the folder {folder} does not exist"
 
 
 def add_training_options(parser, defaults=None):
@@ -135,8 +136,8 @@ def _check_run_options(parser, args):
         parser.error(f"--{'resume' if args.resume else 'overwrite'} needs --out, the run folder")
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: a file, not a run folder")
-    if args.profile and missing_folder(args.profile):
-        parser.error(f"--profile {args.profile}: the folder {missing_folder(args.profile)} does not exist")
+    if args.profile and unwritable_file("--profile", args.profile):
+        parser.error(unwritable_file("--profile", args.profile))
 
 
 def call_example(run, args):
@@ -235,8 +236,8 @@ def export_command(args):
         require_onnx()
     except ImportError as e:
         raise SystemExit(f"error: {e}") from None
-    if missing_folder(args.output):
-        raise UsageError(f"output {args.output}: the folder {missing_folder(args.output)} does not exist")
+    if unwritable_file("output", args.output):
+        raise UsageError(unwritable_file("output", args.output))
     mt_random.seed(args.seed)
     model = module.build_model()
     if args.checkpoint:

@@ -63,6 +63,8 @@ def test_train_refuses_bad_paths(capsys, tmp_path):
                        f"--profile {tmp_path / 'no' / 't.json'}: the folder {tmp_path / 'no'} does not exist")
     assert_usage_error(capsys, ["train", str(tmp_path / "none.onnx"), "--data", "digits", "--out", str(tmp_path)],
                        "no such ONNX file")
+    assert_usage_error(capsys, ["train", "lenet_digits", "--profile", str(tmp_path)] + SMOKE,
+                       f"--profile {tmp_path}: a folder, not a file")
 
 
 def test_train_refuses_a_folder_that_holds_a_run(capsys, tmp_path):
@@ -79,6 +81,7 @@ def test_export_refuses_bad_arguments(capsys, tmp_path):
     assert_usage_error(capsys, ["export", "no_such_example", out], "unknown example 'no_such_example'")
     assert_usage_error(capsys, ["export", "lenet_digits", str(tmp_path / "no" / "m.onnx")],
                        f"the folder {tmp_path / 'no'} does not exist")
+    assert_usage_error(capsys, ["export", "lenet_digits", str(tmp_path)], f"output {tmp_path}: a folder, not a file")
     assert_usage_error(capsys, ["export", "lenet_digits", out, "--checkpoint", str(tmp_path / "none.mtc")],
                        "no such checkpoint")
 
