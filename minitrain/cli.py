@@ -136,8 +136,9 @@ def _check_run_options(parser, args):
         parser.error(f"--{'resume' if args.resume else 'overwrite'} needs --out, the run folder")
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out}: a file, not a run folder")
-    if args.profile and unwritable_file("--profile", args.profile):
-        parser.error(unwritable_file("--profile", args.profile))
+    refused = args.profile and unwritable_file("--profile", args.profile)
+    if refused:
+        parser.error(refused)
 
 
 def call_example(run, args):
@@ -236,8 +237,9 @@ def export_command(args):
         require_onnx()
     except ImportError as e:
         raise SystemExit(f"error: {e}") from None
-    if unwritable_file("output", args.output):
-        raise UsageError(unwritable_file("output", args.output))
+    refused = unwritable_file("output", args.output)
+    if refused:
+        raise UsageError(refused)
     mt_random.seed(args.seed)
     model = module.build_model()
     if args.checkpoint:
