@@ -19,17 +19,24 @@ unless `--resume` continues it from its checkpoint.mtc (on whichever --device th
 or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
 stops the run with a message; the checkpoints keep the last finished epoch.  `--profile
 TRACE.json` times each node of the third training step and writes a Chrome trace.
+
+A bad argument, whether argparse or the command finds it (a count below 1, a learning rate
+that is not a positive number, an unknown example, a device this machine lacks, an input or
+attribute an op refuses), ends the program with the usage and one `error:` line, exit status 2.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
+from .errors import MinitrainError, ProviderUnavailableError, RunFolderError, TrainingDivergedError
 from .training.loop import PROFILE_VARIABLE
 
 EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress", "resume",
@@ -37,20 +44,86 @@ EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_s
 EXAMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 
+class UsageError(SystemExit):
+    """A bad argument that the command found after parsing: `report_usage_errors` prints it as
+    argparse prints its own (the usage, then `prog: error: message`) and the exit status is 2."""
+
+    def __init__(self, message):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+def report_usage_errors(parser, command, *args):
+    """command(*args), with a UsageError it raises printed against `parser`'s usage."""
+    try:
+        return command(*args)
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        raise
+
+
+def whole_number(minimum):
+    """An argparse type: an integer >= minimum."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def real_number(minimum, *, inclusive):
+    """An argparse type: a finite number > minimum (>= when inclusive)."""
+    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text}")
+        return value
+    parse.__name__ = f"number {bound}"
+    return parse
+
+
+COUNT = whole_number(1)
+SEED = whole_number(0)
+POSITIVE = real_number(0.0, inclusive=False)
+NON_NEGATIVE = real_number(0.0, inclusive=True)
+
+
+def unwritable_file(option, path):
+    """Why `path`, a file to be written, is refused before any work is done (None: it is not)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{option} {path}: a folder, not a file"
+    return None if os.path.isdir(folder) else f"{option} {path}: the folder {folder} does not exist"
+
+
 def add_training_options(parser, defaults=None):
     """The options every example and `train` accept (defaults come from the example)."""
     defaults = defaults or {}
-    parser.add_argument("--epochs", type=int, default=defaults.get("epochs"), help="passes over the train set")
-    parser.add_argument("--batch-size", type=int, default=defaults.get("batch_size"), help="samples per step")
-    parser.add_argument("--lr", type=float, default=defaults.get("lr"), help="peak learning rate")
+    parser.add_argument("--epochs", type=COUNT, default=defaults.get("epochs"), help="passes over the train set")
+    parser.add_argument("--batch-size", type=COUNT, default=defaults.get("batch_size"), help="samples per step")
+    parser.add_argument("--lr", type=POSITIVE, default=defaults.get("lr"), help="peak learning rate")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
-    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, shuffling and dropout")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of initialisation, shuffling and dropout")
     parser.add_argument("--out", default=None, help="run folder: metrics.jsonl, metrics.png, checkpoint.mtc and "
                                                      "checkpoint-best.mtc; refused when it holds a run already")
     runs = parser.add_mutually_exclusive_group()
     runs.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     runs.add_argument("--overwrite", action="store_true", help="replace the run in --out")
-    parser.add_argument("--max-steps", type=int, default=None, help="cap the steps per epoch (smoke runs)")
+    parser.add_argument("--max-steps", type=COUNT, default=None, help="cap the steps per epoch (smoke runs)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--profile", metavar="TRACE.json", default=None,
                         help="time every node of the third training step (GPU time on CUDA) and write a Chrome "
@@ -61,18 +134,26 @@ def add_training_options(parser, defaults=None):
 def _check_run_options(parser, args):
     if (args.resume or args.overwrite) and not args.out:
         parser.error(f"--{'resume' if args.resume else 'overwrite'} needs --out, the run folder")
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out}: a file, not a run folder")
+    refused = args.profile and unwritable_file("--profile", args.profile)
+    if refused:
+        parser.error(refused)
 
 
 def call_example(run, args):
-    """run(**options) of an example; a refused run folder or a diverged run ends the program
-    with its message instead of a traceback."""
-    from .errors import RunFolderError, TrainingDivergedError
+    """run(**options) of an example; a refused run folder or a device this machine lacks is a
+    UsageError, a diverged run ends the program with its message (exit status 1)."""
     saved = os.environ.get(PROFILE_VARIABLE)
     if getattr(args, "profile", None):
         os.environ[PROFILE_VARIABLE] = os.path.abspath(args.profile)
     try:
         return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
-    except (RunFolderError, TrainingDivergedError) as e:
+    except RunFolderError as e:
+        raise UsageError(str(e)) from None
+    except ProviderUnavailableError as e:
+        raise UsageError(f"--device {args.device}: {e}") from None
+    except TrainingDivergedError as e:
         raise SystemExit(f"error: {e}") from None
     finally:
         if saved is None:
@@ -86,7 +167,7 @@ def run_example(run, description, defaults, argv=None):
     parser = add_training_options(argparse.ArgumentParser(description=description), defaults)
     args = parser.parse_args(argv)
     _check_run_options(parser, args)
-    return call_example(run, args)
+    return report_usage_errors(parser, call_example, run, args)
 
 
 def example_folders():
@@ -105,7 +186,7 @@ def available_examples():
 def load_example(name):
     """Import examples/<name>.py as a module; `name` is a file stem, not a path."""
     if not EXAMPLE_NAME.fullmatch(name):
-        raise SystemExit(f"example {name!r}: an example is named by its file stem, such as lenet_digits; "
+        raise UsageError(f"example {name!r}: an example is named by its file stem, such as lenet_digits; "
                          f"available: {', '.join(available_examples()) or 'none found'}")
     for folder in example_folders():
         path = os.path.join(folder, f"{name}.py")
@@ -114,9 +195,9 @@ def load_example(name):
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             if not hasattr(module, "run"):
-                raise SystemExit(f"example {name!r} ({path}) defines no run() function")
+                raise UsageError(f"example {name!r} ({path}) defines no run() function")
             return module
-    raise SystemExit(f"unknown example {name!r}; available: {', '.join(available_examples()) or 'none found'}")
+    raise UsageError(f"unknown example {name!r}; available: {', '.join(available_examples()) or 'none found'}")
 
 
 # --------------------------------------------------------------------------- ONNX
@@ -130,13 +211,15 @@ def onnx_training(parser, args):
     if not args.out:
         parser.error("training an .onnx model needs --out, the run folder that receives the trained model")
     if not os.path.isfile(args.example):
-        raise SystemExit(f"error: no such ONNX file {args.example!r}")
+        raise UsageError(f"no such ONNX file {args.example!r}")
 
     def run(**options):
         try:
             return train_onnx(args.example, args.data, **options)
-        except (ImportError, OnnxImportError, ShapeError) as e:
+        except ImportError as e:
             raise SystemExit(f"error: {e}") from None
+        except (OnnxImportError, ShapeError) as e:
+            raise UsageError(str(e)) from None
     return run
 
 
@@ -147,24 +230,27 @@ def export_command(args):
     from .errors import CheckpointError
     module = load_example(args.example)
     if not hasattr(module, "build_model") or not hasattr(module, "INPUT_SHAPE"):
-        raise SystemExit(f"example {args.example!r} defines no build_model() and INPUT_SHAPE to export")
+        raise UsageError(f"example {args.example!r} defines no build_model() and INPUT_SHAPE to export")
     from .onnx import save
     from .onnx._backend import require_onnx
     try:
         require_onnx()
     except ImportError as e:
         raise SystemExit(f"error: {e}") from None
+    refused = unwritable_file("output", args.output)
+    if refused:
+        raise UsageError(refused)
     mt_random.seed(args.seed)
     model = module.build_model()
     if args.checkpoint:
         try:
             _, arrays, _ = read(args.checkpoint)
         except CheckpointError as e:
-            raise SystemExit(f"error: {e}") from None
+            raise UsageError(str(e)) from None
         try:
             model.check_state_dict(arrays)
         except (ValueError, TypeError, KeyError) as e:
-            raise SystemExit(f"error: {args.checkpoint} does not hold a model of example {args.example!r}: "
+            raise UsageError(f"{args.checkpoint} does not hold a model of example {args.example!r}: "
                              f"{e}") from None
         model.load_state_dict(arrays)
     save(model, args.output, input_shape=module.INPUT_SHAPE)
@@ -174,33 +260,49 @@ def export_command(args):
 
 
 # --------------------------------------------------------------------------- gradcheck
+INPUT_FORMS = '"2,3,8,8" (a shape), "int:SHAPE:HIGH", "scalar:VALUE", "true", "false" or "none"'
+
+
 def parse_input(text, rng):
     """An input from the command line: a shape "2,3,8,8" (float64 normal), "int:SHAPE:HIGH"
     (int64 in [0, HIGH)), "scalar:VALUE" (float64), "true"/"false" (bool scalar), or "none"
-    (an absent optional input)."""
+    (an absent optional input).  Anything else is a UsageError."""
     lowered = text.lower()
     if lowered == "none":
         return None
     if lowered in ("true", "false"):
         return np.array(lowered == "true")
     if lowered.startswith("scalar:"):
-        return np.array(float(text.split(":", 1)[1]))
+        value = text.split(":", 1)[1]
+        try:
+            return np.array(float(value))
+        except ValueError:
+            raise UsageError(f"--input {text!r}: {value!r} is not a number") from None
     if lowered.startswith("int:"):
-        _, shape, high = text.split(":")
-        return rng.integers(0, int(high), _shape(shape), dtype=np.int64)
-    return rng.standard_normal(_shape(text))
+        parts = text.split(":")
+        if len(parts) != 3 or not parts[2].isdigit() or int(parts[2]) < 1:
+            raise UsageError(f"--input {text!r}: expected int:SHAPE:HIGH with an integer HIGH >= 1, "
+                             f"such as int:4:10")
+        return rng.integers(0, int(parts[2]), _shape(parts[1], text), dtype=np.int64)
+    return rng.standard_normal(_shape(text, text))
 
 
-def _shape(text):
-    text = text.strip("()[] ")
-    return tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip()) if text else ()
+def _shape(text, spec):
+    """A shape written "2,3,8", "2x3x8" or "(2, 3, 8)"; "" or "()" is a scalar's."""
+    body = text.strip("()[] ").rstrip(",")
+    if not body:
+        return ()
+    dims = [d.strip() for d in body.replace("x", ",").split(",")]
+    if not all(d.isdigit() for d in dims):
+        raise UsageError(f"--input {spec!r}: expected {INPUT_FORMS}")
+    return tuple(int(d) for d in dims)
 
 
 def parse_attr(op_type, domain, text):
     """NAME=VALUE converted by the kind the op's schema declares for NAME."""
     from .ops import get_schema
     if "=" not in text:
-        raise SystemExit(f"--attr expects NAME=VALUE, got {text!r}")
+        raise UsageError(f"--attr expects NAME=VALUE, got {text!r}")
     name, value = text.split("=", 1)
     spec = get_schema(op_type, domain, None).attrs.get(name)
     if spec is None:
@@ -208,21 +310,45 @@ def parse_attr(op_type, domain, text):
     convert = {"int": int, "float": float, "string": str,
                "ints": lambda v: [int(x) for x in v.split(",") if x],
                "floats": lambda v: [float(x) for x in v.split(",") if x]}[spec.kind]
-    return name, convert(value)
+    try:
+        return name, convert(value)
+    except ValueError:
+        raise UsageError(f"--attr {text!r}: {op_type}'s {name} is of kind {spec.kind}, {value!r} is not") from None
+
+
+def input_indices(text):
+    """An argparse type: input indices "0,1"."""
+    pieces = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in pieces):
+        raise argparse.ArgumentTypeError(f"expected input indices such as 0,1, got {text!r}")
+    return [int(p) for p in pieces]
 
 
 def gradcheck_command(args):
-    from .gradcheck import gradcheck
+    """Check the op's gradient: 0 when it matches, 1 when it does not; a UsageError for an op,
+    input or attribute the op refuses, and a line for each output without a gradient."""
+    from .gradcheck import NoGradientWarning, gradcheck
     rng = np.random.default_rng(args.seed)
     inputs = [parse_input(t, rng) for t in args.input]
-    attrs = dict(parse_attr(args.op, args.domain, a) for a in args.attr)
-    wrt = [int(i) for i in args.wrt.split(",")] if args.wrt else None
     try:
-        results = gradcheck(args.op, inputs, attrs, domain=args.domain, wrt=wrt, eps=args.eps, rtol=args.rtol,
-                            atol=args.atol, seed=args.seed, outputs=args.output or None, provider=args.provider)
+        attrs = dict(parse_attr(args.op, args.domain, a) for a in args.attr)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NoGradientWarning)
+            results = gradcheck(args.op, inputs, attrs, domain=args.domain, wrt=args.wrt, eps=args.eps,
+                                rtol=args.rtol, atol=args.atol, seed=args.seed, outputs=args.output or None,
+                                provider=args.provider)
     except AssertionError as e:
         print(f"gradcheck {args.op}: FAILED\n{e}")
         return 1
+    except ProviderUnavailableError as e:
+        raise UsageError(f"--provider {args.provider}: {e}") from None
+    except (MinitrainError, ValueError, TypeError) as e:
+        raise UsageError(str(e)) from None
+    for w in caught:
+        if issubclass(w.category, NoGradientWarning):
+            print(f"gradcheck {w.message}")
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     for i, (analytic, numeric) in results.items():
         err = float(np.max(np.abs(np.asarray(analytic) - numeric))) if numeric.size else 0.0
         print(f"gradcheck {args.op}: input #{i} shape {numeric.shape} ok, max abs error {err:.2e}")
@@ -242,7 +368,7 @@ def main(argv=None):
     export.add_argument("output", help="the .onnx file to write")
     export.add_argument("--checkpoint", default=None, help="a checkpoint of a run of this example (checkpoint.mtc): "
                                                            "its parameters; default: the initial ones")
-    export.add_argument("--seed", type=int, default=0, help="seed of the initial parameters")
+    export.add_argument("--seed", type=SEED, default=0, help="seed of the initial parameters")
     check = sub.add_parser("gradcheck", help="finite-difference check of one op's gradient")
     check.add_argument("op", help="op type, e.g. Conv")
     check.add_argument("--input", action="append", default=[], metavar="SPEC",
@@ -251,31 +377,31 @@ def main(argv=None):
     check.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE", help="e.g. pads=1,1,1,1")
     check.add_argument("--domain", default="", help='"" (ONNX) or com.microsoft')
     check.add_argument("--output", action="append", default=[], help="outputs to check (default: all float)")
-    check.add_argument("--wrt", default=None, help="input indices to check, e.g. 0,1")
-    check.add_argument("--eps", type=float, default=1e-6)
-    check.add_argument("--rtol", type=float, default=1e-4)
-    check.add_argument("--atol", type=float, default=1e-6)
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--wrt", type=input_indices, default=None, help="input indices to check, e.g. 0,1")
+    check.add_argument("--eps", type=POSITIVE, default=1e-6, help="finite-difference step")
+    check.add_argument("--rtol", type=NON_NEGATIVE, default=1e-4)
+    check.add_argument("--atol", type=NON_NEGATIVE, default=1e-6)
+    check.add_argument("--seed", type=SEED, default=0)
     check.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
                        help="where the gradient runs (cuda: also compared with the CPU kernels)")
     args = parser.parse_args(argv)
     if args.command == "gradcheck":
         if not args.input:
-            parser.error("gradcheck needs at least one --input")
-        return gradcheck_command(args)
+            check.error("gradcheck needs at least one --input")
+        return report_usage_errors(check, gradcheck_command, args)
     if args.command == "export":
-        return export_command(args)
+        return report_usage_errors(export, export_command, args)
     _check_run_options(train, args)
     if args.data and not args.example.endswith(".onnx"):
         train.error("--data trains an .onnx model; an example brings its own data")
-    run = onnx_training(train, args) if args.example.endswith(".onnx") else load_example(args.example).run
-    try:
-        call_example(run, args)
-    except ValueError as e:
-        if args.device == "cpu" or "provider" not in str(e):
-            raise
-        raise SystemExit(f"--device {args.device}: {e}") from None
+    report_usage_errors(train, train_command, train, args)
     return 0
+
+
+def train_command(parser, args):
+    """Train the example or the .onnx file args.example."""
+    run = onnx_training(parser, args) if args.example.endswith(".onnx") else load_example(args.example).run
+    return call_example(run, args)
 
 
 if __name__ == "__main__":

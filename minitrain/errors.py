@@ -30,6 +30,11 @@ class GraphError(MinitrainError, ValueError):
     """The graph is malformed: an undefined value, a cycle, a duplicate name, a bad opset."""
 
 
+class GradcheckError(MinitrainError, ValueError):
+    """A gradient check that cannot be made: an op without a gradient, checked inputs that are
+    absent or not float, or no checked output with a gradient."""
+
+
 class CheckpointError(MinitrainError, ValueError):
     """A checkpoint file is truncated, foreign or of an unsupported version."""
 

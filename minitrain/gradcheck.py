@@ -5,16 +5,26 @@ differentiated: the analytic gradient comes from the gradient graph (the registe
 builder and gradient kernels, seeded with R_k), the numeric one from (L(x+eps) - L(x-eps)) / 2eps
 for every element of every checked input.  Use it on a single node (`gradcheck`) or on a whole
 graph (`gradcheck_graph`).
+
+An output whose gradient no gradient node reads (SoftmaxCrossEntropyLoss's log_prob, say) has no
+gradient: it is left out of L, and a NoGradientWarning names it.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from .autodiff import build_gradient_graph
+from .errors import GradcheckError
 from .executor import Executor, newest_opset, run_node
 from .graph import Graph
 from .ops import get_gradient_builder, get_schema
 from .scheduler import schedule
+
+
+class NoGradientWarning(UserWarning):
+    """An output of the checked op has no gradient, so gradcheck leaves it out of the loss."""
 
 
 def _compare(name, analytic, numeric, rtol, atol):
@@ -63,6 +73,8 @@ def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, e
 
     wrt: indices of the inputs to check (default: every float input the op's gradient builder
     differentiates); outputs: names of the outputs to project (default: every float output).
+    Outputs without a gradient are skipped with a NoGradientWarning; a GradcheckError when
+    no output left has one, or `wrt` names an input that is absent or not float.
     Raises AssertionError on a mismatch; returns {input index: (analytic, numeric)}.
     """
     opset = newest_opset(op_type, domain) if opset is None else opset
@@ -70,31 +82,35 @@ def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, e
     arrays = [None if x is None else _as_float64(x) for x in inputs]
     builder = get_gradient_builder(op_type, domain, opset)
     if builder is None:
-        raise ValueError(f"gradcheck: {op_type} has no registered gradient at opset {opset}")
+        raise GradcheckError(f"gradcheck: {op_type} has no registered gradient at opset {opset}")
     if wrt is None:
         wrt = [i for i, a in enumerate(arrays) if a is not None and a.dtype == np.float64
                and (builder.differentiable is None or i in builder.differentiable)]
+    for i in wrt:
+        if not 0 <= i < len(arrays) or arrays[i] is None or arrays[i].dtype != np.float64:
+            given = "absent" if not 0 <= i < len(arrays) or arrays[i] is None else f"of dtype {arrays[i].dtype}"
+            raise GradcheckError(f"gradcheck {op_type}: wrt input #{i} is {given}; a checked input must be a "
+                                 f"float array among the {len(arrays)} inputs")
 
     def forward(arrs):
         return run_node(op_type, arrs, attrs=attrs, domain=domain, opset=opset,
                         outputs=outputs, output_shapes=output_shapes)
     out_names = list(outputs or sch.outputs)
     ys = forward(arrays)
-    projected = [k for k, y in enumerate(ys) if y.dtype == np.float64]
+    with_gradient = _outputs_with_gradient(op_type, domain, opset, arrays, attrs, wrt, out_names, ys)
+    float_outputs = [k for k, y in enumerate(ys) if y.dtype == np.float64]
+    projected = [k for k in float_outputs if out_names[k] in with_gradient]
+    skipped = [out_names[k] for k in float_outputs if out_names[k] not in with_gradient]
+    if not projected:
+        raise GradcheckError(f"gradcheck {op_type}: no checked output has a gradient with respect to inputs "
+                             f"{list(wrt)} (checked: {out_names}; with a gradient: {sorted(with_gradient)})")
+    if skipped:
+        warnings.warn(f"{op_type}: output {', '.join(map(repr, skipped))} has no gradient; skipped",
+                      NoGradientWarning, stacklevel=2)
     rng = np.random.default_rng(seed)
     directions = {k: rng.standard_normal(ys[k].shape) for k in projected}
 
-    graph = Graph(opset_imports={domain: opset}, name=f"gradcheck_{op_type}")
-    input_names = []
-    for i, a in enumerate(arrays):
-        if a is None:
-            input_names.append("")
-        else:
-            input_names.append(graph.add_input(f"x{i}", a.dtype, a.shape))
-    node_outputs = [""] * len(sch.outputs)
-    for name in out_names:
-        node_outputs[sch.output_index(name)] = name
-    graph.add_node(op_type, input_names, node_outputs, attrs, domain, name="checked")
+    graph, input_names = _node_graph(op_type, domain, opset, arrays, attrs, out_names)
     seeds = {}
     for k in projected:
         seeds[out_names[k]] = graph.add_input(f"seed_{k}", np.float64, ys[k].shape)
@@ -120,6 +136,30 @@ def gradcheck(op_type, inputs, attrs=None, *, domain="", opset=None, wrt=None, e
         _compare(f"{op_type} input #{i}", got, numeric, rtol, atol)
         results[i] = (got, numeric)
     return results
+
+
+def _node_graph(op_type, domain, opset, arrays, attrs, out_names):
+    """(graph, input names) of one `op_type` node on inputs x0, x1, ... (absent ones "")
+    producing the outputs out_names."""
+    sch = get_schema(op_type, domain, opset)
+    graph = Graph(opset_imports={domain: opset}, name=f"gradcheck_{op_type}")
+    input_names = ["" if a is None else graph.add_input(f"x{i}", a.dtype, a.shape) for i, a in enumerate(arrays)]
+    node_outputs = [""] * len(sch.outputs)
+    for name in out_names:
+        node_outputs[sch.output_index(name)] = name
+    graph.add_node(op_type, input_names, node_outputs, attrs, domain, name="checked")
+    return graph, input_names
+
+
+def _outputs_with_gradient(op_type, domain, opset, arrays, attrs, wrt, out_names, ys):
+    """The names among out_names (float outputs ys) whose gradient reaches an input in `wrt`:
+    each is seeded, and an output whose seed no gradient node reads has no gradient."""
+    graph, input_names = _node_graph(op_type, domain, opset, arrays, attrs, out_names)
+    seeds = {name: graph.add_input(f"seed_{name}", np.float64, y.shape)
+             for name, y in zip(out_names, ys) if y.dtype == np.float64}
+    grad_graph, grads = build_gradient_graph(graph, list(seeds), [input_names[i] for i in wrt], seeds=seeds)
+    read = {value for node in grad_graph.nodes for value in node.inputs} | set(grads.values())
+    return {name for name, seed in seeds.items() if seed in read}
 
 
 def gradcheck_graph(graph, feeds, wrt, *, loss=None, eps=1e-6, rtol=1e-4, atol=1e-6, seed=0):

@@ -1,12 +1,15 @@
 """Shared fixtures: a seeded random generator, thread counts, the C compiler and instruction
 sets for tests that build ext/*.h into small programs, the CUDA convolution search with its
-options restored, and the CUDA marker's skip where no GPU is."""
+options restored, and the CUDA marker's skip where no GPU is.  The kernels run exactly the
+threads a test sets: dynamic adjustment to the machine's load is off unless a test turns it on."""
 import os
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
+
+os.environ.setdefault("OMP_DYNAMIC", "false")
 
 EXT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ext")
 

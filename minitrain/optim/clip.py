@@ -6,13 +6,13 @@ import numpy as np
 
 from ..providers.cpu.optimizer import clip_scale
 from ..providers.cpu.optimizer import global_norm as _global_norm
-from ..threads import get_num_threads
+from ..threads import kernel_threads
 
 
 def global_norm(grads):
     """L2 norm of all gradients (a dict's values or a sequence) taken together."""
     arrays = list(grads.values()) if isinstance(grads, dict) else list(grads)
-    return _global_norm([np.ascontiguousarray(g) for g in arrays], get_num_threads())
+    return _global_norm([np.ascontiguousarray(g) for g in arrays], kernel_threads())
 
 
 def clip_grad_norm(grads, max_norm):

@@ -4,7 +4,7 @@ import numpy as np
 from ..._ext import activation as _act
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 from .streaming import should_stream
 
 
@@ -13,7 +13,7 @@ def unary_kernel(name, output="Y"):
     def kernel(ctx):
         x = ctx.inputs[0]
         y = np.empty_like(x)
-        _act.forward(name, x.reshape(-1), y.reshape(-1), ctx.attrs.get("alpha", 0.0), get_num_threads())
+        _act.forward(name, x.reshape(-1), y.reshape(-1), ctx.attrs.get("alpha", 0.0), kernel_threads())
         return {output: y}
     return kernel
 
@@ -25,7 +25,7 @@ def binary_grad_kernel(name, memory_bound=True):
         dy, xy = ctx.inputs[0], ctx.inputs[1]
         dx = np.empty_like(dy)
         _act.backward(name, dy.reshape(-1), xy.reshape(-1), dx.reshape(-1), ctx.attrs.get("alpha", 0.0),
-                      get_num_threads(), memory_bound and should_stream(dy, xy, dx))
+                      kernel_threads(), memory_bound and should_stream(dy, xy, dx))
         return {"dX": dx}
     return kernel
 

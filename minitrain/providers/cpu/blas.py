@@ -23,7 +23,7 @@ from scipy.linalg import blas as _blas
 
 from ..._ext import gemm_rows as _rows
 from ..._ext.thresholds import THRESHOLDS
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 
 # Below this many multiply-adds a GEMM runs on one BLAS thread (ext/thresholds.h says why)...
 PARALLEL_GEMM_MACS = THRESHOLDS["MIN_PARALLEL_GEMM_MACS"]
@@ -87,7 +87,7 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):
     m = a.shape[1] if trans_a else a.shape[0]
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]
-    threads = get_num_threads()
+    threads = kernel_threads()
     if (threads > 1 and m >= threads and SPLIT_GEMM_MACS <= m * n * k < PARALLEL_GEMM_MACS
             and a.flags.c_contiguous and b.flags.c_contiguous):
         c = np.empty((m, n), dtype=a.dtype)

@@ -36,7 +36,7 @@ from ...ops.conv_geometry import geometry_for, packed_geometry, three_axes
 from ...ops.schema import MS_DOMAIN
 from ...ops.shape_utils import numel
 from ...registry import register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 from .blas import blas_threads
 
 # Bytes of im2col scratch per thread and tile: a tile of the column matrix stays in L2.
@@ -603,7 +603,7 @@ def conv_forward(img, w, bias, geom, who):
     shape = (img.shape[0], geom.col_channels) + tuple(geom.col_spatial)
     if geom.img_channels == 0 or numel(shape) == 0:
         return without_terms(shape, bias, img.dtype)
-    nt = get_num_threads()
+    nt = kernel_threads()
     path = route(geom, img.shape[0], nt)
     if path == "depthwise":
         return depthwise_forward(img, w, bias, geom, nt)
@@ -618,7 +618,7 @@ def conv_data_grad(cols, w, bias, geom, who):
     shape = (cols.shape[0], geom.img_channels) + tuple(geom.img_spatial)
     if geom.col_channels == 0 or numel(shape) == 0:
         return without_terms(shape, bias, cols.dtype)
-    nt = get_num_threads()
+    nt = kernel_threads()
     path = route(geom, cols.shape[0], nt)
     if path == "depthwise":
         return depthwise_data_grad(cols, w, bias, geom, nt)
@@ -632,7 +632,7 @@ def conv_weight_grad(cols, img, w_shape, geom, who):
     """dW (w_shape) = sum over the batch of cols . im2col(img)^T."""
     if img.shape[0] == 0 or cols.size == 0:
         return np.zeros(w_shape, dtype=img.dtype)
-    nt = get_num_threads()
+    nt = kernel_threads()
     path = route(geom, img.shape[0], nt)
     if path == "depthwise":
         return depthwise_weight_grad(cols, img, w_shape, geom, nt)
@@ -648,7 +648,7 @@ def bias_grad(dy):
     if dy.size == 0:
         out[:] = 0
         return out
-    _conv.channel_sums(dy.reshape(dy.shape[0], dy.shape[1], -1), out, get_num_threads())
+    _conv.channel_sums(dy.reshape(dy.shape[0], dy.shape[1], -1), out, kernel_threads())
     return out
 
 

@@ -6,7 +6,7 @@ from ..._ext import activation as _act
 from ...ops.fused import FUSED_DOMAIN, KERNEL_NAMES, activation_alpha, max_pool_tiles
 from ...ops.schema import MS_DOMAIN
 from ...registry import KernelContext, register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel
 from .loss import softmax_cross_entropy, softmax_cross_entropy_grad
 from .math import gemm
@@ -17,7 +17,7 @@ from .streaming import should_stream
 def activate_in_place(ctx, y):
     """y = act(y) for the fused op's activation."""
     flat = y.reshape(-1)
-    _act.forward(KERNEL_NAMES[ctx.attrs["activation"]], flat, flat, activation_alpha(ctx.attrs), get_num_threads())
+    _act.forward(KERNEL_NAMES[ctx.attrs["activation"]], flat, flat, activation_alpha(ctx.attrs), kernel_threads())
     return y
 
 
@@ -36,7 +36,7 @@ def activation_grad_bias(ctx):
     dy, xy = ctx.inputs
     dx = np.empty_like(dy)
     _act.backward(KERNEL_NAMES[ctx.attrs["activation"]], dy.reshape(-1), xy.reshape(-1), dx.reshape(-1),
-                  activation_alpha(ctx.attrs), get_num_threads(), should_stream(dy, xy, dx))
+                  activation_alpha(ctx.attrs), kernel_threads(), should_stream(dy, xy, dx))
     out = {"dX": dx}
     if ctx.wants("dB"):     # SumToShape's sum for a Gemm's (N, C), ConvGrad's for (N, C, ...)
         out["dB"] = np.sum(dx, axis=0) if dx.ndim == 2 else bias_grad(dx)

@@ -5,7 +5,7 @@ from ..._ext import loss as _loss
 from ..._ext import softmax as _sm
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 
 
 def _as_ncd(scores, labels):
@@ -49,7 +49,7 @@ def softmax_cross_entropy(ctx):
     log_prob = np.empty_like(s)
     if s.size:
         _sm.softmax(s.reshape(-1), log_prob.reshape(-1), s.shape[0], s.shape[1], s.shape[2], True,
-                    get_num_threads())
+                    kernel_threads())
     w = sample_weights(ctx, lab, s.shape[1], weights)
     if w is None:           # every sample counts once: the weighted sums below with w = 1
         nll = -np.take_along_axis(log_prob, lab[:, None, :], axis=1)[:, 0, :]
@@ -89,5 +89,5 @@ def softmax_cross_entropy_grad(ctx):
         coef = w * (dy.reshape(()) / w.sum())
     out = np.empty_like(lp)
     _loss.softmax_cross_entropy_grad(lp, lab, np.ascontiguousarray(coef, dtype=ctx.dtype), out,
-                                     get_num_threads())
+                                     kernel_threads())
     return {"d_logits": out.reshape(log_prob.shape)}

@@ -5,7 +5,7 @@ import numpy as np
 from ..._ext import batchnorm as _bn
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 
 
 def _ncd(x):
@@ -18,7 +18,7 @@ def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
     n, c, d = _ncd(x)
-    threads = get_num_threads()
+    threads = kernel_threads()
     training = bool(a["training_mode"])
     if training:
         if n * d == 0:
@@ -44,7 +44,7 @@ def batch_normalization(ctx):
 def batch_normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
     n, c, d = _ncd(x)
-    threads = get_num_threads()
+    threads = kernel_threads()
     training = bool(ctx.attrs["training_mode"])
     out = {}
     if training or ctx.wants("dscale") or ctx.wants("dbias"):

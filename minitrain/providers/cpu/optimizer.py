@@ -7,7 +7,7 @@ from ..._ext import optimizer as _opt
 from ...ops.optimizer import per_parameter, tensor_groups
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 
 
 def global_norm(grads, threads):
@@ -28,7 +28,7 @@ def sgd(ctx):
     count = tensor_groups(len(tensors), 3 if momentum else 2)
     params, grads = tensors[:count], tensors[count:2 * count]
     buffers = tensors[2 * count:] if momentum else [np.empty(0, ctx.dtype)] * count
-    threads = get_num_threads()
+    threads = kernel_threads()
     norm = global_norm(grads, threads)
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)
@@ -48,7 +48,7 @@ def adam(ctx):
     step = int(ctx.inputs[1].reshape(-1)[0])
     if step < 1:
         ctx.fail(f"input 'step' is {step}; it counts updates from 1")
-    threads = get_num_threads()
+    threads = kernel_threads()
     norm = global_norm(grads, threads)
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)

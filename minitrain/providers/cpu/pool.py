@@ -29,7 +29,7 @@ from ...ops.schema import MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ...tensor_limit import check_tensor_bytes
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 from ..plan_cache import cached_plan as _plan
 
 _UNIT = DimGeometry(size=1, out=1, kernel=1, stride=1, dilation=1, pad_begin=0, pad_end=0)
@@ -152,9 +152,9 @@ def max_pool(ctx):
         flat = (x.reshape(planes, size), y.reshape(planes, out_size),
                 indices.reshape(planes, out_size) if want_indices else None)
         if k2:
-            _pool.max_pool_k2(*flat, *args, get_num_threads())
+            _pool.max_pool_k2(*flat, *args, kernel_threads())
         else:
-            _pool.max_pool(*flat, *args, get_num_threads())
+            _pool.max_pool(*flat, *args, kernel_threads())
     result = {"Y": y}
     if want_indices:
         result["Indices"] = indices
@@ -183,10 +183,10 @@ def max_pool_grad(ctx):
     flat_indices = indices.reshape(planes, out_size)
     if k2:
         first_bad = _pool.max_pool_grad_k2(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
-                                           in3[1], in3[2], k2, get_num_threads())
+                                           in3[1], in3[2], k2, kernel_threads())
     else:
         first_bad = _pool.max_pool_grad(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
-                                        col_major, in3, get_num_threads())
+                                        col_major, in3, kernel_threads())
     if first_bad >= 0:
         p = first_bad // out_size
         where = tuple(int(i) for i in np.unravel_index(first_bad, dy.shape))
@@ -233,7 +233,7 @@ def average_pool(ctx):
     planes, size = planes * depth, size // depth
     y = np.empty(out_shape, dtype=x.dtype)
     if planes and size:
-        kernel(x.reshape(planes, size), y.reshape(planes, y.size // planes), *args, get_num_threads())
+        kernel(x.reshape(planes, size), y.reshape(planes, y.size // planes), *args, kernel_threads())
     return {"Y": y}
 
 
@@ -315,7 +315,7 @@ def average_pool_grad(ctx):
     planes, size = planes * depth, size // depth
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
-        kernel(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), *args, get_num_threads())
+        kernel(dy.reshape(planes, dy.size // planes), dx.reshape(planes, size), *args, kernel_threads())
     return {"dX": dx}
 
 
@@ -326,7 +326,7 @@ def _global(is_max):
         planes, size = split_planes(x.shape)
         y = np.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), dtype=x.dtype)
         if planes:
-            _pool.global_pool(x.reshape(planes, size), y.reshape(planes), is_max, get_num_threads())
+            _pool.global_pool(x.reshape(planes, size), y.reshape(planes), is_max, kernel_threads())
         return {"Y": y}
     return kernel
 
@@ -338,7 +338,7 @@ def global_average_pool_grad(ctx):
     planes, size = split_planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
-        _pool.global_avg_pool_grad(dy.reshape(planes), dx.reshape(planes, size), get_num_threads())
+        _pool.global_avg_pool_grad(dy.reshape(planes), dx.reshape(planes, size), kernel_threads())
     return {"dX": dx}
 
 
@@ -348,7 +348,7 @@ def global_max_pool_grad(ctx):
     dx = np.empty_like(x)
     if planes and size:
         _pool.global_max_pool_grad(dy.reshape(planes), x.reshape(planes, size), dx.reshape(planes, size),
-                                   get_num_threads())
+                                   kernel_threads())
     return {"dX": dx}
 
 

@@ -5,7 +5,7 @@ from ..._ext import softmax as _sm
 from ...ops.schema import MS_DOMAIN
 from ...ops.softmax import axis_layout
 from ...registry import register_kernel
-from ...threads import get_num_threads
+from ...threads import kernel_threads
 from .streaming import should_stream
 
 
@@ -15,7 +15,7 @@ def _forward(log_softmax, coerce_2d):
         y = np.empty_like(x)
         if x.size:
             outer, n, inner = axis_layout(x.shape, ctx.attrs["axis"], coerce_2d)
-            _sm.softmax(x.reshape(-1), y.reshape(-1), outer, n, inner, log_softmax, get_num_threads())
+            _sm.softmax(x.reshape(-1), y.reshape(-1), outer, n, inner, log_softmax, kernel_threads())
         return {"output": y}
     return kernel
 
@@ -30,7 +30,7 @@ def _backward(log_softmax, coerce_2d):
         if dy.size:
             outer, n, inner = axis_layout(dy.shape, ctx.attrs["axis"], coerce_2d)
             _sm.softmax_grad(dy.reshape(-1), y.reshape(-1), dx.reshape(-1), outer, n, inner,
-                             log_softmax, get_num_threads(), should_stream(dy, y, dx))
+                             log_softmax, kernel_threads(), should_stream(dy, y, dx))
         return {"dX": dx}
     return kernel
 
