@@ -22,6 +22,8 @@ says why and the plan runs uncaptured, with the same results.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from dataclasses import dataclass, field
 
@@ -112,7 +114,8 @@ class StepGraphs(StepReplay):
         self.provider.synchronize()
         self.provider.capture = sig.record
         try:
-            with self.provider.allocating(sig.arena), StreamCapture(self.provider.stream) as capture:
+            with without_collector(), self.provider.allocating(sig.arena), \
+                    StreamCapture(self.provider.stream) as capture:
                 outputs = self.executor.execute(dict(sig.inputs), dims, dims_key)
         finally:
             self.provider.capture = None
@@ -189,3 +192,18 @@ class _Staging:
         for tensor, value in on_device:
             self.provider.copy_into(tensor, value)
         self.consumed[p].record(stream)
+
+
+@contextlib.contextmanager
+def without_collector():
+    """Python's cyclic garbage collector run before a capture and held off during it: a
+    collection inside it could free another session's device memory (cuMemFree), which
+    invalidates the capture."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
