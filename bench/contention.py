@@ -8,7 +8,7 @@ median over rounds of the wall time and of the process's CPU time (user + system
 threads; CPU time well above wall time x busy cores means threads spinning), and loaded/quiet.
 
 Jobs: `main` is `python -m minitrain train lenet_digits` (its whole run, import included);
-`lenet` is bench_train.py's LeNet-5 step (`--cases lenet5_b64 --rounds 3`, minitrain's ms per
+`lenet` is bench/train.py's LeNet-5 step (`--cases lenet5_b64 --rounds 3`, minitrain's ms per
 step as it reports it, and the whole process's wall and CPU time).
 
     python bench/contention.py [--rounds 3] [--jobs main,lenet]
@@ -44,17 +44,26 @@ def parse_variant(text):
 def job_command(job, tree, scratch):
     if job == "main":
         return [sys.executable, "-m", "minitrain", "train", "lenet_digits", "--no-progress"]
-    return [sys.executable, os.path.join(tree, "bench", "bench_train.py"), "--cases", "lenet5_b64", "--rounds", "3",
+    return [sys.executable, train_script(tree), "--cases", "lenet5_b64", "--rounds", "3",
             "--out", os.path.join(scratch, "train.md")]
 
 
+def train_script(tree):
+    """The tree's training-step benchmark: bench/train.py, or bench_train.py in older trees."""
+    for name in ("train.py", "bench_train.py"):
+        path = os.path.join(tree, "bench", name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"no bench/train.py in {tree}")
+
+
 def step_ms(job, output):
-    """bench_train's minitrain ms per step (None for the main job)."""
+    """bench/train.py's minitrain ms per step (None for the main job)."""
     if job != "lenet":
         return None
     match = re.search(r"^\| lenet5_b64 \| \d+ \| ([0-9.]+) \|", output, re.MULTILINE)
     if match is None:
-        raise RuntimeError(f"no LeNet-5 row in bench_train's output:\n{output[-2000:]}")
+        raise RuntimeError(f"no LeNet-5 row in bench/train.py's output:\n{output[-2000:]}")
     return float(match.group(1))
 
 
