@@ -80,7 +80,7 @@ class Executor:
     device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
     per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
     that can (CUDA) captures the whole step into a graph and replays it (see step_replay.py and
-    providers/cuda/step_graph.py; `self.graphs`); profiling runs uncaptured.  On the CPU,
+    providers/cuda/capture/step_graph.py; `self.graphs`); profiling runs uncaptured.  On the CPU,
     `capture=True` serves the step's allocations from a planned arena
     (providers/cpu/step_arena.py), profiled or not.
 

@@ -1,5 +1,5 @@
 """Replaying a step: the per-signature state machine of the CPU's step arena
-(providers/cpu/step_arena.py) and CUDA's step graphs (providers/cuda/step_graph.py).
+(providers/cpu/step_arena.py) and CUDA's step graphs (providers/cuda/capture/step_graph.py).
 
 For one plan and one input signature (what its symbolic dims stand for) a step is
 deterministic: it makes the same allocations in the same order on every run.  Per signature, a
