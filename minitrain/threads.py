@@ -1,4 +1,4 @@
-"""How many OpenMP threads the CPU kernels use, and how an idle OpenMP thread waits.
+"""How many OpenMP threads the CPU kernels use.
 
 The count: OMP_NUM_THREADS, else the cores this process may run on (its affinity mask, which
 taskset or a container may narrow below os.cpu_count()).  Kernels pass `kernel_threads()` to
@@ -16,15 +16,11 @@ another process holds makes the whole region wait for that thread's next time sl
 milliseconds for a region of microseconds; on the cores left free the same work runs
 undisturbed.
 
-The wait: an idle OpenMP thread spins SPIN_COUNT times before it sleeps (GOMP_SPINCOUNT, put
-in the environment here unless the user set it or OMP_WAIT_POLICY).  Waking a sleeping thread
-costs a region tens of microseconds where a spinning one costs about one, and SPIN_COUNT
-(about 0.1 ms) bridges the gaps between a training step's kernels; libgomp's own default
-(about 3 ms) burns a core that another process could use.  libgomp reads the variable once,
-when it loads: minitrain._ext imports this module before any kernel library, and a process
-that loads libgomp first (torch imported before minitrain: its wheel ships a libgomp.so.1 that
-then serves both) keeps libgomp's defaults.  Only libgomp reads GOMP_SPINCOUNT (LLVM's libomp
-has KMP_BLOCKTIME).  The measurements: docs/measurements.md ("OpenMP wait policy") and
+The wait is OpenMP's own (libgomp spins an idle thread about 3 ms before it sleeps; the user's
+OMP_WAIT_POLICY or GOMP_SPINCOUNT as set): with the count following the free cores no thread
+spins on a core another process holds, and the long spin bridges the gaps between a training
+step's kernels (waking a sleeping thread costs a region tens of microseconds).  The
+measurements: docs/measurements.md ("OpenMP threads beside other processes") and
 bench/contention.py.
 """
 import os
@@ -33,11 +29,7 @@ import warnings
 from .cpu_load import FreeCores
 
 MAX_THREADS_PER_CORE = 4
-SPIN_COUNT = 10000
 LOAD_WINDOW = 0.25   # seconds between two measurements of the cores other processes hold
-
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
 
 
 def usable_cores():

@@ -3,13 +3,11 @@
 The hot kernels exist once per ISA level (minitrain._ext.<level>.<name>); this package binds
 the level that dispatch.py chose under the plain names, so `from minitrain._ext import conv`
 (or `import minitrain._ext.conv`) gets the build this CPU runs.  The other kernels
-(batchnorm, loss, optimizer) are single modules built for the baseline level.  minitrain.threads
-comes first: it sets the OpenMP wait before the first kernel library loads the runtime.
+(batchnorm, loss, optimizer) are single modules built for the baseline level.
 """
 import importlib
 import sys
 
-from ..threads import SPIN_COUNT  # noqa: F401  (first: it sets the OpenMP wait, read once when libgomp loads)
 from .dispatch import HOT_KERNELS, LEVEL, cpu_info  # noqa: F401  (cpu_info: re-exported)
 
 for _name in sorted(HOT_KERNELS):
