@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from minitrain import run_node
-from minitrain.errors import OpAttributeError, ShapeError
+from minitrain.errors import GraphError, OpAttributeError, ShapeError
 from minitrain.gradcheck import gradcheck
 
 
@@ -91,3 +91,10 @@ def test_gemm_gradient_before_opset_11_gives_every_gemm_its_c(rng, opset, trans_
               opset=opset)
     with pytest.raises(ShapeError, match="Gemm.*'C'"):
         run_node("Gemm", [a, b], attrs={"transA": trans_a, "transB": trans_b}, opset=opset)
+
+
+def test_matmul_gradient_of_a_vector_operand_is_refused_by_name(rng):
+    """1-D operands (ONNX promotes them to matrices) have no gradient builder yet: a GraphError
+    naming the op, not a bare NotImplementedError."""
+    with pytest.raises(GraphError, match="MatMul: its gradient needs operands of known rank >= 2"):
+        gradcheck("MatMul", [rng.standard_normal(3), rng.standard_normal((3, 2))])

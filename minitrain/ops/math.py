@@ -1,6 +1,7 @@
 """Gemm and MatMul, with their gradients expressed as Gemm/MatMul nodes."""
 import numpy as np
 
+from ..errors import GraphError
 from .elementwise import reduce_to_input
 from .gradients import gradient
 from .schema import Attr, Input, schema
@@ -104,7 +105,7 @@ def matmul_gradient(g):
         g.node("Gemm", [a, dy], [g.GI(1)], {"transA": 1})
         return
     if None in ranks or min(ranks) < 2:
-        raise NotImplementedError(f"MatMul gradient needs operands of known rank >= 2, got ranks {ranks}")
+        raise GraphError(f"MatMul: its gradient needs operands of known rank >= 2, got ranks {ranks}")
 
     def swap_last(name, rank):
         perm = list(range(rank))
