@@ -51,13 +51,20 @@ for _v in (12, 13):
         outputs=["d_logits"], attrs=SCE_ATTRS)
 def infer_sce_grad(ctx):
     """d_logits like log_prob; dY has the loss's shape, weight is (C,)."""
+    return [ctx.out(check_class_loss_grad(ctx, "the labels' shape"))]
+
+
+def check_class_loss_grad(ctx, labels_shape):
+    """The checks of a class-index loss's gradient (dY, scores, labels, weight?): scores and
+    labels agree, weight is (C,), dY has the loss's shape (`labels_shape` names it for reduction
+    'none', else a scalar).  Returns the scores' shape, dX's."""
     check_sce(ctx, 1, 2)
     check_class_weights(ctx, 3, 1)
     if ctx.attrs["reduction"] == "none":
-        ctx.require_shape(0, ctx.shape(2), "the labels' shape, as the loss of reduction 'none'")
+        ctx.require_shape(0, ctx.shape(2), f"{labels_shape}, as the loss of reduction 'none'")
     else:
         ctx.require_scalar(0, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
-    return [ctx.out(ctx.shape(1))]
+    return ctx.shape(1)
 
 
 @gradient("SoftmaxCrossEntropyLoss", since=12, emits=("SoftmaxCrossEntropyLossGrad",))

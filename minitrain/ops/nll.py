@@ -8,7 +8,7 @@ input, target, weight?) is minitrain's: -dY * weight[target] (/ the weight total
 each target's class, 0 elsewhere.  The input is read for its shape only.
 """
 from .gradients import gradient
-from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
+from .loss import LABEL_TYPES, SCE_ATTRS, check_class_loss_grad, check_class_weights, check_sce
 from .schema import MS_DOMAIN, Input, schema
 
 
@@ -30,13 +30,7 @@ for _v in (12, 13):
         outputs=["dX"], attrs=SCE_ATTRS)
 def infer_nll_grad(ctx):
     """dX like the input; dY has the loss's shape."""
-    check_sce(ctx, 1, 2)
-    check_class_weights(ctx, 3, 1)
-    if ctx.attrs["reduction"] == "none":
-        ctx.require_shape(0, ctx.shape(2), "the target's shape, as the loss of reduction 'none'")
-    else:
-        ctx.require_scalar(0, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
-    return [ctx.out(ctx.shape(1))]
+    return [ctx.out(check_class_loss_grad(ctx, "the target's shape"))]
 
 
 @gradient("NegativeLogLikelihoodLoss", since=12, emits=("NegativeLogLikelihoodLossGrad",))
