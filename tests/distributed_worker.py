@@ -34,8 +34,14 @@ def collectives():
     seen["scalar_mean"] = distributed.allreduce_mean(float(world.rank))
     distributed.barrier()
     everyone = distributed.allgather_object(seen)
-    if distributed.is_main():
-        print(json.dumps(everyone))
+    main = distributed.is_main()
+    distributed.shutdown()
+    try:
+        distributed.init()
+    except minitrain.errors.DistributedUnavailableError as e:
+        restart = str(e)
+    if main:
+        print(json.dumps({"ranks": everyone, "after_shutdown": [distributed.world(), restart]}))
 
 
 def raise_on(rank):

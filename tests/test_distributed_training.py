@@ -6,7 +6,7 @@ over the ranks, and ranks that build different models are told which parameter d
 On CUDA (marked cuda; run on a machine with 2 GPUs, from the repository root, with mpi4py and
 libnccl installed):
 
-    mpiexec -n 2 python tests/distributed_worker.py equivalence cuda
+    PYTHONPATH=.:$PYTHONPATH mpiexec -n 2 python tests/distributed_worker.py equivalence cuda
 
 prints the same report as the CPU test checks (captured steps: the session's default); add
 `uncaptured` for the same run with CUDA Graph capture off.  test_equivalence_on_two_gpus runs
