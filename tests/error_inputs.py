@@ -112,6 +112,7 @@ SAMPLES = {
                                           {"reduction": "none", "ignore_index": 0}, None),
     (MS, "DropoutGrad"): ([f(3, 4), np.ones((3, 4), bool), np.array(0.5), np.array(True)], {}, None),
     (MS, "SumToShape"): ([f(3, 4), np.array([1, 4])], {}, None),
+    (MS, "NcclAllReduce"): ([f(2, 3)], {"group_type": 0}, None),
     (MS, "InPlaceAccumulator"): ([f(3, 2), f(3, 2), np.array(0.5)], {}, None),
     (MS, "InPlaceAccumulatorV2"): ([f(3, 2), f(3, 2), np.array([True])], {}, None),
     (MS, "SGDOptimizer"): ([np.array(0.1), f(3, 2), f(2), f(3, 2), f(2), f(3, 2), f(2)],

@@ -33,8 +33,9 @@ needs_mpi = pytest.mark.skipif(mpiexec() is None or not _has_mpi4py(),
 
 
 def launch(n, scenario, *args, timeout=120, env=None):
-    """Run the worker's `scenario` on `n` ranks (one OpenMP thread each); the CompletedProcess
-    (stdout and stderr as text)."""
-    environment = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", **(env or {})}
+    """Run the worker's `scenario` on `n` ranks (one OpenMP thread each, this tree first on
+    PYTHONPATH); the CompletedProcess (stdout and stderr as text)."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    environment = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(env or {})}
     command = [mpiexec(), "-n", str(n), sys.executable, WORKER, scenario, *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment, cwd=ROOT)

@@ -36,6 +36,7 @@ from minitrain import run_node
 
 MS = "com.microsoft"
 FUSED = "ai.minitrain.fused"
+MINITRAIN = "ai.minitrain"
 
 
 # ---- input builders -------------------------------------------------------------------------
@@ -960,6 +961,18 @@ ROWS = [
                                               case(normal(4, 3), labels(4), normal(4), reduction="none"),
                                               case(normal(4, 3), labels(4), normal(), reduction="sum", ignore_index=2)),
           domain=FUSED, reference=sce_with_grad, outputs=("output", "d_logits")),
+
+    # data parallelism: the fused gradient buffer and its all-reduce (outside an MPI world: a world of one)
+    OpRow("ConcatFlat", (case(normal(2, 3), normal(4)), case(normal(3), normal(2, 2), normal(1), scale=0.5)),
+          domain=MINITRAIN, outputs=("flat",),
+          reference=lambda i, a: {"flat": np.concatenate([x.ravel() for x in i]) * a.get("scale", 1.0)}),
+    OpRow("SliceFlat", (case(normal(10), offset=2, shape=[2, 3]), case(normal(5), offset=0, shape=[5]),
+                        case(normal(4), offset=4, shape=[0, 2])),
+          domain=MINITRAIN, outputs=("output",),
+          reference=lambda i, a: {"output": i[0][a["offset"]:a["offset"] + int(np.prod(a["shape"]))]
+                                  .reshape(a["shape"])}),
+    OpRow("NcclAllReduce", (case(normal(2, 3)), case(normal(7), group_type=1)), domain=MS, outputs=("output",),
+          reference=lambda i, a: {"output": i[0]}),
 
     # in-place updates
     OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),

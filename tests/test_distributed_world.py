@@ -33,11 +33,13 @@ def test_collectives_outside_a_world_are_those_of_a_world_of_one():
 
 
 @needs_mpi
-def test_world_and_collectives_on_two_ranks():
+def test_world_collectives_and_shutdown_on_two_ranks():
     result = launch(2, "collectives")
     assert result.returncode == 0, result.stderr
-    ranks = json.loads(result.stdout)
-    for rank, seen in enumerate(ranks):
+    report = json.loads(result.stdout)
+    world, restart = report["after_shutdown"]
+    assert world is None and "already finalised" in restart
+    for rank, seen in enumerate(report["ranks"]):
         assert seen["world"] == [rank, 2, rank]          # one host: local rank = rank
         assert seen["main"] == (rank == 0)
         assert seen["object"] == {"from": 1}

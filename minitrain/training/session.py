@@ -39,6 +39,14 @@ twice, and replayed after that (`capture=False` turns it off, for debugging; see
 providers/cuda/capture/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
 a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
 and `last_grad_norm` are fetched without waiting and read when asked for.
+
+Data parallelism: `data_parallel=True`, after minitrain.distributed.init() in every process that
+mpiexec launched, trains one model on all of them (training/data_parallel.py): rank 0's state
+is broadcast at start, and every update applies the gradients averaged over the ranks by one
+all-reduce node in the graph, so each rank feeds its share of the global batch.
+`average_batchnorm_statistics()` averages the BatchNorm running statistics before evaluation
+or a checkpoint; `broadcast_state()` sends rank 0's state to every rank (after rank 0 loaded a
+checkpoint).  Gradients read through `grads` are this rank's own, before the average.
 """
 from __future__ import annotations
 
@@ -59,6 +67,7 @@ from ..ops.schema import MS_DOMAIN
 from ..providers import get_provider, provider_list
 from ..providers.pending import PendingScalar, PendingValues
 from ..scheduler import schedule
+from . import data_parallel as data_parallelism
 from .state import DeviceState
 from .targets import as_targets
 
@@ -84,11 +93,14 @@ class TrainingSession:
     (providers/cpu/step_arena.py).  Default on.
     fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
     (None: on).
+    data_parallel: train on every rank of the MPI world (see the module docstring); needs
+    minitrain.distributed.init() first.
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
-                 conv_search=None):
+                 conv_search=None, data_parallel=False):
+        self.world = data_parallelism.require_world() if data_parallel else None
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
@@ -113,6 +125,8 @@ class TrainingSession:
         forward, self.output_name, self.loss_name, self.state_updates = self._build(training=True)
         self.grad_graph, grads = build_gradient_graph(forward, self.loss_name,
                                                       [n for n in wanted if n in forward.initializers])
+        if self.world is not None:
+            data_parallelism.vary_dropout_seeds(self.grad_graph, self.world.rank)
         self.grad_names = {n: grads[n] for n in wanted if grads.get(n)}
         unused = [n for n in wanted if n not in self.grad_names]
         if unused:
@@ -123,7 +137,7 @@ class TrainingSession:
         self.trained = {n: self.params[n] for n in self.grad_names}
         optimizer.attach(self.trained, among=self.params)
         train_graph = self.grad_graph.copy()
-        self.norm_name = optimizer.add_to_graph(train_graph, self.grad_names)
+        self.norm_name = optimizer.add_to_graph(train_graph, self._averaged(train_graph, self.grad_names))
         self.train_plan = self._schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
                                                        *self.state_updates])
         _check_update_runs_last(self.train_plan, set(self.trained))
@@ -134,6 +148,10 @@ class TrainingSession:
         self._profiled = None    # the training plan run node by node, timed
         self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
         self._last = None        # PendingValues of the last training run's output
+        self._batch_checked = self.world is None
+        if self.world is not None:
+            data_parallelism.check_world_agrees(data_parallelism.describe(self))
+            self.broadcast_state()
 
     @classmethod
     def from_graph(cls, graph, loss, optimizer, *, trainable=None, **kwargs):
@@ -167,6 +185,33 @@ class TrainingSession:
         """The training plan, one line per node with the provider it runs on (a fused node is
         named after the nodes it replaces, joined by '+')."""
         return self.train_plan.describe()
+
+    def _averaged(self, graph, grads):
+        """`grads` (parameter -> gradient value) as the update reads them: in a data-parallel
+        session, averaged over the ranks by the all-reduce added to `graph`."""
+        if self.world is None:
+            return grads
+        shapes = {param: self.params[param].shape for param in grads}
+        return data_parallelism.all_reduce_gradients(graph, grads, shapes, self.world.size)
+
+    def broadcast_state(self):
+        """Data-parallel: copy rank 0's parameters, optimizer state and BatchNorm statistics
+        into every rank's (done at start; again after rank 0 alone loaded a checkpoint)."""
+        if self.world is not None:
+            data_parallelism.broadcast_state(self)
+
+    def average_batchnorm_statistics(self):
+        """Data-parallel: set every rank's BatchNorm running statistics to their mean over the
+        ranks (before evaluating or saving); nothing to do in one process."""
+        if self.world is not None:
+            data_parallelism.average_batchnorm_statistics(self, sorted(set(self.state_updates.values())))
+
+    def _check_batch(self, inputs, targets):
+        """Data-parallel: at the first training step, check that every rank feeds batches of
+        one shape."""
+        if not self._batch_checked:
+            data_parallelism.check_world_agrees(data_parallelism.batch_facts(inputs, targets), "the first batch")
+            self._batch_checked = True
 
     def pull(self):
         """Copy parameters, optimizer state and BatchNorm statistics from the device into the
@@ -258,6 +303,7 @@ class TrainingSession:
         wait=False (one micro-batch) returns at once with a PendingScalar: float() of it
         waits for the step."""
         self._check_requires_grad()
+        self._check_batch(inputs, targets)
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
@@ -316,13 +362,14 @@ class TrainingSession:
         self._grad = self._executor(self._schedule(graph, fetch))
         update = Graph(initializers={**self.trained, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
                        name="update")
-        norm = self.optimizer.add_to_graph(update, buffers)
+        norm = self.optimizer.add_to_graph(update, self._averaged(update, buffers))
         self._update = (self._executor(self._schedule(update, [norm])), norm)
 
     def accumulate(self, inputs, targets, scale=1.0):
         """Forward and backward on a batch; add scale * gradients into the gradient buffers
         (`self.grads`) on the device.  Returns the loss."""
         self._check_requires_grad()
+        self._check_batch(inputs, targets)
         if self._grad is None:
             self._build_accumulation()
         feeds = {**self._feeds(inputs, targets), SCALE_INPUT: np.array(scale, dtype=self.input_spec[0])}
