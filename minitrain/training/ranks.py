@@ -18,7 +18,7 @@ class Ranks:
     """The world of `session` when it trains data-parallel, else a world of this process."""
 
     def __init__(self, session):
-        self.world = getattr(session, "world", None)
+        self.world = session.world
         self.rank = self.world.rank if self.world else 0
         self.size = self.world.size if self.world else 1
         self.main = self.rank == 0
