@@ -140,9 +140,7 @@ def device_name(device, world, torch):
 
 def worker(device, steps, rounds, batches, threads):
     """Every rank of one world: time each model at each batch; rank 0 prints RESULT lines."""
-    world = distributed.init()
-    if device == "cuda":
-        os.environ["MINITRAIN_CUDA_DEVICE"] = str(world.local_rank)
+    world = distributed.init()       # minitrain's CUDA provider then takes the GPU of the local rank
     torch = optional_torch(threads)
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False

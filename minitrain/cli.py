@@ -430,9 +430,10 @@ def call_distributed(run, args):
         raise UsageError(f"--distributed: {e}") from None
     try:
         if args.device == "cuda":
-            os.environ["MINITRAIN_CUDA_DEVICE"] = str(world.local_rank)
-            _check_device_on_every_rank(args.device, world)
-        with contextlib.redirect_stdout(None) if world.rank else contextlib.nullcontext():
+            _check_device_on_every_rank(args.device)
+        with contextlib.ExitStack() as quiet:
+            if world.rank:
+                quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
             return call_example(run, args)
     except SystemExit as e:
         if world.rank == 0 or e.code in (0, None):
@@ -440,8 +441,9 @@ def call_distributed(run, args):
         raise SystemExit(e.code if isinstance(e.code, int) else 1) from None
 
 
-def _check_device_on_every_rank(device, world):
-    """A UsageError on every rank when `device` is unavailable on any rank."""
+def _check_device_on_every_rank(device):
+    """A UsageError on every rank when `device` is unavailable on any rank (each rank's GPU is
+    that of its local rank, unless MINITRAIN_CUDA_DEVICE says otherwise)."""
     try:
         get_provider(device)
         problem = None
@@ -449,7 +451,7 @@ def _check_device_on_every_rank(device, world):
         problem = str(e)
     problems = [f"rank {rank}: {p}" for rank, p in enumerate(distributed.allgather_object(problem)) if p]
     if problems:
-        raise UsageError(f"--device {device} (GPU = local rank {world.local_rank} here): {'; '.join(problems)}")
+        raise UsageError(f"--device {device}: {'; '.join(problems)}")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,8 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
     """Train `session` for `epochs` epochs over `loader` and return the per-epoch metrics.
 
     session: a TrainingSession.  loader: an iterable of (inputs, targets) batches with len()
-    (minitrain.data.DataLoader; its order is saved in checkpoints when out_dir is given).
+    (minitrain.data.DataLoader; its order is saved in checkpoints when out_dir is given; a
+    data-parallel session needs a DataLoader, which fit shards over the ranks).
     epochs: the total count (a resumed run trains the ones left).  test: (x, y) arrays
     evaluated after each epoch (see `evaluate`), or None.  task: "classification" (accuracy
     is reported) or "regression" (test_mse).  out_dir: a folder for metrics.jsonl,
