@@ -19,9 +19,9 @@ import collections
 import numpy as np
 
 from ...ops.optimizer import tensor_groups
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .launch import BLOCK, MAX_BLOCK, TABLE_COLS
 
@@ -98,7 +98,7 @@ def global_norm(ctx, table, tensors, blocks, chunk):
     return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
 
 
-@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def sgd(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[1:]
@@ -115,7 +115,7 @@ def sgd(ctx):
     return outputs
 
 
-@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def adam(ctx):
     """The step count (from 1) is read on the device; the CPU kernel checks its range."""
     a = ctx.attrs
