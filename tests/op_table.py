@@ -1019,7 +1019,9 @@ ROWS = [
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
     OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
                             case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
-                                 weight_decay=0.01, max_norm=0.5, beta1=0.8)),
+                                 weight_decay=0.01, max_norm=0.5, beta1=0.8),
+                            case(_optimizer_inputs([np.array(0.1), np.array(4)], 4), decoupled_weight_decay=1,
+                                 weight_decay=0.01, max_norm=0.5, adam_mode=1)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
     # onnxruntime-training's optimizers
     OpRow("AdamWOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),

@@ -9,15 +9,17 @@ from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 
 
-def adamw_update(w, g, m, v, lr, attrs, alpha_correction, beta_correction):
-    """One parameter's AdamW update in place (adam_mode 0 or 1; see the op's docstring)."""
+def adamw_update(w, g, m, v, lr, alpha, beta, epsilon, weight_decay, adam_mode, alpha_correction,
+                 beta_correction):
+    """One parameter's AdamW update in place, every number in w's dtype (adam_mode 0 or 1;
+    see ops/ort_optimizer.py)."""
     t = w.dtype.type
-    alpha, beta, eps, decay = t(attrs["alpha"]), t(attrs["beta"]), t(attrs["epsilon"]), t(attrs["weight_decay"])
-    if attrs["adam_mode"] == 0:
+    lr, alpha, beta, eps, decay = t(lr), t(alpha), t(beta), t(epsilon), t(weight_decay)
+    if adam_mode == 0:
         w -= w * lr * decay
     m[...] = alpha * m + (t(1) - alpha) * g
     v[...] = beta * v + (t(1) - beta) * g * g
-    if attrs["adam_mode"] == 0:
+    if adam_mode == 0:
         w -= (lr * m) / (alpha_correction * (np.sqrt(v / beta_correction) + eps))
     else:
         lr_corrected = lr * (np.sqrt(beta_correction) / alpha_correction)
@@ -32,13 +34,13 @@ def adamw(ctx):
     step = int(np.asarray(ctx.inputs[1]).reshape(-1)[0])
     if step < 1:
         ctx.fail(f"input 'step' is {step}; it counts updates from 1")
-    dtype = np.dtype(ctx.dtype)
+    a, dtype = ctx.attrs, np.dtype(ctx.dtype)
     lr = dtype.type(np.asarray(ctx.inputs[0]).reshape(-1)[0])
-    alpha_correction, beta_correction = bias_corrections(ctx.attrs["alpha"], ctx.attrs["beta"], step,
-                                                         ctx.attrs["correct_bias"], dtype)
+    alpha_correction, beta_correction = bias_corrections(a["alpha"], a["beta"], step, a["correct_bias"], dtype)
     for k in range(count):
         w, g, m, v = (tensors[k + j * count] for j in range(4))
-        adamw_update(w, g, m, v, lr, ctx.attrs, alpha_correction, beta_correction)
+        adamw_update(w, g, m, v, lr, a["alpha"], a["beta"], a["epsilon"], a["weight_decay"], a["adam_mode"],
+                     alpha_correction, beta_correction)
     return {"updated_flag": np.ones(np.shape(ctx.inputs[1]), np.bool_)}
 
 
