@@ -487,8 +487,51 @@ def accumulate_v2(inputs, attrs):
     return {"updated_flag": np.ones(1, bool), "accumulated": total, "input 0": total}
 
 
+# ONNX Runtime's training optimizers (AdamWOptimizer, SGDOptimizerV2), after its CPU kernels
+def adamw(inputs, attrs):
+    """AdamWOptimizer: PyTorch's AdamW (adam_mode 0) or Hugging Face's (1), on every parameter."""
+    lr, step, tensors = float(inputs[0]), int(inputs[1]), inputs[2:]
+    alpha, beta = attrs.get("alpha", f32(0.9)), attrs.get("beta", f32(0.999))
+    eps, decay = attrs.get("epsilon", f32(1e-8)), attrs.get("weight_decay", f32(1e-2))
+    correct = attrs.get("correct_bias", 1)
+    c1, c2 = (1 - alpha ** step, 1 - beta ** step) if correct else (1.0, 1.0)
+    count = len(tensors) // 4
+    out = {"updated_flag": np.ones(np.shape(inputs[1]), bool)}
+    for k in range(count):
+        w, g, m, v = (tensors[k + j * count] for j in range(4))
+        m, v = alpha * m + (1 - alpha) * g, beta * v + (1 - beta) * g * g
+        if attrs.get("adam_mode", 0) == 0:
+            w = w * (1 - lr * decay) - lr * m / (c1 * (np.sqrt(v / c2) + eps))
+        else:
+            w = w - lr * np.sqrt(c2) / c1 * m / (np.sqrt(v) + eps)
+            w = w * (1 - lr * decay)
+        out.update({f"input {2 + k}": w, f"input {2 + 2 * count + k}": m, f"input {2 + 3 * count + k}": v})
+    return out
+
+
+def sgd_v2(inputs, attrs):
+    """SGDOptimizerV2: w -= lr * g on every parameter."""
+    lr, tensors = float(inputs[0]), inputs[1:]
+    count = len(tensors) // 2
+    return {"update_completed": np.ones(np.shape(inputs[0]), bool),
+            **{f"input {1 + k}": tensors[k] - lr * tensors[count + k] for k in range(count)}}
+
+
 def binary(fn, name="C"):
     return lambda inputs, attrs: {name: fn(*inputs)}
+
+
+def quotient(inputs, attrs):
+    """Div's reference: true division on floats, truncated toward zero on integers (C's)."""
+    a, b = inputs
+    if np.asarray(a).dtype.kind == "f":
+        return {"C": np.divide(a, b)}
+    return {"C": np.trunc(np.divide(a, b)).astype(np.result_type(a, b))}
+
+
+def divisors(*shape):
+    """Magnitudes in [1, 3) of either sign: divisors that stay nonzero cast to integers."""
+    return lambda rng: np.asarray(rng.uniform(1.0, 3.0, shape) * rng.choice([-1.0, 1.0], shape))
 
 
 def unary(fn, name="output"):
@@ -740,7 +783,7 @@ ROWS = [
     OpRow("Add", broadcasting(), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
     OpRow("Sub", broadcasting(), reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
     OpRow("Mul", broadcasting(), reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Div", broadcasting(nonzero), reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Div", broadcasting(divisors), reference=quotient, differentiable=(0, 1), outputs=("C",)),
     OpRow("Neg", (case(normal(2, 3)), case(normal())), reference=lambda i, a: {"Y": -i[0]}, differentiable=(0,)),
     OpRow("Sum", (case(normal(2, 3)), case(normal(2, 3), normal(3), normal(2, 1))),
           reference=lambda i, a: {"sum": sum(np.broadcast_arrays(*i))}, differentiable=(0, 1, 2), outputs=("sum",)),
@@ -871,6 +914,9 @@ ROWS = [
     OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    # onnxruntime-training's gradient graphs
+    OpRow("BatchNormInternal", tuple(c for c in batchnorm_cases() if c.attrs.get("training_mode")), domain=MS,
+          reference=batchnorm, outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
                       case(normal(3, 4), np.array(0.3), np.array(False)),
                       case(normal(3, 4), np.array(0.0), np.array(True)), case(normal(3, 4))),
@@ -1097,8 +1143,20 @@ ROWS = [
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
     OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
                             case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
-                                 weight_decay=0.01, max_norm=0.5, beta1=0.8)),
+                                 weight_decay=0.01, max_norm=0.5, beta1=0.8),
+                            case(_optimizer_inputs([np.array(0.1), np.array(4)], 4), decoupled_weight_decay=1,
+                                 weight_decay=0.01, max_norm=0.5, adam_mode=1)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
+    # onnxruntime-training's optimizers
+    OpRow("AdamWOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
+                             case(_optimizer_inputs([np.array(0.01), np.array(1)], 4), adam_mode=1, epsilon=1e-6,
+                                  weight_decay=0.0),
+                             case(_optimizer_inputs([np.array(0.1), np.array(5)], 4), adam_mode=1, correct_bias=0,
+                                  alpha=0.8),
+                             case(_optimizer_inputs([np.array(0.1), np.array(2)], 4), correct_bias=0, beta=0.99)),
+          domain=MS, outputs=("updated_flag",), in_place=tuple(range(2, 10)), reference=adamw),
+    OpRow("SGDOptimizerV2", (case(_optimizer_inputs([np.array(0.1)], 2)),),
+          domain=MS, outputs=("update_completed",), in_place=tuple(range(1, 5)), reference=sgd_v2),
 
     # copies between memories (registered by device providers)
     OpRow("MemcpyFromHost", (case(normal(2, 3)),), reference=lambda i, a: {"Y": i[0]}),
