@@ -61,3 +61,8 @@ class TrainingDivergedError(MinitrainError, ValueError):
 class OnnxImportError(MinitrainError, ValueError):
     """An ONNX model holds nodes minitrain cannot run (unknown op, unimported domain, dtype it
     does not serve, opset older than the op's first schema); the message lists every one."""
+
+
+class PrecisionError(MinitrainError, ValueError):
+    """A session's precision is unknown, or the device cannot compute in it (float16 and
+    bfloat16 on the CPU)."""
