@@ -28,6 +28,8 @@ fusion, the scheduler and every provider see ordinary nodes.  A graph the policy
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 from typing import Optional
 
@@ -63,6 +65,26 @@ def _bfloat16():
 
 PRECISIONS = {"fp32": Precision("fp32"), "tf32": Precision("tf32", tf32=True),
               "bf16": Precision("bf16", _bfloat16()), "fp16": Precision("fp16", np.dtype(np.float16), loss_scaling=True)}
+
+
+_DEFAULT = contextvars.ContextVar("minitrain_precision", default="fp32")
+
+
+def default_precision():
+    """The precision a TrainingSession built now takes when given none (see `precision`)."""
+    return _DEFAULT.get()
+
+
+@contextlib.contextmanager
+def precision(name):
+    """Sessions built inside `with precision("bf16"):` default to that precision (a name of
+    PRECISIONS or a Precision), as code under torch.autocast does: the CLI's --precision
+    reaches the examples' sessions this way."""
+    token = _DEFAULT.set(name)
+    try:
+        yield
+    finally:
+        _DEFAULT.reset(token)
 
 
 def resolve_precision(precision, device):

@@ -19,9 +19,12 @@ unless `--resume` continues it from its checkpoint.mtc (on whichever --device th
 or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
 stops the run with a message; the checkpoints keep the last finished epoch.  `--profile
 TRACE.json` times each node of the third training step and writes a Chrome trace.
+`--precision` (fp32, tf32, bf16, fp16) is the precision of the sessions the run builds
+(minitrain.autocast.precision).
 
 A bad argument, whether argparse or the command finds it (a count below 1, a learning rate
-that is not a positive number, an unknown example, a device this machine lacks, an input or
+that is not a positive number, an unknown example, a device this machine lacks, a precision
+the device cannot compute in, an input or
 attribute an op refuses), ends the program with the usage and one `error:` line, exit status 2.
 """
 from __future__ import annotations
@@ -36,7 +39,8 @@ import warnings
 
 import numpy as np
 
-from .errors import MinitrainError, ProviderUnavailableError, RunFolderError, TrainingDivergedError
+from .autocast import PRECISIONS, precision
+from .errors import MinitrainError, PrecisionError, ProviderUnavailableError, RunFolderError, TrainingDivergedError
 from .training.loop import PROFILE_VARIABLE
 
 EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress", "resume",
@@ -117,6 +121,9 @@ def add_training_options(parser, defaults=None):
     parser.add_argument("--batch-size", type=COUNT, default=defaults.get("batch_size"), help="samples per step")
     parser.add_argument("--lr", type=POSITIVE, default=defaults.get("lr"), help="peak learning rate")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                        help="fp32, tf32 (CUDA's TF32 tensor cores), bf16 or fp16 (autocast, CUDA only; fp16 with "
+                             "dynamic loss scaling)")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of initialisation, shuffling and dropout")
     parser.add_argument("--out", default=None, help="run folder: metrics.jsonl, metrics.png, checkpoint.mtc and "
                                                      "checkpoint-best.mtc; refused when it holds a run already")
@@ -148,7 +155,10 @@ def call_example(run, args):
     if getattr(args, "profile", None):
         os.environ[PROFILE_VARIABLE] = os.path.abspath(args.profile)
     try:
-        return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+        with precision(getattr(args, "precision", "fp32")):
+            return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+    except PrecisionError as e:
+        raise UsageError(f"--precision {args.precision}: {e}") from None
     except RunFolderError as e:
         raise UsageError(str(e)) from None
     except ProviderUnavailableError as e:

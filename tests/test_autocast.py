@@ -1,17 +1,22 @@
 """The autocast pass and fp16 loss scaling on the CPU: op placement, Cast placement, master
 weights, the scaler's nodes, and training in "float32 emulation": the low-precision type
 replaced by float64, which the CPU kernels serve, so every Cast and its gradient run for real."""
+import json
+
 import numpy as np
 import pytest
 
 import minitrain
-from minitrain import nn, run_node
+from minitrain import cli, nn, run_node
 from minitrain.autocast import FLOAT32_OP, LOW, PROMOTE, Precision, autocast, policy
+from minitrain.autocast import precision as autocast_precision
+from minitrain.data import ArrayDataset, DataLoader
 from minitrain.errors import PrecisionError
 from minitrain.graph import Graph
 from minitrain.inference import infer_types
 from minitrain.optim import SGD, AdamW
 from minitrain.training import TrainingSession
+from minitrain.training.loop import fit
 from minitrain.training.loss_scale import SKIPPED, DynamicLossScale
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -99,7 +104,7 @@ def digits(n=64, seed=0):
     return x, (x[:, 0, :4].sum(axis=(1, 2)) > 0).astype(np.int64) + 2 * (x[:, 0, 4:].sum(axis=(1, 2)) > 0)
 
 
-def session(precision="fp32", model=None, optimizer=None, **kw):
+def session(precision=None, model=None, optimizer=None, **kw):
     return TrainingSession(model or lenet(), nn.CrossEntropyLoss(), optimizer or SGD(0.05, momentum=0.9),
                            input_shape=(1, 8, 8), precision=precision, **kw)
 
@@ -208,12 +213,11 @@ def test_loss_scaling_nodes():
                                          if st.node.name == "optimizer_update").attrs
 
 
-def regression_session(scale, growth_interval=2000):
+def regression_session(scale, growth_interval=2000, precision=EMULATED_FP16):
     minitrain.random.seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Relu(), nn.Linear(8, 1))
     return TrainingSession(model, nn.MSELoss(reduction="sum"), SGD(1e-3, momentum=0.9), input_shape=(4,),
-                           precision=EMULATED_FP16,
-                           loss_scale=DynamicLossScale(scale, growth_interval=growth_interval))
+                           precision=precision, loss_scale=DynamicLossScale(scale, growth_interval=growth_interval))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")
@@ -328,3 +332,27 @@ def test_accumulate_and_step_unscale_and_skip():
     b.train_step(poisoned, t, micro_batches=2)
     b.pull()
     assert b.skipped_steps == 1 and all(np.array_equal(weights[n], p) for n, p in b.params.items())
+
+
+def test_cli_refuses_low_precision_on_the_cpu(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "lenet_digits", "--epochs", "1", "--max-steps", "1", "--no-progress", "--precision", "fp16"])
+    assert exit_info.value.code == 2
+    assert "--precision fp16: precision 'fp16' needs a CUDA device; device 'cpu'" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_precision_context_sets_the_default_and_fit_reports_skipped_steps(tmp_path):
+    """The context (the CLI's --precision) reaches a session built inside it; fit() writes the
+    skipped updates to metrics.jsonl."""
+    with autocast_precision(EMULATED_FP16):
+        s = regression_session(2.0 ** 127, precision=None)
+        assert s.precision is EMULATED_FP16
+    assert session().precision.name == "fp32"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    loader = DataLoader(ArrayDataset(x, 10 + x[:, :1]), 16)
+    history = fit(s, loader, epochs=2, task="regression", out_dir=tmp_path / "run", progress=False, log=lambda _: None)
+    assert history[0]["skipped_steps"] >= 1 and history[1]["skipped_steps"] == s.skipped_steps
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        assert [json.loads(line)["skipped_steps"] for line in f] == [h["skipped_steps"] for h in history]

@@ -56,7 +56,7 @@ import logging
 
 import numpy as np
 
-from ..autocast import autocast, resolve_precision
+from ..autocast import autocast, default_precision, resolve_precision
 from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
@@ -96,18 +96,20 @@ class TrainingSession:
     (providers/cpu/step_arena.py).  Default on.
     fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
     (None: on).
-    precision: "fp32" (default), "tf32", "bf16" or "fp16" (see the module docstring), or an
-    autocast.Precision.  loss_scale: the DynamicLossScale of an "fp16" session (None: PyTorch
+    precision: "fp32", "tf32", "bf16" or "fp16" (see the module docstring), or an
+    autocast.Precision; None: the one `with autocast.precision(...)` sets around the
+    session's construction, else "fp32" (as torch.autocast regions, but read once, when the
+    plans are compiled).  loss_scale: the DynamicLossScale of an "fp16" session (None: PyTorch
     GradScaler's defaults).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
-                 conv_search=None, precision="fp32", loss_scale=None):
+                 conv_search=None, precision=None, loss_scale=None):
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
-        self.precision = resolve_precision(precision, self.device)
+        self.precision = resolve_precision(precision or default_precision(), self.device)
         self.loss_scale = (loss_scale or DynamicLossScale()) if self.precision.loss_scaling else None
         self._provider = get_provider(self.device).for_session(use_tf32=use_tf32 or self.precision.tf32,
                                                                conv_search=conv_search)
@@ -284,6 +286,8 @@ class TrainingSession:
         values = {"loss": results[loss_name], "output": results[output_name]}
         if norm_name is not None:
             values["norm"] = results[norm_name]
+        if FOUND_INF in results:
+            values["found_inf"] = results[FOUND_INF]
         self._last = self._provider.fetch_async(values)
         if norm_name is not None:
             self.optimizer.updated(PendingScalar(self._last, "norm"))
@@ -306,7 +310,8 @@ class TrainingSession:
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                      [self.loss_name, self.output_name, self.norm_name], to_host=False)
+                                      [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
+                                      to_host=False)
             loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
             return float(loss) if wait else loss
         n = len(inputs)
@@ -333,7 +338,8 @@ class TrainingSession:
         self._check_requires_grad()
         self.zero_grad()
         results = self._profiled.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                     [self.loss_name, self.output_name, self.norm_name], to_host=False)
+                                     [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
+                                     to_host=False)
         loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
         if path:
             self._profiled.profiler.write_chrome_trace(path)
