@@ -5,7 +5,8 @@
 // (minitrain/providers/cuda/optimizer.py): `tensors` rows of TABLE_COLS int64 (the addresses of
 // param, grad, state 1, state 2, and the element count), then one (tensor, first element) pair
 // per block; block b updates `chunk` elements of its tensor from there.  The clipping scale is
-// read from device memory, written by mt_norm_finish, so a clipped step never waits for the host.
+// read from device memory, written by mt_norm_finish, so a clipped step never waits for the host;
+// so is the go-ahead of an update that skips itself on a non-finite gradient (skip_non_finite).
 // Formulas and rounding follow ext/optimizer.pyx (PyTorch's SGD, Adam, AdamW).
 #include "common.cuh"
 #include "block_sum.cuh"
@@ -24,10 +25,12 @@ template <typename T> __device__ void mt_sq_norm_impl(const int64_t* table, int6
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// grad_norm = sqrt(sum of partials); scale = min(1, max_norm / (norm + 1e-6)) (1 when max_norm
-// is 0), clip_grad_norm_'s factor; one block.  grad_norm may be null.
+// grad_norm = sqrt(sum of partials); scale[0] = min(1, max_norm / (norm + 1e-6)) (1 when
+// max_norm is 0), clip_grad_norm_'s factor; scale[1] = 0 where the update must not run (skip set
+// and the norm inf or NaN), else 1; one block.  grad_norm may be null.
 template <typename T>
-__device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* grad_norm, double* scale, double max_norm) {
+__device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* grad_norm, double* scale, double max_norm,
+                                    int skip_non_finite) {
     double s = 0.0;
     for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[b];
     s = block_sum(s);
@@ -35,8 +38,12 @@ __device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* gr
         const double norm = sqrt(s);
         if (grad_norm) grad_norm[0] = from_acc<T>((acc_t<T>)norm);
         scale[0] = max_norm > 0 ? fmin(1.0, max_norm / (norm + 1e-6)) : 1.0;
+        scale[1] = skip_non_finite && !isfinite(norm) ? 0.0 : 1.0;
     }
 }
+
+// Whether the update goes ahead: no scale written (nothing to clip or skip), or its go-ahead set.
+__device__ __forceinline__ bool update_runs(const double* scale) { return !scale || scale[1] != 0.0; }
 
 // d = scale*g + wd*w; buf = momentum*buf + d; d = d + momentum*buf (nesterov) or buf; w -= lr*d.
 // The learning rate is read from device memory, so a captured step follows a schedule.  With
@@ -47,6 +54,7 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
                             const T* learning_rate, int64_t lr_stride, const double* decays,
                             acc_t<T> momentum, acc_t<T> uniform_decay, int nesterov) {
     typedef acc_t<T> A;
+    if (!update_runs(scale)) return;
     const Chunk c = block_chunk(table, tensors, chunk);
     const A lr = to_acc<T>(learning_rate[lr_stride * c.tensor]);
     const A weight_decay = decays ? (A)decays[c.tensor] : uniform_decay;
@@ -78,6 +86,7 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
                              const T* learning_rate, const int64_t* step_count, int64_t lr_stride,
                              const double* decays, int adam_mode) {
     typedef acc_t<T> A;
+    if (!update_runs(scale)) return;
     const Chunk c = block_chunk(table, tensors, chunk);
     const double lr_d = (double)to_acc<T>(learning_rate[lr_stride * c.tensor]);
     const double weight_decay_d = decays ? decays[c.tensor] : uniform_decay;
@@ -111,8 +120,8 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
         mt_sq_norm_impl<T>(table, tensors, chunk, partial);                                              \
     }                                                                                                    \
     extern "C" __global__ void mt_norm_finish_##S(const double* partial, int64_t blocks, T* grad_norm,   \
-                                                  double* scale, double max_norm) {                      \
-        mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm);                             \
+                                                  double* scale, double max_norm, int skip_non_finite) { \
+        mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm, skip_non_finite);            \
     }                                                                                                    \
     extern "C" __global__ void mt_sgd_##S(const int64_t* table, int64_t tensors, int64_t chunk,          \
                                           const double* scale, const T* lr, int64_t lr_stride,           \

@@ -689,15 +689,39 @@ def _slice_grad_inputs(shape, *index):
     return derived(build)
 
 
-def _optimizer_inputs(head, groups, shapes=((3, 2), (4,))):
+def _optimizer_inputs(head, groups, shapes=((3, 2), (4,)), overflow=False):
     """learning rate (and step), then `groups` tensors per parameter shape: parameters,
-    gradients, then state (moments kept positive: Adam's v is a mean of squares)."""
+    gradients, then state (moments kept positive: Adam's v is a mean of squares).  overflow:
+    one gradient element is inf (an update that skip_non_finite skips)."""
     def build(rng):
         tensors = [rng.standard_normal(s) * (0.1 if g == 1 else 1.0) for g in range(groups) for s in shapes]
         if groups == 4:
             tensors[3 * len(shapes):] = [np.abs(t) for t in tensors[3 * len(shapes):]]
+        if overflow:
+            tensors[len(shapes) + 1].reshape(-1)[1] = np.inf
         return list(head) + tensors
     return derived(build)
+
+
+def _scaler_state(scale, growth_tracker, skipped=3):
+    """LossScaleUpdate's in-place inputs: the float32 scale and the int64 counters."""
+    return np.array(scale, np.float32), np.array(growth_tracker, np.int64), np.array(skipped, np.int64)
+
+
+def loss_scale_update(inputs, attrs):
+    """PyTorch's _amp_update_scale_ on (grad_norm, scale, growth_tracker, skipped)."""
+    norm, scale, tracker, skipped = (float(np.asarray(x).reshape(-1)[0]) for x in inputs)
+    found_inf = not np.isfinite(norm)
+    if found_inf:
+        scale, tracker, skipped = scale * attrs.get("backoff_factor", 0.5), 0, skipped + 1
+    elif tracker + 1 >= attrs.get("growth_interval", 2000):
+        with np.errstate(over="ignore"):
+            grown = np.float32(scale) * np.float32(attrs.get("growth_factor", 2.0))
+        scale, tracker = (float(grown) if np.isfinite(grown) else scale), 0
+    else:
+        tracker += 1
+    return {"found_inf": np.array(found_inf), "input 1": np.array(scale, np.float32),
+            "input 2": np.array(tracker, np.int64), "input 3": np.array(skipped, np.int64)}
 
 
 def broadcasting(divisor=normal):
@@ -1015,10 +1039,10 @@ ROWS = [
     OpRow("And", (case(booleans(2, 3), booleans(2, 3)), case(booleans(2, 3), booleans(3)),
                   case(booleans(3, 1), booleans(1, 4)), case(booleans(), booleans(2))),
           since=7, reference=binary(np.logical_and), outputs=("C",)),
-    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to) for to in CAST_TO),
-                   case(normal(4), to=10, saturate=1, since=19)),      # saturate changes only float8 targets
+    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to, gradient=to == 11) for to in CAST_TO),
+                   case(normal(4), to=10, saturate=1, since=19, gradient=False)),  # saturate: float8 targets only
           since=6, reference=lambda i, a: {"output": i[0].astype(CAST_TO[a["to"]])},
-          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",)),
+          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",), differentiable=(0,)),
 
     # gradient ops: checked through their forward op's gradient, and against a reference where one is short
     OpRow("ReluGrad", (case(normal(2, 5), normal(2, 5)),), domain=MS, reference=activation_grad("Relu"),
@@ -1139,13 +1163,18 @@ ROWS = [
           domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,), reference=accumulate_v2),
     OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], 2)),
                            case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, nesterov=1, weight_decay=0.01,
-                                max_norm=0.5)),
+                                max_norm=0.5),
+                           case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, skip_non_finite=1),
+                           case(_optimizer_inputs([np.array(0.1)], 3, overflow=True), momentum=0.9, skip_non_finite=1,
+                                weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
     OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
                             case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
                                  weight_decay=0.01, max_norm=0.5, beta1=0.8),
                             case(_optimizer_inputs([np.array(0.1), np.array(4)], 4), decoupled_weight_decay=1,
-                                 weight_decay=0.01, max_norm=0.5, adam_mode=1)),
+                                 weight_decay=0.01, max_norm=0.5, adam_mode=1),
+                            case(_optimizer_inputs([np.array(0.1), np.array(2)], 4, overflow=True), skip_non_finite=1,
+                                 decoupled_weight_decay=1, weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
     # onnxruntime-training's optimizers
     OpRow("AdamWOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
@@ -1157,6 +1186,20 @@ ROWS = [
           domain=MS, outputs=("updated_flag",), in_place=tuple(range(2, 10)), reference=adamw),
     OpRow("SGDOptimizerV2", (case(_optimizer_inputs([np.array(0.1)], 2)),),
           domain=MS, outputs=("update_completed",), in_place=tuple(range(1, 5)), reference=sgd_v2),
+
+    # mixed precision: float16 loss scaling
+    OpRow("MixedPrecisionScale", (case(np.array(0.25, np.float32), normal(3, 4), to=1),
+                                  case(np.array([2.0 ** -10], np.float32), normal(5, scale=1000.0), to=1),
+                                  case(np.array(0.5, np.float32), normal(2, 3), to=10)),
+          domain=MS, reference=lambda i, a: {"Y": float(i[0].reshape(-1)[0]) * i[1]},
+          output_dtype=lambda a: CAST_TO[a["to"]]),
+    OpRow("LossScaleUpdate", (case(np.array(1.5), *_scaler_state(1024.0, 0)),
+                              case(np.array(1.5), *_scaler_state(1024.0, 2), growth_interval=3),
+                              case(np.array(np.inf), *_scaler_state(1024.0, 2)),
+                              case(np.array(np.nan), *_scaler_state(1.0, 7), backoff_factor=0.25),
+                              case(np.array(2.0), *_scaler_state(3e38, 1999))),
+          domain=MS, reference=loss_scale_update, outputs=("found_inf",), in_place=(1, 2, 3),
+          output_dtype=lambda a: np.float32),
 
     # copies between memories (registered by device providers)
     OpRow("MemcpyFromHost", (case(normal(2, 3)),), reference=lambda i, a: {"Y": i[0]}),

@@ -20,12 +20,17 @@ update.  With max_norm > 0 the gradients
 are first scaled by min(1, max_norm / (global L2 norm + 1e-6)), as clip_grad_norm_ does.  The
 one output is that global norm (before clipping), so a training loop can log it.  `step` is
 the 1-based count of updates including this one (Adam's bias correction).
+
+With skip_non_finite = 1 (float16 loss scaling) an update whose global gradient norm is inf or
+NaN, that is, whose gradients hold an inf or NaN, leaves parameters and state untouched (ONNX
+Runtime's update_signal, decided here on the device); the norm output still reports it.
 """
 import numpy as np
 
 from .schema import MS_DOMAIN, Attr, Input, schema
 
-_COMMON = {"weight_decay": Attr("float", 0.0), "weight_decays": Attr("floats"), "max_norm": Attr("float", 0.0)}
+_COMMON = {"weight_decay": Attr("float", 0.0), "weight_decays": Attr("floats"), "max_norm": Attr("float", 0.0),
+           "skip_non_finite": Attr("int", 0)}
 SGD_ATTRS = {"momentum": Attr("float", 0.0), "nesterov": Attr("int", 0), **_COMMON}
 ADAM_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999), "epsilon": Attr("float", 1e-8),
               "decoupled_weight_decay": Attr("int", 0), "adam_mode": Attr("int", 0), **_COMMON}

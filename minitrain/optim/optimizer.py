@@ -216,10 +216,11 @@ class Optimizer:
         return [self.params[n] for n in names] + list(grads_in_order) + state
 
     # ------------------------------------------------------------------ in a graph
-    def add_to_graph(self, graph, grads):
+    def add_to_graph(self, graph, grads, *, skip_non_finite=False):
         """Append the update node to `graph`; `grads` maps each attached parameter to the name
         of its gradient value.  Returns the node's output name (the global gradient norm),
-        which must be fetched for the update to run."""
+        which must be fetched for the update to run.  skip_non_finite: the update leaves
+        everything as it is when a gradient holds inf or NaN (float16 loss scaling)."""
         missing = [n for n in self.params if not grads.get(n)]
         if missing:
             raise ValueError(f"{type(self).__name__}: no gradient for parameter(s) {missing}; "
@@ -234,7 +235,8 @@ class Optimizer:
             scalars.append(graph.add_input(STEP_INPUT, np.int64, ()))
         inputs = scalars + list(self.params) + [grads[n] for n in self.params] + state_names
         self._compiled_decays = self.per_parameter("weight_decay")
-        return graph.add_node(self.op_type, inputs, ["optimizer.grad_norm"], self.attrs(), MS_DOMAIN,
+        attrs = {**self.attrs(), **({"skip_non_finite": 1} if skip_non_finite else {})}
+        return graph.add_node(self.op_type, inputs, ["optimizer.grad_norm"], attrs, MS_DOMAIN,
                               name="optimizer_update")
 
     def feeds(self):

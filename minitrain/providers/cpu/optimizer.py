@@ -23,6 +23,11 @@ def clip_scale(norm, max_norm):
     return min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
 
 
+def skipped(norm, attrs):
+    """Whether skip_non_finite drops this update: a gradient holds inf or NaN."""
+    return bool(attrs["skip_non_finite"]) and not math.isfinite(norm)
+
+
 @register_kernel("SGDOptimizer", domain=MS_DOMAIN)
 def sgd(ctx):
     a = ctx.attrs
@@ -33,6 +38,8 @@ def sgd(ctx):
     buffers = tensors[2 * count:] if momentum else [np.empty(0, ctx.dtype)] * count
     threads = kernel_threads()
     norm = global_norm(grads, threads)
+    if skipped(norm, a):
+        return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)
     for w, g, buf, lr, decay in zip(params, grads, buffers, rates, decays):
@@ -53,6 +60,8 @@ def adam(ctx):
         ctx.fail(f"input 'step' is {step}; it counts updates from 1")
     threads = kernel_threads()
     norm = global_norm(grads, threads)
+    if skipped(norm, a):
+        return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)
     if a["adam_mode"] == 1:

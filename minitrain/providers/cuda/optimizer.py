@@ -29,7 +29,7 @@ MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor la
 BLOCKS_PER_SM = 4
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
-NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
+NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPdi")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPqPTTi")
 ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqPi")
 
@@ -84,18 +84,20 @@ def group_settings(ctx):
 
 
 def global_norm(ctx, table, tensors, blocks, chunk):
-    """Queue the global gradient norm (into the `grad_norm` output when wanted) and the
-    clipping scale; returns (outputs, the device scale or 0 when the update needs none)."""
-    prov, max_norm = ctx.provider, ctx.attrs["max_norm"]
-    if not ctx.wants("grad_norm") and max_norm == 0:
+    """Queue the global gradient norm (into the `grad_norm` output when wanted), the clipping
+    scale and the update's go-ahead (0 under skip_non_finite when the norm is inf or NaN);
+    returns (outputs, the device scale or 0 when the update needs none)."""
+    prov, max_norm, skip = ctx.provider, ctx.attrs["max_norm"], int(bool(ctx.attrs["skip_non_finite"]))
+    if not ctx.wants("grad_norm") and max_norm == 0 and not skip:
         return {}, 0
     partial = prov.empty((blocks,), np.float64)
     if blocks:
         SQ_NORM.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, tensors, chunk, partial)
     grad_norm = prov.empty((), ctx.dtype)
-    scale = prov.empty((1,), np.float64)
-    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, grad_norm, scale, max_norm)
-    return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
+    scale = prov.empty((2,), np.float64)
+    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, grad_norm, scale, max_norm,
+                       skip)
+    return {"grad_norm": grad_norm}, (scale if max_norm > 0 or skip else 0)
 
 
 @register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
