@@ -15,7 +15,8 @@ STEPS, GLOBAL_BATCH = 40, 8
 # the equivalence cases: a one-process run on whole batches against 2 ranks on x[rank::2]
 CASES = {"float32": {"dtype": "float32"}, "float64": {"dtype": "float64"},
          "clipped": {"dtype": "float64", "max_grad_norm": 0.05},
-         "micro_batches": {"dtype": "float64", "micro_batches": 2}}
+         "micro_batches": {"dtype": "float64", "micro_batches": 2},
+         "sum_loss": {"dtype": "float64", "reduction": "sum"}}
 
 
 def collectives():
@@ -58,9 +59,9 @@ def small_cnn(seed, dtype):
     return model.to_dtype(dtype)
 
 
-def make_session(model, device, capture, *, max_grad_norm=None, data_parallel=True, **_):
-    optimizer = SGD(0.05, momentum=0.9, max_grad_norm=max_grad_norm)
-    return TrainingSession(model, nn.CrossEntropyLoss(), optimizer, input_shape=(1, 6, 6), device=device,
+def make_session(model, device, capture, *, max_grad_norm=None, reduction="mean", data_parallel=True, **_):
+    optimizer = SGD(0.05 if reduction == "mean" else 0.01, momentum=0.9, max_grad_norm=max_grad_norm)
+    return TrainingSession(model, nn.CrossEntropyLoss(reduction=reduction), optimizer, input_shape=(1, 6, 6), device=device,
                            capture=capture, data_parallel=data_parallel)
 
 

@@ -1,6 +1,6 @@
 """TrainingSession(data_parallel=True) on 2 CPU ranks launched by mpiexec (skipped without
 mpi4py or mpiexec): the parameters after 40 SGD-momentum steps equal a one-process run on the
-whole batches (plain, with gradient clipping, with micro-batches), BatchNorm statistics average
+whole batches (plain, with gradient clipping, with micro-batches, with a summed loss), BatchNorm statistics average
 over the ranks, and ranks that build different models are told which parameter differs.
 
 On CUDA (marked cuda; run on a machine with 2 GPUs, from the repository root, with mpi4py and
@@ -48,7 +48,7 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch():
     result = launch(2, "equivalence")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"float32", "float64", "clipped", "micro_batches", "batchnorm"}
+    assert set(report) == {"float32", "float64", "clipped", "micro_batches", "sum_loss", "batchnorm"}
     check_report(report)
 
 

@@ -6,7 +6,9 @@ graphs and does at start, so that every rank applies the update of the global ba
   1 / world size on the way (ConcatFlat), summed over the ranks by one collective (NcclAllReduce:
   MPI on the CPU, NCCL on CUDA), and read back as views (SliceFlat).  The optimizer update reads
   those views, so gradient-norm clipping, and the update of gradients accumulated over
-  micro-batches, see the mean gradient over ranks, as one process on the global batch would.
+  micro-batches, see the mean gradient over ranks: the gradient of a mean loss over the global
+  batch, as one process would compute it (a loss with reduction "sum" is summed over the ranks
+  instead, scale 1, for the same reason).
 - At start, rank 0's parameters, optimizer state and BatchNorm statistics are broadcast to every
   rank; each rank's Dropout draws another stream (seed + rank).
 - The ranks must train the same thing: a digest of the session (parameters, input and target
@@ -40,13 +42,13 @@ def require_world():
     return current
 
 
-def all_reduce_gradients(graph, grads, shapes, size):
+def all_reduce_gradients(graph, grads, shapes, scale):
     """Append the fused all-reduce of `grads` (parameter -> gradient value name) to `graph`;
-    `shapes` maps each parameter to its shape.  Returns parameter -> the name of its gradient
-    averaged over the `size` ranks."""
+    `shapes` maps each parameter to its shape.  Returns parameter -> the name of `scale` times
+    its gradient summed over the ranks (1 / world size: the mean)."""
     graph.opset_imports.setdefault(MINITRAIN_DOMAIN, 1)
     params = list(grads)
-    flat = graph.add_node("ConcatFlat", [grads[p] for p in params], [FLAT_GRADIENTS], {"scale": 1.0 / size},
+    flat = graph.add_node("ConcatFlat", [grads[p] for p in params], [FLAT_GRADIENTS], {"scale": scale},
                           MINITRAIN_DOMAIN, name="data_parallel.fuse_gradients")
     summed = graph.add_node("NcclAllReduce", [flat], [REDUCED_GRADIENTS], {}, MS_DOMAIN,
                             name="data_parallel.all_reduce")

@@ -233,11 +233,13 @@ class TrainingSession:
 
     def _averaged(self, graph, grads):
         """`grads` (parameter -> gradient value) as the update reads them: in a data-parallel
-        session, averaged over the ranks by the all-reduce added to `graph`."""
+        session, averaged over the ranks by the all-reduce added to `graph` (summed for a loss
+        with reduction "sum"), the gradient of the loss on the global batch."""
         if self.world is None:
             return grads
         shapes = {param: self.params[param].shape for param in grads}
-        return data_parallelism.all_reduce_gradients(graph, grads, shapes, self.world.size)
+        mean = getattr(self.loss, "reduction", "mean") == "mean"
+        return data_parallelism.all_reduce_gradients(graph, grads, shapes, 1.0 / self.world.size if mean else 1.0)
 
     def broadcast_state(self):
         """Data-parallel: copy rank 0's parameters, optimizer state and BatchNorm statistics
