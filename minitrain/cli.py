@@ -19,6 +19,8 @@ unless `--resume` continues it from its checkpoint.mtc (on whichever --device th
 or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
 stops the run with a message; the checkpoints keep the last finished epoch.  `--profile
 TRACE.json` times each node of the third training step and writes a Chrome trace.
+`--precision` (fp32, tf32, bf16, fp16) is the precision of the sessions the run builds
+(minitrain.autocast.precision).
 
 `--distributed` trains data-parallel on every process of the MPI world: launch the command with
 `mpiexec -n N` (the `distributed` extra puts it in the venv); with `--device cuda` each process
@@ -27,7 +29,8 @@ ranks; rank 0 alone prints and writes the run folder, and a run folder moves bet
 any number of ranks, one process included (`--resume`).
 
 A bad argument, whether argparse or the command finds it (a count below 1, a learning rate
-that is not a positive number, an unknown example, a device this machine lacks, an input or
+that is not a positive number, an unknown example, a device this machine lacks, a precision
+the device cannot compute in, an input or
 attribute an op refuses), ends the program with the usage and one `error:` line, exit status 2.
 """
 from __future__ import annotations
@@ -44,8 +47,9 @@ import warnings
 import numpy as np
 
 from . import distributed
-from .errors import (DistributedUnavailableError, MinitrainError, ProviderUnavailableError, RunFolderError,
-                     TrainingDivergedError)
+from .autocast import PRECISIONS, precision
+from .errors import (DistributedUnavailableError, MinitrainError, PrecisionError, ProviderUnavailableError,
+                     RunFolderError, TrainingDivergedError)
 from .providers import get_provider
 from .training.loop import PROFILE_VARIABLE
 
@@ -128,6 +132,9 @@ def add_training_options(parser, defaults=None):
                         help="samples per step (with --distributed: over all ranks together)")
     parser.add_argument("--lr", type=POSITIVE, default=defaults.get("lr"), help="peak learning rate")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                        help="fp32, tf32 (CUDA's TF32 tensor cores), bf16 or fp16 (autocast, CUDA only; fp16 with "
+                             "dynamic loss scaling)")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of initialisation, shuffling and dropout")
     parser.add_argument("--out", default=None, help="run folder: metrics.jsonl, metrics.png, checkpoint.mtc and "
                                                      "checkpoint-best.mtc; refused when it holds a run already")
@@ -162,7 +169,10 @@ def call_example(run, args):
     if getattr(args, "profile", None):
         os.environ[PROFILE_VARIABLE] = os.path.abspath(args.profile)
     try:
-        return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+        with precision(getattr(args, "precision", "fp32")):
+            return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+    except PrecisionError as e:
+        raise UsageError(f"--precision {args.precision}: {e}") from None
     except RunFolderError as e:
         raise UsageError(str(e)) from None
     except ProviderUnavailableError as e:

@@ -72,3 +72,8 @@ class DistributedUnavailableError(MinitrainError, RuntimeError):
 class WorldMismatchError(MinitrainError, ValueError):
     """The ranks of a data-parallel world disagree on what they train (parameter names or
     shapes, batch shape, provider, dtype); the message names what differs and on which ranks."""
+
+
+class PrecisionError(MinitrainError, ValueError):
+    """A session's precision is unknown, or the device cannot compute in it (float16 and
+    bfloat16 on the CPU)."""

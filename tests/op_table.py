@@ -25,6 +25,8 @@ on (attributes a version added).  Adding an op is one `OpRow(...)` in ROWS, for 
     OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(7), alpha=0.2)),
           reference=activation("LeakyRelu"), differentiable=(0,)),
 """
+import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -248,6 +250,66 @@ def activation_grad(op):
     return lambda inputs, attrs: {"dX": backward(inputs[0], inputs[1], attrs.get("alpha", alpha))}
 
 
+# -- pointwise activations of exported models (ops/pointwise_activation.py), unary math, PRelu, Max/Min
+_erf = np.vectorize(math.erf)
+_GELU_K = math.sqrt(2 / math.pi)
+_SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875   # ONNX's float32 defaults
+
+
+def _gelu_tanh_parts(x):
+    """(tanh of the tanh form's argument, that argument's derivative)."""
+    return np.tanh(_GELU_K * (x + 0.044715 * x ** 3)), _GELU_K * (1 + 3 * 0.044715 * x ** 2)
+
+
+def _attr(attrs, name, default):
+    return attrs.get(name, f32(default))
+
+
+POINTWISE = {  # op: (forward(x, attrs), gradient(dy, x, attrs)), in float64 by the definitions
+    "HardSigmoid": (lambda x, a: np.clip(_attr(a, "alpha", 0.2) * x + _attr(a, "beta", 0.5), 0, 1),
+                    lambda dy, x, a: dy * _attr(a, "alpha", 0.2) *
+                    (np.abs(_attr(a, "alpha", 0.2) * x + _attr(a, "beta", 0.5) - 0.5) < 0.5)),
+    "HardSwish": (lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1),
+                  lambda dy, x, a: dy * np.select([x < -3, x <= 3], [0.0, x / 3 + 0.5], 1.0)),
+    "Softplus": (lambda x, a: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0), lambda dy, x, a: dy * _sigmoid(x)),
+    "Elu": (lambda x, a: np.where(x > 0, x, _attr(a, "alpha", 1.0) * (np.exp(np.minimum(x, 0)) - 1)),
+            lambda dy, x, a: dy * np.where(x > 0, 1.0, _attr(a, "alpha", 1.0) * np.exp(np.minimum(x, 0)))),
+    "Selu": (lambda x, a: _attr(a, "gamma", _SELU_GAMMA) *
+             np.where(x > 0, x, _attr(a, "alpha", _SELU_ALPHA) * (np.exp(np.minimum(x, 0)) - 1)),
+             lambda dy, x, a: dy * _attr(a, "gamma", _SELU_GAMMA) *
+             np.where(x > 0, 1.0, _attr(a, "alpha", _SELU_ALPHA) * np.exp(np.minimum(x, 0)))),
+    "Gelu": (lambda x, a: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+             lambda dy, x, a: dy * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))),
+    "FastGelu": (lambda x, a: 0.5 * x * (1 + _gelu_tanh_parts(x)[0]),
+                 lambda dy, x, a: dy * (0.5 * (1 + _gelu_tanh_parts(x)[0]) +
+                                        0.5 * x * (1 - _gelu_tanh_parts(x)[0] ** 2) * _gelu_tanh_parts(x)[1])),
+}
+
+
+def pointwise(op, name="Y"):
+    """The forward of a POINTWISE op; Gelu's approximate=tanh is FastGelu's form, a bias is
+    added to X first (FastGelu's)."""
+    def reference(inputs, attrs):
+        form = "FastGelu" if op == "Gelu" and attrs.get("approximate") == "tanh" else op
+        x = inputs[0] if len(inputs) < 2 or inputs[1] is None else inputs[0] + inputs[1]
+        return {name: POINTWISE[form][0](x, attrs)}
+    return reference
+
+
+def pointwise_grad(op):
+    return lambda inputs, attrs: {"dX": POINTWISE[op][1](inputs[0], inputs[1], attrs)}
+
+
+def prelu(inputs, attrs):
+    x, slope = inputs
+    return {"Y": np.where(x > 0, x, x * slope)}
+
+
+def variadic(fn, name):
+    """Max or Min of the inputs broadcast together."""
+    return lambda inputs, attrs: {name: functools.reduce(fn, inputs)}
+
+
 def activation_grad_bias(inputs, attrs):
     dx = ACTIVATIONS[attrs["activation"]][1](inputs[0], inputs[1], attrs.get("activation_alpha", f32(0.01)))
     return {"dX": dx, "dB": dx.sum(axis=tuple(a for a in range(dx.ndim) if a != 1))}
@@ -278,16 +340,17 @@ def _sum_to(x, shape):
     return x.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1), keepdims=True)
 
 
-def reduction(reduce, axes_from_input):
+def reduction(reduce, axes_from_input, elementwise=None):
     """ReduceSum, ReduceMean or ReduceMax (`reduce`: np.sum, np.mean, np.max) over the axes of
     the attribute, or of the input from the opset where they moved; absent or empty axes
-    reduce every axis, unless noop_with_empty_axes makes them the identity."""
+    reduce every axis, unless noop_with_empty_axes makes them the identity (or `elementwise`,
+    the part of ReduceSumSquare and ReduceL2 that still applies then)."""
     def reference(inputs, attrs):
         x = inputs[0]
         axes = inputs[1] if axes_from_input and len(inputs) > 1 else attrs.get("axes")
         if axes is None or len(axes) == 0:
             if attrs.get("noop_with_empty_axes"):
-                return {"reduced": x}
+                return {"reduced": x if elementwise is None else elementwise(x)}
             axes = range(x.ndim)
         return {"reduced": reduce(x, axis=tuple(int(a) for a in axes), keepdims=bool(attrs.get("keepdims", 1)))}
     return reference
@@ -424,8 +487,51 @@ def accumulate_v2(inputs, attrs):
     return {"updated_flag": np.ones(1, bool), "accumulated": total, "input 0": total}
 
 
+# ONNX Runtime's training optimizers (AdamWOptimizer, SGDOptimizerV2), after its CPU kernels
+def adamw(inputs, attrs):
+    """AdamWOptimizer: PyTorch's AdamW (adam_mode 0) or Hugging Face's (1), on every parameter."""
+    lr, step, tensors = float(inputs[0]), int(inputs[1]), inputs[2:]
+    alpha, beta = attrs.get("alpha", f32(0.9)), attrs.get("beta", f32(0.999))
+    eps, decay = attrs.get("epsilon", f32(1e-8)), attrs.get("weight_decay", f32(1e-2))
+    correct = attrs.get("correct_bias", 1)
+    c1, c2 = (1 - alpha ** step, 1 - beta ** step) if correct else (1.0, 1.0)
+    count = len(tensors) // 4
+    out = {"updated_flag": np.ones(np.shape(inputs[1]), bool)}
+    for k in range(count):
+        w, g, m, v = (tensors[k + j * count] for j in range(4))
+        m, v = alpha * m + (1 - alpha) * g, beta * v + (1 - beta) * g * g
+        if attrs.get("adam_mode", 0) == 0:
+            w = w * (1 - lr * decay) - lr * m / (c1 * (np.sqrt(v / c2) + eps))
+        else:
+            w = w - lr * np.sqrt(c2) / c1 * m / (np.sqrt(v) + eps)
+            w = w * (1 - lr * decay)
+        out.update({f"input {2 + k}": w, f"input {2 + 2 * count + k}": m, f"input {2 + 3 * count + k}": v})
+    return out
+
+
+def sgd_v2(inputs, attrs):
+    """SGDOptimizerV2: w -= lr * g on every parameter."""
+    lr, tensors = float(inputs[0]), inputs[1:]
+    count = len(tensors) // 2
+    return {"update_completed": np.ones(np.shape(inputs[0]), bool),
+            **{f"input {1 + k}": tensors[k] - lr * tensors[count + k] for k in range(count)}}
+
+
 def binary(fn, name="C"):
     return lambda inputs, attrs: {name: fn(*inputs)}
+
+
+def quotient(inputs, attrs):
+    """Div's reference: true division on floats, truncated toward zero on integers (C's)."""
+    a, b = inputs
+    if np.asarray(a).dtype.kind == "f":
+        return {"C": np.divide(a, b)}
+    return {"C": np.trunc(np.divide(a, b)).astype(np.result_type(a, b))}
+
+
+def divisors(*shape):
+    """Magnitudes in [1, 3) of either sign: divisors that stay nonzero cast to integers."""
+    return lambda rng: np.asarray(rng.uniform(1.0, 3.0, shape) * rng.choice([-1.0, 1.0], shape))
 
 
 def unary(fn, name="output"):
@@ -583,15 +689,39 @@ def _slice_grad_inputs(shape, *index):
     return derived(build)
 
 
-def _optimizer_inputs(head, groups, shapes=((3, 2), (4,))):
+def _optimizer_inputs(head, groups, shapes=((3, 2), (4,)), overflow=False):
     """learning rate (and step), then `groups` tensors per parameter shape: parameters,
-    gradients, then state (moments kept positive: Adam's v is a mean of squares)."""
+    gradients, then state (moments kept positive: Adam's v is a mean of squares).  overflow:
+    one gradient element is inf (an update that skip_non_finite skips)."""
     def build(rng):
         tensors = [rng.standard_normal(s) * (0.1 if g == 1 else 1.0) for g in range(groups) for s in shapes]
         if groups == 4:
             tensors[3 * len(shapes):] = [np.abs(t) for t in tensors[3 * len(shapes):]]
+        if overflow:
+            tensors[len(shapes) + 1].reshape(-1)[1] = np.inf
         return list(head) + tensors
     return derived(build)
+
+
+def _scaler_state(scale, growth_tracker, skipped=3):
+    """LossScaleUpdate's in-place inputs: the float32 scale and the int64 counters."""
+    return np.array(scale, np.float32), np.array(growth_tracker, np.int64), np.array(skipped, np.int64)
+
+
+def loss_scale_update(inputs, attrs):
+    """PyTorch's _amp_update_scale_ on (grad_norm, scale, growth_tracker, skipped)."""
+    norm, scale, tracker, skipped = (float(np.asarray(x).reshape(-1)[0]) for x in inputs)
+    found_inf = not np.isfinite(norm)
+    if found_inf:
+        scale, tracker, skipped = scale * attrs.get("backoff_factor", 0.5), 0, skipped + 1
+    elif tracker + 1 >= attrs.get("growth_interval", 2000):
+        with np.errstate(over="ignore"):
+            grown = np.float32(scale) * np.float32(attrs.get("growth_factor", 2.0))
+        scale, tracker = (float(grown) if np.isfinite(grown) else scale), 0
+    else:
+        tracker += 1
+    return {"found_inf": np.array(found_inf), "input 1": np.array(scale, np.float32),
+            "input 2": np.array(tracker, np.int64), "input 3": np.array(skipped, np.int64)}
 
 
 def broadcasting(divisor=normal):
@@ -677,7 +807,7 @@ ROWS = [
     OpRow("Add", broadcasting(), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
     OpRow("Sub", broadcasting(), reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
     OpRow("Mul", broadcasting(), reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Div", broadcasting(nonzero), reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Div", broadcasting(divisors), reference=quotient, differentiable=(0, 1), outputs=("C",)),
     OpRow("Neg", (case(normal(2, 3)), case(normal())), reference=lambda i, a: {"Y": -i[0]}, differentiable=(0,)),
     OpRow("Sum", (case(normal(2, 3)), case(normal(2, 3), normal(3), normal(2, 1))),
           reference=lambda i, a: {"sum": sum(np.broadcast_arrays(*i))}, differentiable=(0, 1, 2), outputs=("sum",)),
@@ -692,6 +822,47 @@ ROWS = [
           reference=activation("LeakyRelu"), differentiable=(0,)),
     OpRow("QuickGelu", (case(normal(2, 5, scale=2)), case(normal(7), alpha=-0.3)), domain=MS,
           reference=activation("QuickGelu"), differentiable=(0,)),
+    # pointwise activations, unary math, PRelu, Max/Min, ReduceSumSquare and ReduceL2 of exported models
+    OpRow("HardSigmoid", (case(normal(3, 5, scale=4)), case(normal(7, scale=4), alpha=0.3, beta=0.4),
+                          case(normal(7, scale=4), alpha=-0.5, beta=0.2)),
+          since=6, reference=pointwise("HardSigmoid"), differentiable=(0,)),
+    OpRow("HardSwish", (case(normal(3, 5, scale=4)), case(np.array([-4.0, -3.0, -1.5, 0.0, 2.0, 3.0, 5.0]),
+                                                          gradient=False)),
+          since=14, reference=pointwise("HardSwish"), differentiable=(0,)),
+    OpRow("Softplus", (case(normal(3, 5, scale=4)), case(np.array([-800.0, -30.0, 0.0, 30.0, 800.0]))),
+          reference=pointwise("Softplus"), differentiable=(0,)),
+    OpRow("Elu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), alpha=0.3)),
+          since=6, reference=pointwise("Elu"), differentiable=(0,)),
+    OpRow("Selu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), alpha=1.5, gamma=0.8)),
+          since=6, reference=pointwise("Selu"), differentiable=(0,)),
+    OpRow("Gelu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), approximate="tanh")),
+          since=20, reference=pointwise("Gelu"), differentiable=(0,)),
+    OpRow("Gelu", (case(normal(3, 5, scale=2)),), domain=MS, reference=pointwise("Gelu"), differentiable=(0,)),
+    OpRow("FastGelu", (case(normal(3, 5, scale=2)), case(normal(2, 3, 4), normal(4)), case(normal(2, 3), normal())),
+          domain=MS, reference=pointwise("FastGelu"), differentiable=(0, 1)),
+    OpRow("Erf", (case(normal(3, 5, scale=2)), case(normal())), since=9, reference=unary(_erf), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Reciprocal", (case(nonzero(3, 5)), case(nonzero())), since=6, reference=unary(np.reciprocal),
+          differentiable=(0,), outputs=("output",), gradient_since=7),                     # a Mul
+    OpRow("PRelu", (case(normal(2, 3, 4, 4), normal(3, 1, 1)), case(normal(3, 4), normal(4)),
+                    case(normal(2, 3, 4), normal(1)), case(normal(3, 4), normal(3, 4))),
+          since=7, reference=prelu, differentiable=(0, 1), gradient_since=9),              # a Where
+    OpRow("Max", (case(normal(2, 3)), case(normal(2, 3, 4), normal(4), normal(3, 1)),
+                  case(np.array([[1.0, 3.0, -2.0]]), np.array([[1.0, 0.0, -2.0], [0.5, 3.0, -1.0]]))),
+          since=8, reference=variadic(np.maximum, "max"), differentiable=(0, 1, 2), outputs=("max",)),
+    OpRow("Min", (case(normal(2, 3)), case(normal(2, 3, 4), normal(4), normal(3, 1)),
+                  case(np.array([[1.0, 3.0, -2.0]]), np.array([[1.0, 0.0, -2.0], [0.5, 3.0, -1.0]]))),
+          since=8, reference=variadic(np.minimum, "min"), differentiable=(0, 1, 2), outputs=("min",)),
+    OpRow("ReduceSumSquare", reduce_attribute_cases(), reference=reduction(lambda x, **k: np.sum(x * x, **k), False),
+          differentiable=(0,), outputs=("reduced",), gradient_since=7),                    # a broadcast Mul
+    OpRow("ReduceSumSquare", reduce_input_cases(), since=18,
+          reference=reduction(lambda x, **k: np.sum(x * x, **k), True, np.square), differentiable=(0,),
+          outputs=("reduced",)),
+    OpRow("ReduceL2", reduce_attribute_cases(), reference=reduction(lambda x, **k: np.sqrt(np.sum(x * x, **k)), False),
+          differentiable=(0,), outputs=("reduced",), gradient_since=9),                    # a Where
+    OpRow("ReduceL2", reduce_input_cases(), since=18,
+          reference=reduction(lambda x, **k: np.sqrt(np.sum(x * x, **k)), True, np.abs), differentiable=(0,),
+          outputs=("reduced",)),
     OpRow("Softmax", softmax_cases(11), reference=softmax(False, True), differentiable=(0,), outputs=("output",)),
     OpRow("Softmax", softmax_cases(13), since=13, reference=softmax(False, False), differentiable=(0,),
           outputs=("output",)),
@@ -767,6 +938,9 @@ ROWS = [
     OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    # onnxruntime-training's gradient graphs
+    OpRow("BatchNormInternal", tuple(c for c in batchnorm_cases() if c.attrs.get("training_mode")), domain=MS,
+          reference=batchnorm, outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
                       case(normal(3, 4), np.array(0.3), np.array(False)),
                       case(normal(3, 4), np.array(0.0), np.array(True)), case(normal(3, 4))),
@@ -865,10 +1039,10 @@ ROWS = [
     OpRow("And", (case(booleans(2, 3), booleans(2, 3)), case(booleans(2, 3), booleans(3)),
                   case(booleans(3, 1), booleans(1, 4)), case(booleans(), booleans(2))),
           since=7, reference=binary(np.logical_and), outputs=("C",)),
-    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to) for to in CAST_TO),
-                   case(normal(4), to=10, saturate=1, since=19)),      # saturate changes only float8 targets
+    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to, gradient=to == 11) for to in CAST_TO),
+                   case(normal(4), to=10, saturate=1, since=19, gradient=False)),  # saturate: float8 targets only
           since=6, reference=lambda i, a: {"output": i[0].astype(CAST_TO[a["to"]])},
-          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",)),
+          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",), differentiable=(0,)),
 
     # gradient ops: checked through their forward op's gradient, and against a reference where one is short
     OpRow("ReluGrad", (case(normal(2, 5), normal(2, 5)),), domain=MS, reference=activation_grad("Relu"),
@@ -881,6 +1055,13 @@ ROWS = [
           reference=activation_grad("LeakyRelu"), outputs=("dX",), gradient_of=("", "LeakyRelu")),
     OpRow("QuickGeluGrad", (case(normal(2, 5), normal(2, 5)), case(normal(7), normal(7), alpha=-0.3)), domain=MS,
           reference=activation_grad("QuickGelu"), outputs=("dX",), gradient_of=(MS, "QuickGelu")),
+    # gradient ops of the pointwise activations of exported models
+    *(OpRow(f"{op}Grad", (case(normal(3, 5), normal(3, 5, scale=4)), *extra), domain=MS, reference=pointwise_grad(op),
+            outputs=("dX",), gradient_of=("", op) if op != "FastGelu" else (MS, op))
+      for op, extra in (("HardSigmoid", (case(normal(7), normal(7, scale=4), alpha=0.3, beta=0.4),)),
+                        ("HardSwish", (case(normal(7), np.array([-4.0, -3.0, -1.5, 0.0, 2.0, 3.0, 5.0])),)),
+                        ("Softplus", ()), ("Elu", (case(normal(7), normal(7), alpha=0.3),)),
+                        ("Selu", (case(normal(7), normal(7), alpha=1.5, gamma=0.8),)), ("Gelu", ()), ("FastGelu", ()))),
     OpRow("SoftmaxGrad", (case(_softmax_pair((3, 4), 1, False, True), axis=1),
                           case(_softmax_pair((2, 3, 4), 2, False, True), axis=2)), domain=MS,
           reference=softmax_grad(False, True), outputs=("dX",), gradient_of=("", "Softmax")),
@@ -982,12 +1163,43 @@ ROWS = [
           domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,), reference=accumulate_v2),
     OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], 2)),
                            case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, nesterov=1, weight_decay=0.01,
-                                max_norm=0.5)),
+                                max_norm=0.5),
+                           case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, skip_non_finite=1),
+                           case(_optimizer_inputs([np.array(0.1)], 3, overflow=True), momentum=0.9, skip_non_finite=1,
+                                weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
     OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
                             case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
-                                 weight_decay=0.01, max_norm=0.5, beta1=0.8)),
+                                 weight_decay=0.01, max_norm=0.5, beta1=0.8),
+                            case(_optimizer_inputs([np.array(0.1), np.array(4)], 4), decoupled_weight_decay=1,
+                                 weight_decay=0.01, max_norm=0.5, adam_mode=1),
+                            case(_optimizer_inputs([np.array(0.1), np.array(2)], 4, overflow=True), skip_non_finite=1,
+                                 decoupled_weight_decay=1, weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
+    # onnxruntime-training's optimizers
+    OpRow("AdamWOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
+                             case(_optimizer_inputs([np.array(0.01), np.array(1)], 4), adam_mode=1, epsilon=1e-6,
+                                  weight_decay=0.0),
+                             case(_optimizer_inputs([np.array(0.1), np.array(5)], 4), adam_mode=1, correct_bias=0,
+                                  alpha=0.8),
+                             case(_optimizer_inputs([np.array(0.1), np.array(2)], 4), correct_bias=0, beta=0.99)),
+          domain=MS, outputs=("updated_flag",), in_place=tuple(range(2, 10)), reference=adamw),
+    OpRow("SGDOptimizerV2", (case(_optimizer_inputs([np.array(0.1)], 2)),),
+          domain=MS, outputs=("update_completed",), in_place=tuple(range(1, 5)), reference=sgd_v2),
+
+    # mixed precision: float16 loss scaling
+    OpRow("MixedPrecisionScale", (case(np.array(0.25, np.float32), normal(3, 4), to=1),
+                                  case(np.array([2.0 ** -10], np.float32), normal(5, scale=1000.0), to=1),
+                                  case(np.array(0.5, np.float32), normal(2, 3), to=10)),
+          domain=MS, reference=lambda i, a: {"Y": float(i[0].reshape(-1)[0]) * i[1]},
+          output_dtype=lambda a: CAST_TO[a["to"]]),
+    OpRow("LossScaleUpdate", (case(np.array(1.5), *_scaler_state(1024.0, 0)),
+                              case(np.array(1.5), *_scaler_state(1024.0, 2), growth_interval=3),
+                              case(np.array(np.inf), *_scaler_state(1024.0, 2)),
+                              case(np.array(np.nan), *_scaler_state(1.0, 7), backoff_factor=0.25),
+                              case(np.array(2.0), *_scaler_state(3e38, 1999))),
+          domain=MS, reference=loss_scale_update, outputs=("found_inf",), in_place=(1, 2, 3),
+          output_dtype=lambda a: np.float32),
 
     # copies between memories (registered by device providers)
     OpRow("MemcpyFromHost", (case(normal(2, 3)),), reference=lambda i, a: {"Y": i[0]}),

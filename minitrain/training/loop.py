@@ -144,7 +144,8 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
     (default: the MINITRAIN_PROFILE environment variable).
 
     Each epoch's dict holds epoch, step, lr, train_loss, steps_per_s, train_accuracy
-    (classification), the `evaluate` metrics when `test` is given, and seconds.  A
+    (classification), skipped_steps (fp16 loss scaling: updates skipped so far; the bar
+    shows this epoch's), the `evaluate` metrics when `test` is given, and seconds.  A
     non-finite loss raises TrainingDivergedError; the checkpoints keep the last finished
     epoch."""
     profile = profile or os.environ.get(PROFILE_VARIABLE)
@@ -180,13 +181,13 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
         test = (test[0][ranks.rank::ranks.size], test[1][ranks.rank::ranks.size])
     for epoch in range(first_epoch, epochs):
         start = time.perf_counter()
-        loss_sum, seen, correct = 0.0, 0, 0
+        loss_sum, seen, correct, skipped = 0.0, 0, 0, 0
         steps = len(loader) if max_steps is None else min(len(loader), max_steps)
         bar = _progress(loader, steps, progress, f"epoch {epoch + 1}/{epochs}")
         queued = collections.deque()        # (step, pending loss, labels) read LAG steps later
 
         def settle(keep):
-            nonlocal loss_sum, seen, correct
+            nonlocal loss_sum, seen, correct, skipped
             while len(queued) > keep:
                 step, pending, yb = queued.popleft()
                 right = int(np.sum(pending.values["output"].argmax(axis=1) == yb)) if task == "classification" else 0
@@ -200,10 +201,13 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
                 loss_sum += float(step_loss)
                 seen += int(step_seen)
                 correct += int(step_correct)
+                skipped += session.loss_scale is not None and bool(pending.values["found_inf"])
                 if bar is not loader:
                     postfix = {"loss": f"{loss_sum / seen:.4f}"}
                     if task == "classification":
                         postfix["acc"] = f"{correct / seen:.3f}"
+                    if skipped:
+                        postfix["skipped"] = skipped
                     bar.set_postfix(postfix, refresh=False)
 
         for i, (xb, yb) in enumerate(bar):
@@ -226,6 +230,8 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
                   "train_loss": loss_sum / max(seen, 1), "steps_per_s": steps / train_seconds}
         if task == "classification":
             record["train_accuracy"] = correct / max(seen, 1)
+        if session.loss_scale is not None:
+            record["skipped_steps"] = session.skipped_steps
         if test is not None:
             record.update(_test_metrics(ranks.sum(_evaluation_sums(session, test[0], test[1], task)), task))
         record["seconds"] = time.perf_counter() - start

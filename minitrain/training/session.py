@@ -27,6 +27,16 @@ optimizer's parameter groups list (all by default), and that the loss depends on
 the loss does not depend on (a layer defined but unused, an auxiliary head) gets no gradient and
 no update, as in PyTorch, and the session says so once in a logging warning.
 
+Precision (`precision=`): "fp32" (the default) computes in the model's float type; "tf32" lets
+float32 GEMMs and convolutions use TF32 on CUDA (a no-op on the CPU, as PyTorch's allow_tf32);
+"bf16" and "fp16" (CUDA only) rewrite the forward graph with the autocast pass
+(minitrain/autocast.py) before the gradient graph is built: convolutions and GEMMs in low
+precision, softmax, losses, reductions and normalisations in float32, float32 master weights and
+optimizer state.  "fp16" adds dynamic loss scaling (training/loss_scale.py): an update whose
+gradients overflow is skipped on the device and the scale halved; `skipped_steps` counts them.
+Adam's step count (its bias correction) counts skipped updates too: the host never waits to
+learn that one was skipped.
+
 Devices: `device="cuda"` runs the plans on the provider list ["cuda", "cpu"] (each node on the
 first provider with a kernel for it; `plan_description()` shows where each landed).  The
 parameters, optimizer state, BatchNorm statistics and accumulated gradients live on the device
@@ -54,6 +64,7 @@ import logging
 
 import numpy as np
 
+from ..autocast import autocast, default_precision, resolve_precision
 from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
@@ -68,6 +79,7 @@ from ..providers import get_provider, provider_list
 from ..providers.pending import PendingScalar, PendingValues
 from ..scheduler import schedule
 from . import data_parallel as data_parallelism
+from .loss_scale import FOUND_INF, SKIPPED, DynamicLossScale
 from .state import DeviceState
 from .targets import as_targets
 
@@ -95,16 +107,24 @@ class TrainingSession:
     (None: on).
     data_parallel: train on every rank of the MPI world (see the module docstring); needs
     minitrain.distributed.init() first.
+    precision: "fp32", "tf32", "bf16" or "fp16" (see the module docstring), or an
+    autocast.Precision; None: the one `with autocast.precision(...)` sets around the
+    session's construction, else "fp32" (as torch.autocast regions, but read once, when the
+    plans are compiled).  loss_scale: the DynamicLossScale of an "fp16" session (None: PyTorch
+    GradScaler's defaults).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
-                 conv_search=None, data_parallel=False):
+                 conv_search=None, data_parallel=False, precision=None, loss_scale=None):
         self.world = data_parallelism.require_world() if data_parallel else None
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
-        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32, conv_search=conv_search)
+        self.precision = resolve_precision(precision or default_precision(), self.device)
+        self.loss_scale = (loss_scale or DynamicLossScale()) if self.precision.loss_scaling else None
+        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32 or self.precision.tf32,
+                                                               conv_search=conv_search)
         self.capture = bool(capture)
         self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)
@@ -123,8 +143,8 @@ class TrainingSession:
                              "or in none of the optimizer's parameter groups")
 
         forward, self.output_name, self.loss_name, self.state_updates = self._build(training=True)
-        self.grad_graph, grads = build_gradient_graph(forward, self.loss_name,
-                                                      [n for n in wanted if n in forward.initializers])
+        seed = self.loss_name if self.loss_scale is None else self.loss_scale.scale_loss(forward, self.loss_name)
+        self.grad_graph, grads = build_gradient_graph(forward, seed, [n for n in wanted if n in forward.initializers])
         if self.world is not None:
             data_parallelism.vary_dropout_seeds(self.grad_graph, self.world.rank)
         self.grad_names = {n: grads[n] for n in wanted if grads.get(n)}
@@ -134,12 +154,14 @@ class TrainingSession:
                            "and no update", unused)
         if not self.grad_names:
             raise GraphError(f"TrainingSession: the loss depends on none of the parameters to train {wanted}")
+        if self.loss_scale is not None:
+            self.grad_names = self.loss_scale.unscale(self.grad_graph, self.grad_names)
         self.trained = {n: self.params[n] for n in self.grad_names}
         optimizer.attach(self.trained, among=self.params)
         train_graph = self.grad_graph.copy()
-        self.norm_name = optimizer.add_to_graph(train_graph, self._averaged(train_graph, self.grad_names))
+        self.norm_name = self._add_update(train_graph, self.grad_names)
         self.train_plan = self._schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
-                                                       *self.state_updates])
+                                                       *self._scaler_fetch, *self.state_updates])
         _check_update_runs_last(self.train_plan, set(self.trained))
         self._train = self._executor(self.train_plan)
         self._grad = None        # forward + backward + accumulation, for accumulate(); built on first use
@@ -170,6 +192,29 @@ class TrainingSession:
     def from_onnx(cls, model, loss, optimizer, *, trainable=None, **kwargs):
         """from_graph on an ONNX model (a path or a ModelProto; needs the `onnx` extra)."""
         return cls.from_graph(load_onnx(model), loss, optimizer, trainable=trainable, **kwargs)
+
+    @property
+    def _scaler_fetch(self):
+        """The loss scale's update, fetched so that a plan with an optimizer update runs it."""
+        return [] if self.loss_scale is None else [FOUND_INF]
+
+    def _add_update(self, graph, grads):
+        """Append the optimizer update (and the loss scale's update after it) to `graph`;
+        returns the name of the update's gradient norm."""
+        norm = self.optimizer.add_to_graph(graph, self._averaged(graph, grads),
+                                           skip_non_finite=self.loss_scale is not None)
+        if self.loss_scale is not None:
+            self.loss_scale.add_update(graph, norm)
+        return norm
+
+    @property
+    def skipped_steps(self):
+        """Updates skipped for an inf/NaN gradient (fp16 loss scaling; 0 otherwise).  Reading it
+        waits for the device."""
+        if self.loss_scale is None:
+            return 0
+        self.state.pull([SKIPPED])
+        return self.loss_scale.skipped
 
     def _executor(self, plan, profile=False):
         return Executor(plan, profile=profile, state=self.state, providers={self.device: self._provider},
@@ -236,7 +281,10 @@ class TrainingSession:
                                  "use reduction 'mean' or 'sum'")
             loss_name = loss.name
         builder.graph.outputs = [output.name] + ([loss_name] if loss_name else [])
-        return builder.graph, output.name, loss_name, dict(builder.state_updates)
+        graph = builder.graph
+        if self.precision.low is not None:
+            graph = autocast(graph, self.precision.low, keep=[*graph.outputs, *builder.state_updates])
+        return graph, output.name, loss_name, dict(builder.state_updates)
 
     def _target_spec(self, output):
         shape = self._target_shape
@@ -284,6 +332,8 @@ class TrainingSession:
         values = {"loss": results[loss_name], "output": results[output_name]}
         if norm_name is not None:
             values["norm"] = results[norm_name]
+        if FOUND_INF in results:
+            values["found_inf"] = results[FOUND_INF]
         self._last = self._provider.fetch_async(values)
         if norm_name is not None:
             self.optimizer.updated(PendingScalar(self._last, "norm"))
@@ -307,7 +357,8 @@ class TrainingSession:
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                      [self.loss_name, self.output_name, self.norm_name], to_host=False)
+                                      [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
+                                      to_host=False)
             loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
             return float(loss) if wait else loss
         n = len(inputs)
@@ -334,7 +385,8 @@ class TrainingSession:
         self._check_requires_grad()
         self.zero_grad()
         results = self._profiled.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                     [self.loss_name, self.output_name, self.norm_name], to_host=False)
+                                     [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
+                                     to_host=False)
         loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
         if path:
             self._profiled.profiler.write_chrome_trace(path)
@@ -362,8 +414,8 @@ class TrainingSession:
         self._grad = self._executor(self._schedule(graph, fetch))
         update = Graph(initializers={**self.trained, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
                        name="update")
-        norm = self.optimizer.add_to_graph(update, self._averaged(update, buffers))
-        self._update = (self._executor(self._schedule(update, [norm])), norm)
+        norm = self._add_update(update, buffers)
+        self._update = (self._executor(self._schedule(update, [norm, *self._scaler_fetch])), norm)
 
     def accumulate(self, inputs, targets, scale=1.0):
         """Forward and backward on a batch; add scale * gradients into the gradient buffers

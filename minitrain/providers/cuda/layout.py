@@ -3,9 +3,8 @@ non-contiguous GPUArray) and Transpose, both one gather kernel (cuda/layout.cu).
 dimension collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares."""
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel, module
+from .compiler import CUDA_FLOAT_TYPES, Kernel, module
 from .launch import MAX_RANK
 
 
@@ -83,7 +82,7 @@ def make_contiguous(provider, value):
     return out
 
 
-@register_kernel("Transpose", since=13, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Transpose", since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def transpose(ctx):
     x = ctx.inputs[0]
     perm = ctx.attrs["perm"]

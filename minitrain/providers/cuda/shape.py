@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES
 from ...ops.shape import reshape_target, shape_slice
 from ...registry import register_kernel
+from .compiler import CUDA_FLOAT_TYPES
 
 
 def view(provider, x, shape):
@@ -17,26 +17,26 @@ def view(provider, x, shape):
     return x.reshape(shape) if x.size else provider.empty(shape, x.dtype)
 
 
-@register_kernel("Identity", since=1, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Identity", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def identity(ctx):
     return {"output": ctx.inputs[0]}
 
 
-@register_kernel("Flatten", since=1, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Flatten", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def flatten(ctx):
     x = ctx.inputs[0]
     axis = ctx.attrs["axis"] + x.ndim if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
     return {"output": view(ctx.provider, x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))}
 
 
-@register_kernel("Reshape", since=5, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Reshape", since=5, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def reshape(ctx):
     x, target = ctx.inputs[0], ctx.inputs[1]
     shape = reshape_target(ctx, x.shape, [int(d) for d in target], ctx.attrs.get("allowzero", 0))
     return {"reshaped": view(ctx.provider, x, shape)}
 
 
-@register_kernel("Shape", since=1, provider="cuda", dtypes=FLOAT_TYPES, host_outputs=("shape",))
+@register_kernel("Shape", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_outputs=("shape",))
 def shape(ctx):
     dims = ctx.inputs[0].shape
     begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))

@@ -1,0 +1,36 @@
+"""CUDA kernels of Cast and MixedPrecisionScale (cuda/cast.cu): one grid-stride kernel per
+destination type, instantiated for every float source type; the same registrations as
+providers/cpu/compare.py and providers/cpu/loss_scale.py."""
+import numpy as np
+
+from ...ops.compare import ONNX_DTYPES
+from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...registry import register_kernel
+from .compiler import SUFFIX, Kernel
+
+FLOAT_DESTINATION = dict(SUFFIX)
+try:
+    FLOAT_DESTINATION[np.dtype("bfloat16")] = "bf16"
+except TypeError:       # NumPy knows bfloat16 only where ml_dtypes is installed
+    pass
+DESTINATION = {**FLOAT_DESTINATION, np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.bool_): "b8"}
+CAST = {dtype: Kernel("cast", f"cast_to_{suffix}", "PPq") for dtype, suffix in DESTINATION.items()}
+SCALE = {dtype: Kernel("cast", f"mp_scale_to_{suffix}", "PPPq") for dtype, suffix in FLOAT_DESTINATION.items()}
+
+
+@register_kernel("Cast", since=6, provider="cuda", dtypes=FLOAT_TYPES)
+def cast(ctx):
+    x = ctx.inputs[0]
+    to = ONNX_DTYPES[ctx.attrs["to"]]
+    y = ctx.provider.empty(x.shape, to)
+    CAST[to].launch_elements(ctx.provider, ctx.dtype, x.size, x, y, x.size)
+    return {"output": y}
+
+
+@register_kernel("MixedPrecisionScale", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+def mixed_precision_scale(ctx):
+    scale, x = ctx.inputs
+    to = ONNX_DTYPES[ctx.attrs["to"]]
+    y = ctx.provider.empty(x.shape, to)
+    SCALE[to].launch_elements(ctx.provider, ctx.dtype, x.size, scale, x, y, x.size)
+    return {"Y": y}
