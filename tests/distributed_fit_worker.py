@@ -3,10 +3,10 @@
 one process on the whole batches) trained with SGD-momentum for EPOCHS epochs (the total) in the
 run folder OUT.
 
-    python distributed_fit_worker.py OUT EPOCHS fresh|resume RESULT.json [--distributed]
+    python distributed_fit_worker.py OUT EPOCHS fresh|resume RESULT.json [--distributed] [--dropout]
 
-With --distributed (under mpiexec) it joins the MPI world and trains data-parallel.  Rank 0
-writes the final parameters, the history fit returned and the samples each rank trained on to
+With --distributed (under mpiexec) it joins the MPI world and trains data-parallel; --dropout
+puts a Dropout layer in the MLP (each rank draws its own masks).  Rank 0 writes the final parameters, the history fit returned and the samples each rank trained on to
 RESULT.json."""
 import json
 import sys
@@ -34,14 +34,15 @@ class RecordingDataset(ArrayDataset):
         return super().batch(indices)
 
 
-def train(out_dir, epochs, resume, data_parallel=False):
+def train(out_dir, epochs, resume, data_parallel=False, dropout=False):
     """fit() over the run folder `out_dir`; returns {"params", "history", "served"}, served: the
     indices each rank trained on, in rank order."""
     minitrain.random.seed(0)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((TRAIN + TEST, 6))
     y = ((x[:, 0] + x[:, 1] > 0).astype(np.int64) + (x[:, 2] > 0.5)).astype(np.int64)
-    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to_dtype(np.float64)
+    hidden = [nn.Linear(6, 16), nn.Tanh()] + ([nn.Dropout(0.3)] if dropout else [])
+    model = nn.Sequential(*hidden, nn.Linear(16, 3)).to_dtype(np.float64)
     session = TrainingSession(model, nn.CrossEntropyLoss(), SGD(0.1, momentum=0.9), input_shape=(6,),
                               data_parallel=data_parallel)
     dataset = RecordingDataset(x[:TRAIN], y[:TRAIN])
@@ -58,7 +59,7 @@ def main(out_dir, epochs, mode, result_path, *flags):
     data_parallel = "--distributed" in flags
     if data_parallel:
         distributed.init()
-    result = train(out_dir, int(epochs), mode == "resume", data_parallel)
+    result = train(out_dir, int(epochs), mode == "resume", data_parallel, "--dropout" in flags)
     if distributed.is_main():
         with open(result_path, "w") as f:
             json.dump(result, f)

@@ -1,7 +1,8 @@
 """fit() and the CLI on 2 CPU ranks launched by mpiexec (skipped without mpi4py or mpiexec):
 `train lenet_digits --distributed` prints once, writes one run folder and reports metrics over
 the whole test set; a run folder moves between world sizes (2 ranks -> 1 process, 1 process ->
-2 ranks) and the run goes on as one process would (distributed_fit_worker.py)."""
+2 ranks) and the run goes on as one process would, and on the same number of ranks it goes on
+bitwise, Dropout masks included (distributed_fit_worker.py)."""
 import json
 import os
 import subprocess
@@ -59,9 +60,9 @@ def test_cli_prints_once_writes_one_run_folder_and_reports_global_metrics(tmp_pa
     assert refused.stderr.count("already holds a run") == 1, refused.stderr
 
 
-def run_worker_on_two_ranks(out_dir, epochs, mode, result_path):
+def run_worker_on_two_ranks(out_dir, epochs, mode, result_path, *flags):
     stdout = on_two_ranks(os.path.join(ROOT, "tests", "distributed_fit_worker.py"), out_dir, epochs, mode,
-                          result_path, "--distributed").stdout
+                          result_path, "--distributed", *flags).stdout
     with open(result_path) as f:
         return stdout, json.load(f)
 
@@ -93,3 +94,13 @@ def test_a_run_moves_between_world_sizes_and_goes_on_as_one_process(tmp_path):
     stdout, second = run_worker_on_two_ranks(tmp_path / "one_then_two", 2, "resume", tmp_path / "second.json")
     assert sum(line.startswith("resumed from") for line in stdout.splitlines()) == 1, stdout
     assert_same_run(second, reference)
+
+
+def test_two_ranks_resume_bitwise_with_their_own_dropout_masks(tmp_path):
+    _, whole = run_worker_on_two_ranks(tmp_path / "whole", 2, "fresh", tmp_path / "whole.json", "--dropout")
+    run_worker_on_two_ranks(tmp_path / "parts", 1, "fresh", tmp_path / "first.json", "--dropout")
+    _, resumed = run_worker_on_two_ranks(tmp_path / "parts", 2, "resume", tmp_path / "resumed.json", "--dropout")
+    assert resumed["params"] == whole["params"]
+    drop = ("seconds", "steps_per_s")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in resumed["history"]] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in whole["history"]]

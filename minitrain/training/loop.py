@@ -28,7 +28,8 @@ same step), the test set is split over the ranks and its metrics summed, and Bat
 statistics are averaged over the ranks before each evaluation and checkpoint.  Rank 0 alone
 logs, draws the progress bar and writes the run folder (after a barrier); on resume it reads the
 checkpoint and hands its contents to the other ranks, so a checkpoint moves freely between runs
-of any number of ranks, one process included.
+of any number of ranks, one process included.  The checkpoint keeps every rank's random stream
+too: resumed on as many ranks, a run goes on bitwise, Dropout masks included.
 """
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
         ranks.on_main(prepare_run_folder, out_dir, resume=resume, overwrite=overwrite)
     if resume:
         extra = checkpoint.restore(session, ranks.on_main(checkpoint.read, paths[CHECKPOINT]), paths[CHECKPOINT])
-        ranks.vary_random_streams()
+        ranks.restore_random_streams(extra.get("random_states"))
         loader.load_state_dict(extra["loader"])
         first_epoch = extra["epoch"]
         history = extra.get("history", [])
@@ -242,6 +243,8 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
             if improved:
                 best = {"metric": monitor, "value": value, "epoch": epoch + 1}
             extra = {"epoch": epoch + 1, "loader": loader.state_dict(), "history": history, "best": best}
+            if ranks.world:
+                extra["random_states"] = ranks.random_states()
             ranks.barrier()
             ranks.on_main(_write_epoch, session, paths, record, extra, improved)
     if out_dir and history:

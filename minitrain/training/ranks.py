@@ -52,9 +52,20 @@ class Ranks:
         if self.world is not None:
             distributed.barrier()
 
-    def vary_random_streams(self):
-        """After a checkpoint set rank 0's generator state on every rank: give each rank its
-        own stream again (Dropout masks must differ between ranks), as a data-parallel session
-        does at start: the generator's next draw + the rank."""
-        if self.world is not None:
+    def random_states(self):
+        """Every rank's random generator state, in rank order, for a checkpoint (None outside a
+        world: the checkpoint's own state is this process's)."""
+        return distributed.allgather_object(mt_random.get_state()) if self.world else None
+
+    def restore_random_streams(self, states):
+        """After a checkpoint set rank 0's generator state on every rank: each rank takes back
+        its own state when the checkpoint comes from a world of this size (`states`, from
+        random_states), so that the run goes on bitwise; otherwise each draws a stream of its
+        own, as a data-parallel session does at start (the next draw + the rank): Dropout masks
+        must differ between ranks."""
+        if self.world is None:
+            return
+        if states is not None and len(states) == self.size:
+            mt_random.set_state(states[self.rank])
+        else:
             mt_random.seed(int(mt_random.generator().integers(0, 2 ** 62)) + self.rank)
