@@ -1,6 +1,7 @@
-"""CUDA kernels of the re-layout ops that only reinterpret: Identity, Flatten, Reshape and
-Shape.  Like the CPU's, they return views of their (contiguous) input, sharing its device
-memory; Transpose, which moves data, is in layout.py."""
+"""CUDA kernels of the re-layout ops that only reinterpret: Identity, Flatten and Reshape, and
+the metadata ops Shape and Size, whose results live in host memory.  Like the CPU's, they
+return views of their (contiguous) input, sharing its device memory; Transpose, which moves
+data, is in structural.py."""
 import math
 
 import numpy as np
@@ -41,3 +42,8 @@ def shape(ctx):
     dims = ctx.inputs[0].shape
     begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))
     return {"shape": np.array(dims[begin:stop], dtype=np.int64)}
+
+
+@register_kernel("Size", since=1, provider="cuda", dtypes=FLOAT_TYPES, host_outputs=("size",))
+def size(ctx):
+    return {"size": np.array(math.prod(ctx.inputs[0].shape), dtype=np.int64)}
