@@ -630,6 +630,12 @@ def batchnorm_cases():
             *(case(*inputs(*shape), epsilon=1e-3, outputs=["Y", "saved_mean", "saved_inv_std"]) for shape in shapes))
 
 
+def batchnorm9_cases():
+    """Version 9's training form, which asks for the running statistics (the inference form
+    is version 14's with training_mode=0)."""
+    return tuple(case(*c.inputs, momentum=0.8, epsilon=1e-3) for c in batchnorm_cases()[:4])
+
+
 def comparison_cases():
     """Small integers (ties included) in every broadcast pattern."""
     shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3))]
@@ -763,6 +769,9 @@ ROWS = [
           reference=global_pool(np.mean), differentiable=(0,)),
     OpRow("GlobalMaxPool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
           reference=global_pool(np.max), differentiable=(0,)),
+    OpRow("BatchNormalization", batchnorm9_cases(), since=9,
+          reference=lambda inputs, attrs: batchnorm(inputs, {**attrs, "training_mode": 1}),
+          differentiable=(0, 1, 2), differentiable_outputs=("Y",), outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),

@@ -208,6 +208,11 @@ def global_pool_cases(rng, dtype, opset):
 
 
 def batch_norm_cases(rng, dtype, opset):
+    """From version 14 only: ONNX's reference of version 9 fills in momentum's default and so
+    always normalises with updated running statistics (test_onnx_import_state.py checks
+    version 9 against PyTorch)."""
+    if opset < 14:
+        return []
     cases = []
     for shape in ((4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 3, 2, 3, 2)):
         x = _normal(rng, dtype, *shape)
