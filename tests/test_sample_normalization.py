@@ -1,9 +1,11 @@
 """LayerNormalization, InstanceNormalization and GroupNormalization beyond their op-table rows
-(NumPy references, finite differences): forward and gradients against PyTorch autograd,
-float16 statistics in float32, and bad input named.  CUDA against the CPU: test_cuda_sample_normalization.py."""
+(NumPy references, finite differences): forward and gradients against PyTorch autograd, the
+statistics' shapes and types, bad input named, and on CUDA the shapes beyond the op table's
+(rows longer than a block, more rows than blocks, data far from zero)."""
 import numpy as np
 import pytest
 
+from cuda_parity import DTYPES, check_parity
 from minitrain import run_node
 from minitrain.errors import OpAttributeError, ShapeError
 from minitrain.ops import get_schema, infer_node
@@ -47,12 +49,13 @@ def test_against_torch_autograd(op, x_shape, scale_shape, attrs, opset, referenc
         np.testing.assert_allclose(ours, theirs.grad.numpy(), rtol=1e-9, atol=1e-10)
 
 
-def test_float16_statistics_are_float32():
+def test_statistics_shapes_and_dtypes():
+    """LayerNormalization's as ONNX defines them; the data's type, as ONNX's reference has them."""
     sch = get_schema("LayerNormalization", "", 17)
-    types = [TensorType(np.dtype(np.float16), (4, 8)), TensorType(np.dtype(np.float16), (8,)), None]
+    types = [TensorType(np.dtype(np.float16), (4, 3, 8)), TensorType(np.dtype(np.float16), (8,)), None]
     _, out = infer_node(sch, types, {"axis": -1, "epsilon": 1e-5, "stash_type": 1})
-    assert [t.dtype for t in out] == [np.float16, np.float32, np.float32]
-    assert out[1].shape == (4, 1)
+    assert [(t.dtype, t.shape) for t in out] == [(np.float16, (4, 3, 8)), (np.float16, (4, 3, 1)),
+                                                 (np.float16, (4, 3, 1))]
 
 
 def test_the_ms_layer_normalization_is_the_onnx_one(rng):
@@ -79,3 +82,25 @@ def test_bad_input_is_named(op, inputs, attrs, opset, error, match):
     arrays = [np.ones(shape) for shape in inputs]
     with pytest.raises(error, match=match):
         run_node(op, arrays, attrs=attrs, opset=opset)
+
+
+CUDA_CASES = [("LayerNormalization", (300, 1000), (1000,), {"axis": -1}, 17),
+              ("LayerNormalization", (5000, 7), (7,), {"axis": 1}, 17),
+              ("InstanceNormalization", (4, 16, 65, 33), (16,), {}, 6),
+              ("GroupNormalization", (8, 32, 17, 9), (32,), {"num_groups": 8}, 21),
+              ("GroupNormalization", (8, 32, 17, 9), (8,), {"num_groups": 8}, 18)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op,x_shape,scale_shape,attrs,opset", CUDA_CASES, ids=[f"{c[0]}-{c[1]}" for c in CUDA_CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_against_cpu(op, x_shape, scale_shape, attrs, opset, dtype, rng):
+    x = rng.standard_normal(x_shape) * 3 + 20
+    scale, bias = rng.standard_normal(scale_shape), rng.standard_normal(scale_shape)
+    check_parity(op, [x, scale, bias], attrs, opset=opset, dtypes=[dtype])
+    dy = rng.standard_normal(x_shape)
+    cpu_stats = run_node(op, [a.astype(np.float32 if dtype == "float16" else dtype) for a in (x, scale, bias)],
+                         attrs=attrs, opset=opset)[1:]
+    check_parity(f"{op}Grad", [dy, x, scale, *cpu_stats], attrs, domain=MS, dtypes=[dtype])
+    for outputs in (["dX"], ["dscale"], ["dbias", "dscale"]):
+        check_parity(f"{op}Grad", [dy, x, scale, *cpu_stats], attrs, domain=MS, dtypes=[dtype], outputs=outputs)

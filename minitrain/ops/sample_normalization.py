@@ -19,8 +19,9 @@ The forward ops also produce the row statistics the gradient reads (mean and inv
 1 / sqrt(var + epsilon)): LayerNormalization's Mean and InvStdDev, shaped X.shape[:axis] + ones
 as ONNX defines them; InstanceNormalization's and GroupNormalization's optional outputs `mean`
 and `inv_std_dev` of shape (N, C) or (N, G), which ONNX does not define (as BatchNormalization's
-saved_mean).  Statistics are float32 for float16 data (stash_type 1, the only one supported,
-as in ONNX's reference) and of the data's type otherwise.  ONNX Runtime's gradient builder
+saved_mean).  They are computed in float32 for float16 data (stash_type 1, the only one
+supported, as in ONNX's reference) and in the data's type otherwise, and stored in the data's
+type as ONNX's reference and BatchNormalization's saved statistics are.  ONNX Runtime's gradient builder
 emits LayerNormalizationGrad; it has none for the other two, whose gradients here follow the
 same contract: (dY, X, scale, mean, inv_std_dev) -> (dX, dscale, dbias).
 """
@@ -32,7 +33,6 @@ from .gradients import gradient
 from .schema import MS_DOMAIN, REQUIRED, Attr, Input, schema
 from .shape_utils import normalize_axis
 
-STATS_TYPES = (np.float32, np.float64)
 EPSILON = {"epsilon": Attr("float", 1e-5)}
 STASH = {"stash_type": Attr("int", 1)}
 LAYER_NORM_ATTRS = {"axis": Attr("int", -1), **EPSILON, **STASH}
@@ -40,8 +40,8 @@ GROUP_NORM_ATTRS = {**EPSILON, "num_groups": Attr("int", REQUIRED)}
 GRAD_OUTPUTS = ("dX", "dscale", "dbias")
 
 
-def stats_dtype(dtype):
-    """The type of the statistics and of the accumulation: float32 for float16 data."""
+def accumulation_dtype(dtype):
+    """The type the statistics are computed in: float32 for float16 data."""
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
@@ -126,13 +126,12 @@ def _infer(version):
         """Y like X; the statistics (mean, inv_std_dev) per row."""
         _check_attrs(ctx)
         x = ctx.shape(0)
-        stats = np.dtype(stats_dtype(ctx.dtype))
         if x is None:
-            return [ctx.out(None), ctx.out(None, stats), ctx.out(None, stats)]
+            return [ctx.out(None)] * 3
         _check_param(ctx, 1, x, *_param_shape(ctx, 0, version))
         ctx.require_shape(2, ctx.shape(1), "the shape of the scale, whose shape the gradient gives the bias")
         s = stats_shape(ctx.op_type, x, ctx.attrs)
-        return [ctx.out(x), ctx.out(s, stats), ctx.out(s, stats)]
+        return [ctx.out(x), ctx.out(s), ctx.out(s)]
     return infer
 
 
@@ -148,15 +147,7 @@ def infer_grad(ctx):
     forward = ctx.op_type[:-len("Grad")]
     for i in (3, 4):
         ctx.require_shape(i, stats_shape(forward, x, ctx.attrs), f"the statistics {forward} made of X {tuple(x)}")
-        t = ctx.input(i)
-        if t is not None and t.dtype != stats_dtype(ctx.dtype):
-            ctx.fail(f"input {ctx.schema.inputs[i].name!r} has dtype {t.dtype}; the statistics of {ctx.dtype} "
-                     f"data are {stats_dtype(ctx.dtype)}")
     return [ctx.out(x), ctx.out(ctx.shape(2)), ctx.out(ctx.shape(2))]
-
-
-def _stats(name):
-    return Input(name, types=STATS_TYPES)
 
 
 for _domain, _since in (("", 17), (MS_DOMAIN, 1)):
@@ -170,7 +161,7 @@ schema("GroupNormalization", since=18, inputs=["X", "scale", "bias"], outputs=["
 schema("GroupNormalization", since=21, inputs=["X", "scale", "bias"], outputs=["Y", "mean", "inv_std_dev"],
        attrs={**GROUP_NORM_ATTRS, **STASH}, optional_outputs=("mean", "inv_std_dev"))(_infer(21))
 
-_GRAD_INPUTS = ["dY", "X", "scale", _stats("mean"), _stats("inv_std_dev")]
+_GRAD_INPUTS = ["dY", "X", "scale", "mean", "inv_std_dev"]
 schema("LayerNormalizationGrad", domain=MS_DOMAIN, inputs=_GRAD_INPUTS, outputs=GRAD_OUTPUTS,
        attrs=LAYER_NORM_ATTRS)(infer_grad)
 schema("InstanceNormalizationGrad", domain=MS_DOMAIN, inputs=_GRAD_INPUTS, outputs=GRAD_OUTPUTS,

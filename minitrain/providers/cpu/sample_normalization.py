@@ -1,10 +1,10 @@
 """CPU kernels of LayerNormalization, InstanceNormalization, GroupNormalization and their
 gradients (ops/sample_normalization.py): NumPy passes over X viewed as (rows, cols), the
 affine entries gathered per (row % period, col) as ops/sample_normalization.layout says.
-Sums run in the statistics' type (float32 for float16 data)."""
+Sums run in float32 for float16 data, in the data's type otherwise."""
 import numpy as np
 
-from ...ops.sample_normalization import layout, stats_dtype, stats_shape
+from ...ops.sample_normalization import layout, accumulation_dtype, stats_shape
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 
@@ -25,10 +25,10 @@ def _param_sums(values, param, rows_layout):
 
 
 def _rows(ctx, x, scale):
-    """(layout, X as (rows, cols) in the statistics' type, that type)."""
+    """(layout, X as (rows, cols) in the accumulation type, that type)."""
     rows_layout = layout(ctx.op_type.removesuffix("Grad"), x.shape, ctx.attrs, scale.size)
     rows, cols, _, _ = rows_layout
-    acc = stats_dtype(x.dtype)
+    acc = accumulation_dtype(x.dtype)
     return rows_layout, x.reshape(rows, cols).astype(acc, copy=False), acc
 
 
@@ -49,7 +49,7 @@ def normalization(ctx):
             y += _affine_table(bias.astype(acc), rows_layout)
         y = y.astype(x.dtype).reshape(x.shape)
     stats = stats_shape(ctx.op_type, x.shape, ctx.attrs)
-    out = dict(zip(_OUTPUTS[ctx.op_type], (y, mean.reshape(stats), inv_std.reshape(stats))))
+    out = dict(zip(_OUTPUTS[ctx.op_type], (y, *(s.astype(x.dtype).reshape(stats) for s in (mean, inv_std)))))
     return {k: v for k, v in out.items() if ctx.wants(k)}
 
 
