@@ -25,6 +25,8 @@ on (attributes a version added).  Adding an op is one `OpRow(...)` in ROWS, for 
     OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(7), alpha=0.2)),
           reference=activation("LeakyRelu"), differentiable=(0,)),
 """
+import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -247,6 +249,66 @@ def activation_grad(op):
     return lambda inputs, attrs: {"dX": backward(inputs[0], inputs[1], attrs.get("alpha", alpha))}
 
 
+# -- pointwise activations of exported models (ops/pointwise_activation.py), unary math, PRelu, Max/Min
+_erf = np.vectorize(math.erf)
+_GELU_K = math.sqrt(2 / math.pi)
+_SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875   # ONNX's float32 defaults
+
+
+def _gelu_tanh_parts(x):
+    """(tanh of the tanh form's argument, that argument's derivative)."""
+    return np.tanh(_GELU_K * (x + 0.044715 * x ** 3)), _GELU_K * (1 + 3 * 0.044715 * x ** 2)
+
+
+def _attr(attrs, name, default):
+    return attrs.get(name, f32(default))
+
+
+POINTWISE = {  # op: (forward(x, attrs), gradient(dy, x, attrs)), in float64 by the definitions
+    "HardSigmoid": (lambda x, a: np.clip(_attr(a, "alpha", 0.2) * x + _attr(a, "beta", 0.5), 0, 1),
+                    lambda dy, x, a: dy * _attr(a, "alpha", 0.2) *
+                    (np.abs(_attr(a, "alpha", 0.2) * x + _attr(a, "beta", 0.5) - 0.5) < 0.5)),
+    "HardSwish": (lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1),
+                  lambda dy, x, a: dy * np.select([x < -3, x <= 3], [0.0, x / 3 + 0.5], 1.0)),
+    "Softplus": (lambda x, a: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0), lambda dy, x, a: dy * _sigmoid(x)),
+    "Elu": (lambda x, a: np.where(x > 0, x, _attr(a, "alpha", 1.0) * (np.exp(np.minimum(x, 0)) - 1)),
+            lambda dy, x, a: dy * np.where(x > 0, 1.0, _attr(a, "alpha", 1.0) * np.exp(np.minimum(x, 0)))),
+    "Selu": (lambda x, a: _attr(a, "gamma", _SELU_GAMMA) *
+             np.where(x > 0, x, _attr(a, "alpha", _SELU_ALPHA) * (np.exp(np.minimum(x, 0)) - 1)),
+             lambda dy, x, a: dy * _attr(a, "gamma", _SELU_GAMMA) *
+             np.where(x > 0, 1.0, _attr(a, "alpha", _SELU_ALPHA) * np.exp(np.minimum(x, 0)))),
+    "Gelu": (lambda x, a: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+             lambda dy, x, a: dy * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))),
+    "FastGelu": (lambda x, a: 0.5 * x * (1 + _gelu_tanh_parts(x)[0]),
+                 lambda dy, x, a: dy * (0.5 * (1 + _gelu_tanh_parts(x)[0]) +
+                                        0.5 * x * (1 - _gelu_tanh_parts(x)[0] ** 2) * _gelu_tanh_parts(x)[1])),
+}
+
+
+def pointwise(op, name="Y"):
+    """The forward of a POINTWISE op; Gelu's approximate=tanh is FastGelu's form, a bias is
+    added to X first (FastGelu's)."""
+    def reference(inputs, attrs):
+        form = "FastGelu" if op == "Gelu" and attrs.get("approximate") == "tanh" else op
+        x = inputs[0] if len(inputs) < 2 or inputs[1] is None else inputs[0] + inputs[1]
+        return {name: POINTWISE[form][0](x, attrs)}
+    return reference
+
+
+def pointwise_grad(op):
+    return lambda inputs, attrs: {"dX": POINTWISE[op][1](inputs[0], inputs[1], attrs)}
+
+
+def prelu(inputs, attrs):
+    x, slope = inputs
+    return {"Y": np.where(x > 0, x, x * slope)}
+
+
+def variadic(fn, name):
+    """Max or Min of the inputs broadcast together."""
+    return lambda inputs, attrs: {name: functools.reduce(fn, inputs)}
+
+
 def activation_grad_bias(inputs, attrs):
     dx = ACTIVATIONS[attrs["activation"]][1](inputs[0], inputs[1], attrs.get("activation_alpha", f32(0.01)))
     return {"dX": dx, "dB": dx.sum(axis=tuple(a for a in range(dx.ndim) if a != 1))}
@@ -277,16 +339,17 @@ def _sum_to(x, shape):
     return x.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1), keepdims=True)
 
 
-def reduction(reduce, axes_from_input):
+def reduction(reduce, axes_from_input, elementwise=None):
     """ReduceSum, ReduceMean or ReduceMax (`reduce`: np.sum, np.mean, np.max) over the axes of
     the attribute, or of the input from the opset where they moved; absent or empty axes
-    reduce every axis, unless noop_with_empty_axes makes them the identity."""
+    reduce every axis, unless noop_with_empty_axes makes them the identity (or `elementwise`,
+    the part of ReduceSumSquare and ReduceL2 that still applies then)."""
     def reference(inputs, attrs):
         x = inputs[0]
         axes = inputs[1] if axes_from_input and len(inputs) > 1 else attrs.get("axes")
         if axes is None or len(axes) == 0:
             if attrs.get("noop_with_empty_axes"):
-                return {"reduced": x}
+                return {"reduced": x if elementwise is None else elementwise(x)}
             axes = range(x.ndim)
         return {"reduced": reduce(x, axis=tuple(int(a) for a in axes), keepdims=bool(attrs.get("keepdims", 1)))}
     return reference
@@ -742,6 +805,47 @@ ROWS = [
           reference=activation("LeakyRelu"), differentiable=(0,)),
     OpRow("QuickGelu", (case(normal(2, 5, scale=2)), case(normal(7), alpha=-0.3)), domain=MS,
           reference=activation("QuickGelu"), differentiable=(0,)),
+    # pointwise activations, unary math, PRelu, Max/Min, ReduceSumSquare and ReduceL2 of exported models
+    OpRow("HardSigmoid", (case(normal(3, 5, scale=4)), case(normal(7, scale=4), alpha=0.3, beta=0.4),
+                          case(normal(7, scale=4), alpha=-0.5, beta=0.2)),
+          since=6, reference=pointwise("HardSigmoid"), differentiable=(0,)),
+    OpRow("HardSwish", (case(normal(3, 5, scale=4)), case(np.array([-4.0, -3.0, -1.5, 0.0, 2.0, 3.0, 5.0]),
+                                                          gradient=False)),
+          since=14, reference=pointwise("HardSwish"), differentiable=(0,)),
+    OpRow("Softplus", (case(normal(3, 5, scale=4)), case(np.array([-800.0, -30.0, 0.0, 30.0, 800.0]))),
+          reference=pointwise("Softplus"), differentiable=(0,)),
+    OpRow("Elu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), alpha=0.3)),
+          since=6, reference=pointwise("Elu"), differentiable=(0,)),
+    OpRow("Selu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), alpha=1.5, gamma=0.8)),
+          since=6, reference=pointwise("Selu"), differentiable=(0,)),
+    OpRow("Gelu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), approximate="tanh")),
+          since=20, reference=pointwise("Gelu"), differentiable=(0,)),
+    OpRow("Gelu", (case(normal(3, 5, scale=2)),), domain=MS, reference=pointwise("Gelu"), differentiable=(0,)),
+    OpRow("FastGelu", (case(normal(3, 5, scale=2)), case(normal(2, 3, 4), normal(4)), case(normal(2, 3), normal())),
+          domain=MS, reference=pointwise("FastGelu"), differentiable=(0, 1)),
+    OpRow("Erf", (case(normal(3, 5, scale=2)), case(normal())), since=9, reference=unary(_erf), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Reciprocal", (case(nonzero(3, 5)), case(nonzero())), since=6, reference=unary(np.reciprocal),
+          differentiable=(0,), outputs=("output",), gradient_since=7),                     # a Mul
+    OpRow("PRelu", (case(normal(2, 3, 4, 4), normal(3, 1, 1)), case(normal(3, 4), normal(4)),
+                    case(normal(2, 3, 4), normal(1)), case(normal(3, 4), normal(3, 4))),
+          since=7, reference=prelu, differentiable=(0, 1), gradient_since=9),              # a Where
+    OpRow("Max", (case(normal(2, 3)), case(normal(2, 3, 4), normal(4), normal(3, 1)),
+                  case(np.array([[1.0, 3.0, -2.0]]), np.array([[1.0, 0.0, -2.0], [0.5, 3.0, -1.0]]))),
+          since=8, reference=variadic(np.maximum, "max"), differentiable=(0, 1, 2), outputs=("max",)),
+    OpRow("Min", (case(normal(2, 3)), case(normal(2, 3, 4), normal(4), normal(3, 1)),
+                  case(np.array([[1.0, 3.0, -2.0]]), np.array([[1.0, 0.0, -2.0], [0.5, 3.0, -1.0]]))),
+          since=8, reference=variadic(np.minimum, "min"), differentiable=(0, 1, 2), outputs=("min",)),
+    OpRow("ReduceSumSquare", reduce_attribute_cases(), reference=reduction(lambda x, **k: np.sum(x * x, **k), False),
+          differentiable=(0,), outputs=("reduced",), gradient_since=7),                    # a broadcast Mul
+    OpRow("ReduceSumSquare", reduce_input_cases(), since=18,
+          reference=reduction(lambda x, **k: np.sum(x * x, **k), True, np.square), differentiable=(0,),
+          outputs=("reduced",)),
+    OpRow("ReduceL2", reduce_attribute_cases(), reference=reduction(lambda x, **k: np.sqrt(np.sum(x * x, **k)), False),
+          differentiable=(0,), outputs=("reduced",), gradient_since=9),                    # a Where
+    OpRow("ReduceL2", reduce_input_cases(), since=18,
+          reference=reduction(lambda x, **k: np.sqrt(np.sum(x * x, **k)), True, np.abs), differentiable=(0,),
+          outputs=("reduced",)),
     OpRow("Softmax", softmax_cases(11), reference=softmax(False, True), differentiable=(0,), outputs=("output",)),
     OpRow("Softmax", softmax_cases(13), since=13, reference=softmax(False, False), differentiable=(0,),
           outputs=("output",)),
@@ -955,6 +1059,13 @@ ROWS = [
           reference=activation_grad("LeakyRelu"), outputs=("dX",), gradient_of=("", "LeakyRelu")),
     OpRow("QuickGeluGrad", (case(normal(2, 5), normal(2, 5)), case(normal(7), normal(7), alpha=-0.3)), domain=MS,
           reference=activation_grad("QuickGelu"), outputs=("dX",), gradient_of=(MS, "QuickGelu")),
+    # gradient ops of the pointwise activations of exported models
+    *(OpRow(f"{op}Grad", (case(normal(3, 5), normal(3, 5, scale=4)), *extra), domain=MS, reference=pointwise_grad(op),
+            outputs=("dX",), gradient_of=("", op) if op != "FastGelu" else (MS, op))
+      for op, extra in (("HardSigmoid", (case(normal(7), normal(7, scale=4), alpha=0.3, beta=0.4),)),
+                        ("HardSwish", (case(normal(7), np.array([-4.0, -3.0, -1.5, 0.0, 2.0, 3.0, 5.0])),)),
+                        ("Softplus", ()), ("Elu", (case(normal(7), normal(7), alpha=0.3),)),
+                        ("Selu", (case(normal(7), normal(7), alpha=1.5, gamma=0.8),)), ("Gelu", ()), ("FastGelu", ()))),
     OpRow("SoftmaxGrad", (case(_softmax_pair((3, 4), 1, False, True), axis=1),
                           case(_softmax_pair((2, 3, 4), 2, False, True), axis=2)), domain=MS,
           reference=softmax_grad(False, True), outputs=("dX",), gradient_of=("", "Softmax")),

@@ -12,6 +12,7 @@ runs in float32 only, where the two defaults agree within the tolerance.
 Where ONNX's reference implementation departs from the ONNX operator spec, the spec wins: the
 reference is then run on an equivalent model the reference gets right (reference_outputs says
 which and why)."""
+import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -44,12 +45,13 @@ class Case:
 
 def forward_kernels():
     """(op_type, opset) pairs to check: the first and the last opset of every ONNX-domain CPU
-    kernel's version range."""
+    kernel's version range (an open range ends at NEWEST, or at its first opset when that is
+    newer)."""
     pairs = set()
     for k in registered_kernels():
         if k.domain == "" and k.provider == "cpu" and k.op_type not in NOT_IN_ONNX:
             pairs.add((k.op_type, k.since_version))
-            pairs.add((k.op_type, NEWEST if k.end_version is None else k.end_version))
+            pairs.add((k.op_type, max(NEWEST, k.since_version) if k.end_version is None else k.end_version))
     return sorted(pairs)
 
 
@@ -483,6 +485,41 @@ def cast_cases(rng, dtype, opset):
             Case([x[1:] > 0], {"to": TensorProto.BOOL})]
 
 
+# -- pointwise activations, unary math, PRelu, Max/Min, ReduceSumSquare and ReduceL2 of exported models
+def attribute_cases(*attribute_sets):
+    """The unary cases with each attribute set; the defaults (no attributes) in float32 only."""
+    def cases(rng, dtype, opset):
+        x = _with_specials(rng, dtype, 3, 4, 5)
+        default = [Case([x]), Case([_normal(rng, dtype)])] if dtype == np.float32 else []
+        return default + [Case([x], dict(attrs)) for attrs in attribute_sets]
+    return cases
+
+
+def gelu_cases(rng, dtype, opset):
+    x = _with_specials(rng, dtype, 3, 4, 5)
+    return [Case([x]), Case([x], {"approximate": "none"}), Case([x], {"approximate": "tanh"})]
+
+
+def nonzero_unary_cases(rng, dtype, opset):
+    """Reciprocal: values away from 0, with +-0, +-inf and NaN among them."""
+    x = _away_from_zero(rng, dtype, 3, 4, 5)
+    x.flat[:5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
+    return [Case([x]), Case([np.array(-2.5, dtype=dtype)])]
+
+
+def prelu_cases(rng, dtype, opset):
+    x = _with_specials(rng, dtype, 2, 3, 4, 5)
+    return [Case([x, _normal(rng, dtype, 3, 1, 1)]), Case([x, _normal(rng, dtype, 5)]),
+            Case([x, _normal(rng, dtype, 1)]), Case([x, _normal(rng, dtype, 2, 3, 4, 5)])]
+
+
+def variadic_cases(rng, dtype, opset):
+    a = _with_specials(rng, dtype, 3, 4)
+    ties = a[:, ::-1].copy()
+    return [Case([a]), Case([a, ties]), Case([a, _normal(rng, dtype, 4), _normal(rng, dtype, 3, 1)]),
+            Case([_normal(rng, dtype), _normal(rng, dtype, 2, 3)])]
+
+
 CASES = {
     "Add": binary_cases("Add"), "Sub": binary_cases("Sub"), "Mul": binary_cases("Mul"), "Div": binary_cases("Div"),
     "Sum": sum_cases, "Neg": unary_cases, "Relu": unary_cases, "Sigmoid": unary_cases, "Tanh": unary_cases,
@@ -504,6 +541,12 @@ CASES = {
     "Expand": expand_cases, "Size": size_cases, "Equal": comparison_cases, "Greater": comparison_cases,
     "Less": comparison_cases, "GreaterOrEqual": comparison_cases, "LessOrEqual": comparison_cases,
     "And": and_cases, "Cast": cast_cases,
+    "HardSigmoid": attribute_cases({"alpha": 0.3, "beta": 0.4}, {"alpha": -0.5, "beta": 0.2}),
+    "HardSwish": unary_cases, "Softplus": unary_cases, "Elu": attribute_cases({"alpha": 1.0}, {"alpha": 0.3}),
+    "Selu": attribute_cases({"alpha": 1.5, "gamma": 0.8}), "Gelu": gelu_cases, "Erf": unary_cases,
+    "Reciprocal": nonzero_unary_cases, "PRelu": prelu_cases, "Max": variadic_cases, "Min": variadic_cases,
+    "ReduceSumSquare": lambda rng, dtype, opset: reduce_cases(rng, dtype, opset, 18),
+    "ReduceL2": lambda rng, dtype, opset: reduce_cases(rng, dtype, opset, 18),
 }
 
 
@@ -551,6 +594,11 @@ def reference_outputs(op, opset, case, n_outputs):
         return run_reference("ReduceMax", 18, [x, axes], {"keepdims": 1}, 1)
     if op == "ConvTranspose":
         return [_conv_transpose_reference(opset, case.inputs, attrs)]
+    if op in FLOAT64_FORMULAS and x.dtype == np.float64:
+        # The reference computes Erf in float32, and Gelu and HardSwish through function bodies
+        # with float32 constants (HardSwish's 1/6 is a float attribute): in float64 the spec's
+        # formula is the reference.
+        return [FLOAT64_FORMULAS[op](x, attrs)]
     outputs = run_reference(op, opset, case.inputs, attrs, n_outputs)
     if op == "MaxPool" and n_outputs == 2 and all(v == 1 for k in ("strides", "dilations")
                                                   for v in attrs.get(k, [1])):
@@ -559,6 +607,15 @@ def reference_outputs(op, opset, case, n_outputs):
         # Such a case checks that minitrain's indices point at the reference's maxima.
         outputs[1] = None
     return outputs
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+FLOAT64_FORMULAS = {
+    "Erf": lambda x, attrs: _erf(x),
+    "HardSwish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
+    "Gelu": lambda x, attrs: (0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))
+    if attrs.get("approximate") == "tanh" else 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+}
 
 
 def _conv_transpose_reference(opset, inputs, attrs):
