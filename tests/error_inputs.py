@@ -185,6 +185,21 @@ SAMPLES = {
     ("", "LessOrEqual"): ([f(2, 3), f(3)], {}, None),
     ("", "And"): ([f(2, 3) > 0, f(3) > 0], {}, None),
     ("", "Cast"): ([f(2, 3) > 0], {"to": 1, "saturate": 1}, None),
+    # structural ops
+    ("", "Constant"): ([], {"value": f(2, 3)}, None),
+    ("", "ConstantOfShape"): ([np.array([2, 3])], {"value": np.array([1.5])}, None),
+    ("", "Concat"): ([f(2, 3), f(2, 4)], {"axis": 1}, None),
+    ("", "Split"): ([f(2, 64)], {"axis": 1}, None),
+    ("", "Gather"): ([f(4, 3), np.array([[0, -1], [2, 2]])], {"axis": 0}, None),
+    (MS, "GatherGrad"): ([np.array([4, 3]), np.array([[0, -1], [2, 2]]), f(2, 2, 3)], {"axis": 0}, None),
+    ("", "Tile"): ([f(2, 3), np.array([2, 1])], {}, None),
+    ("", "Pad"): ([f(2, 3, 4), np.array([0, 1, 2, 0, 1, 1]), np.array(0.5)], {"mode": "reflect"}, None),
+    (MS, "PadGrad"): ([f(2, 5, 7), np.array([0, 1, 2, 0, 1, 1])], {"mode": "reflect"}, None),
+    ("", "Upsample"): ([f(1, 2, 3, 4), np.array([1.0, 1.0, 2.0, 1.5])], {"mode": "linear"}, None),
+    ("", "Resize"): ([f(1, 2, 3, 4), None, np.array([1.0, 1.0, 2.0, 1.5])],
+                     {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, None),
+    (MS, "ResizeGrad"): ([f(1, 2, 6, 6), f(1, 2, 3, 4), None, np.array([1.0, 1.0, 2.0, 1.5])], {"mode": "linear"},
+                         None),
 }
 
 

@@ -35,6 +35,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from error_inputs import SAMPLES
 from minitrain import run_node
+from minitrain.ops.concat import PIECES
 
 MS = "com.microsoft"
 FUSED = "ai.minitrain.fused"
@@ -626,6 +627,92 @@ def squeeze(axes_from_input):
 CAST_TO = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64}  # TensorProto
 
 
+# structural ops: Constant, ConstantOfShape, Concat, Split, Gather, Tile, Pad, Resize --------------
+
+def constant_dtype(attrs):
+    """The dtype of the tensor a Constant node's attributes hold."""
+    for name, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                        ("value_ints", np.int64)):
+        if attrs.get(name) is not None:
+            return np.dtype(dtype)
+    return np.asarray(attrs["value"]).dtype
+
+
+def constant(inputs, attrs):
+    name = next(k for k, v in attrs.items() if v is not None)
+    return {"output": np.asarray(attrs[name], dtype=constant_dtype(attrs))}
+
+
+def constant_of_shape(inputs, attrs):
+    value = attrs.get("value", np.zeros(1, np.float32))
+    return {"output": np.full(tuple(inputs[0]), value.reshape(()), dtype=value.dtype)}
+
+
+def split(split_from_input):
+    """The pieces: the split sizes, else num_outputs or two equal pieces (the last the rest)."""
+    def reference(inputs, attrs):
+        x, axis = inputs[0], attrs.get("axis", 0)
+        sizes = (inputs[1] if len(inputs) > 1 and inputs[1] is not None else None) if split_from_input \
+            else attrs.get("split")
+        if sizes is None:
+            pieces = attrs.get("num_outputs", 2)
+            size = -(-x.shape[axis] // pieces)
+            sizes = [min(size, x.shape[axis] - i * size) for i in range(pieces)]
+        cuts = np.cumsum(sizes)[:-1]
+        return {f"outputs_{i}": part for i, part in enumerate(np.split(x, cuts, axis=axis))}
+    return reference
+
+
+def gather_grad(inputs, attrs):
+    shape, indices, dy = inputs
+    axis = attrs.get("axis", 0) % len(shape)
+    dx = np.zeros(tuple(shape))
+    index = np.where(indices < 0, indices + shape[axis], indices).reshape(-1)
+    np.add.at(np.moveaxis(dx, axis, 0), index,
+              np.moveaxis(dy.reshape(tuple(shape[:axis]) + (index.size,) + tuple(shape[axis + 1:])), axis, 0))
+    return {"dX": dx}
+
+
+def pad(pads_from_input):
+    """np.pad of the positive pads, then the crop of the negative ones."""
+    def reference(inputs, attrs):
+        x = inputs[0]
+        if pads_from_input:
+            pads = [int(p) for p in inputs[1]]
+            value = inputs[2].reshape(()) if len(inputs) > 2 and inputs[2] is not None else 0.0
+            axes = [int(a) % x.ndim for a in inputs[3]] if len(inputs) > 3 and inputs[3] is not None \
+                else list(range(x.ndim))
+        else:
+            pads, value, axes = list(attrs["pads"]), attrs.get("value", 0.0), list(range(x.ndim))
+        pairs = [(0, 0)] * x.ndim
+        for k, a in enumerate(axes):
+            pairs[a] = (pads[k], pads[k + len(axes)])
+        mode = attrs.get("mode", "constant")
+        grown = np.pad(x, [(max(b, 0), max(e, 0)) for b, e in pairs], mode=mode,
+                       **({"constant_values": value} if mode == "constant" else {}))
+        crop = tuple(slice(max(-b, 0), grown.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(pairs))
+        return {"output": grown[crop]}
+    return reference
+
+
+def _gather_grad_inputs(shape, indices, axis):
+    def build(rng):
+        index = np.array(indices, dtype=np.int64)
+        gathered = shape[:axis] + index.shape + shape[axis + 1:]
+        return [np.array(shape, dtype=np.int64), index, rng.standard_normal(gathered)]
+    return derived(build)
+
+
+def _resize_grad_inputs(x_shape, y_shape, scales=None):
+    def build(rng):
+        return [rng.standard_normal(y_shape), rng.standard_normal(x_shape), None,
+                None if scales is None else np.array(scales)]
+    return derived(build)
+
+
+EMPTY = np.zeros(0)
+
+
 # ---- inputs that must agree ------------------------------------------------------------------
 
 def _max_pool_grad_inputs(x_shape, attrs):
@@ -862,9 +949,80 @@ ROWS = [
                         dict(start=1), dict(start=-2), dict(end=-1), dict(start=1, end=3), dict(start=-9, end=9),
                         dict(start=3, end=1)))),
           reference=shape_of, outputs=("shape",)),
-    OpRow("Transpose", (case(normal(2, 3, 4), perm=[2, 0, 1]), case(normal(2, 3))),
+    # structural ops: Constant, ConstantOfShape, Concat, Split, Gather, Tile, Pad, Resize, Upsample, Transpose
+    OpRow("Transpose", (case(normal(2, 3, 4), perm=[2, 0, 1]), case(normal(2, 3)), case(normal(2, 1, 3, 2, 2)),
+                        case(normal(2, 3, 2, 1, 2), perm=[4, 0, 3, 2, 1]),
+                        case(normal(*[2] * 9), perm=[8, 6, 4, 2, 0, 7, 5, 3, 1])),
           reference=lambda i, a: {"transposed": i[0].transpose(a.get("perm"))}, differentiable=(0,),
           outputs=("transposed",)),
+    OpRow("Constant", (case(value=np.arange(6.0).reshape(2, 3)), case(value=np.array([3, -1])),
+                       case(value_float=1.5, since=12), case(value_floats=[1.0, -2.5], since=12),
+                       case(value_int=7, since=12), case(value_ints=[2, 3], since=12)),
+          reference=constant, outputs=("output",), output_dtype=constant_dtype),
+    OpRow("ConstantOfShape", (case(int64(2, 3)), case(int64(4), value=np.array([1.5])),
+                              case(int64(2, 0, 3), value=np.array([2], np.int64)), case(int64())),
+          since=9, reference=constant_of_shape, outputs=("output",),
+          output_dtype=lambda a: np.asarray(a.get("value", np.zeros(1, np.float32))).dtype),
+    OpRow("Concat", (case(normal(2, 3), normal(2, 4), axis=1), case(normal(2, 3), normal(1, 3), normal(3, 3), axis=0),
+                     case(normal(2, 3, 4), normal(2, 1, 4), normal(2, 2, 4), axis=-2), case(normal(5), axis=0)),
+          reference=lambda i, a: {"concat_result": np.concatenate(i, axis=a.get("axis", 1))},
+          differentiable=(0, 1, 2), outputs=("concat_result",), gradient_since=4),
+    OpRow("Split", (case(normal(4, 6), outputs=PIECES[:2], axis=1), case(normal(5, 3), outputs=PIECES[:2]),
+                    case(normal(2, 7), outputs=PIECES[:3], axis=-1, split=[2, 0, 5]),
+                    case(normal(2, 7), outputs=PIECES[:2], axis=1, split=[3, 2, 2])),
+          since=2, reference=split(False), differentiable=(0,), outputs=PIECES,
+          differentiable_outputs=PIECES[:2]),
+    OpRow("Split", (case(normal(4, 6), outputs=PIECES[:2], axis=1), case(normal(5, 3), outputs=PIECES[:2]),
+                    case(normal(2, 7), int64(2, 0, 5), outputs=PIECES[:3], axis=-1),
+                    case(normal(2, 7), int64(3, 2, 2), outputs=PIECES[:2], axis=1),
+                    case(normal(2, 7), outputs=PIECES[:2], axis=1, num_outputs=3, since=18),
+                    case(normal(3, 4), outputs=PIECES[:2], num_outputs=2, since=18)),
+          since=13, reference=split(True), differentiable=(0,), outputs=PIECES, differentiable_outputs=PIECES[:2]),
+    OpRow("Gather", (case(normal(5, 3), int64(0, 4, -1, 4)), case(normal(2, 3, 4), np.array([[2, 0], [1, 1]]), axis=1),
+                     case(normal(2, 3, 4), np.array(-2), axis=-1), case(normal(3, 2), np.array([1, 0], np.int32))),
+          reference=lambda i, a: {"output": np.take(i[0], i[1], axis=a.get("axis", 0))}, differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Tile", (case(normal(2, 3), int64(2, 3)), case(normal(2, 1, 3), int64(1, 4, 1)), case(normal(3), int64(1)),
+                   case(normal(2, 3), int64(0, 2))),
+          since=6, reference=lambda i, a: {"output": np.tile(i[0], tuple(i[1]))}, differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Pad", tuple(case(normal(2, 3, 4), pads=pads, mode=mode, **extra) for pads, mode, extra in (
+              ([0, 1, 2, 0, 2, 1], "constant", {"value": 0.5}), ([0, 0, 2, 1, 1, 1], "reflect", {}),
+              ([1, 2, 0, 0, 1, 3], "edge", {}), ([0, -1, 1, 0, 2, -2], "constant", {}))),
+          since=2, reference=pad(False), differentiable=(0,), outputs=("output",)),
+    OpRow("Pad", (case(normal(2, 3, 4), int64(0, 1, 2, 0, 2, 1), np.array(0.5)),
+                  case(normal(2, 3, 4), int64(0, 0, 2, 1, 1, 1), mode="reflect"),
+                  case(normal(2, 3, 4), int64(1, 2, 0, 0, 1, 3), mode="edge"),
+                  case(normal(2, 3, 4), int64(0, -1, 1, 0, 2, -2)),
+                  case(normal(2, 3, 5), int64(0, 0, 6, 0, 0, 7), mode="reflect"),
+                  case(normal(2, 3, 4), int64(1, -1, 2, 1), None, int64(2, -2), mode="edge", since=18),
+                  case(normal(2, 3, 4), int64(3, 1, 2, 5), None, int64(-1, 1), mode="wrap", since=19)),
+          since=11, reference=pad(True), differentiable=(0,), outputs=("output",)),
+    OpRow("Upsample", (case(normal(1, 2, 3, 4), scales=[1.0, 1.0, 2.0, 3.0]),
+                       case(normal(1, 2, 3, 4), scales=[1.0, 1.0, 1.5, 0.5], mode="linear")),
+          since=7, differentiable=(0,)),
+    OpRow("Upsample", (case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 2.0, 3.0])),
+                       case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 1.5, 0.5]), mode="linear")),
+          since=9, differentiable=(0,)),
+    OpRow("Resize", (case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 2.0, 3.0])),
+                     case(normal(1, 2, 5, 4), np.array([1.0, 1.0, 0.6, 1.5])),
+                     case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 1.5, 0.5]), mode="linear")),
+          since=10, differentiable=(0,)),
+    OpRow("Resize", (*(case(normal(1, 2, 3, 4), EMPTY, np.array([1.0, 1.0, 2.0, 1.5]), mode=mode,
+                            coordinate_transformation_mode=coordinates, nearest_mode=nearest)
+                       for mode, coordinates, nearest in (
+                           ("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+                           ("nearest", "align_corners", "round_prefer_ceil"), ("nearest", "half_pixel", "ceil"),
+                           ("linear", "half_pixel", "floor"), ("linear", "pytorch_half_pixel", "floor"),
+                           ("linear", "align_corners", "floor"), ("linear", "asymmetric", "floor"))),
+                     case(normal(1, 2, 5, 4), None, np.array([1.0, 1.0, 0.6, 0.7]), mode="linear"),
+                     case(normal(2, 3, 4), None, None, int64(2, 1, 7), mode="linear",
+                          coordinate_transformation_mode="pytorch_half_pixel"),
+                     case(normal(1, 2, 3, 4), None, None, int64(5, 2), mode="nearest", axes=[2, 3], since=18),
+                     case(normal(1, 2, 3, 4), None, np.array([1.7, 0.6]), mode="linear", axes=[-1, 2], since=18),
+                     case(normal(1, 2, 3, 4), None, np.array([1.7, 0.6]), mode="linear", axes=[-1, 2],
+                          coordinate_transformation_mode="half_pixel_symmetric", since=19)),
+          since=11, differentiable=(0,)),
     OpRow("ReduceSum", (case(normal(2, 3, 4), axes=[0, 2]), case(normal(2, 3, 4), axes=[1], keepdims=0),
                         case(normal(2, 3))), reference=reduction(np.sum, False), differentiable=(0,),
           outputs=("reduced",), gradient_since=8),                                           # an Expand
@@ -1135,6 +1293,26 @@ ROWS = [
                         case(_slice_grad_inputs((4, 5, 6), [1, 0], [3, 4], [0, 2])),
                         case(_slice_grad_inputs((4, 5), [-9, 2], [9, 99]))),
           domain=MS, reference=slice_grad, outputs=("dX",), gradient_of=("", "Slice")),
+    # structural ops' gradients: GatherGrad, PadGrad, ResizeGrad
+    OpRow("GatherGrad", (sample(MS, "GatherGrad"), case(_gather_grad_inputs((5, 3), [0, 4, -1, 4], 0)),
+                         case(_gather_grad_inputs((2, 3, 4), [[2, 0], [1, 1]], 1), axis=1),
+                         case(_gather_grad_inputs((2, 3, 4), -2, 2), axis=-1)),
+          domain=MS, reference=gather_grad, outputs=("dX",), gradient_of=("", "Gather")),
+    OpRow("PadGrad", (sample(MS, "PadGrad"), case(normal(2, 6, 8), int64(0, 0, 2, 0, 1, 3), mode="reflect"),
+                      case(normal(3, 6, 5), int64(1, 2, 0, 0, 1, 3), mode="edge"),
+                      case(normal(2, 6, 9), int64(1, 3, 2, 1), int64(2, -2), mode="wrap"),
+                      case(normal(2, 2, 3), int64(0, -1, 1, 0, 2, -2))),
+          domain=MS, outputs=("dX",), gradient_of=("", "Pad")),
+    OpRow("ResizeGrad", (sample(MS, "ResizeGrad"),
+                         case(_resize_grad_inputs((1, 2, 3, 4), (1, 2, 6, 6), [1.0, 1.0, 2.0, 1.5]),
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+                         case(_resize_grad_inputs((1, 2, 5, 4), (1, 2, 3, 2)), mode="linear",
+                              coordinate_transformation_mode="align_corners"),
+                         case(_resize_grad_inputs((1, 2, 3, 4), (1, 2, 5, 2), [1.7, 0.6]), mode="linear",
+                              axes=[2, 3]),
+                         case(_resize_grad_inputs((1, 2, 3, 4), (1, 2, 6, 2), [1.0, 1.0, 2.0, 0.6]),
+                              nearest_mode="simple")),
+          domain=MS, outputs=("dX",), gradient_of=("", "Resize")),
     OpRow("NegativeLogLikelihoodLossGrad", (sample(MS, "NegativeLogLikelihoodLossGrad"),
                                             case(_nll_grad_inputs((5, 3), "mean", True)),
                                             case(_nll_grad_inputs((4, 3, 2), "sum", False), reduction="sum",

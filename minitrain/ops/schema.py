@@ -56,8 +56,8 @@ def onnx_float(value):
 
 @dataclass(frozen=True)
 class Attr:
-    """An attribute: kind is one of int, ints, float, floats, string; default REQUIRED means
-    the attribute must be given, None means it is optional and absent unless given.  A float
+    """An attribute: kind is one of int, ints, float, floats, string, tensor; default REQUIRED
+    means the attribute must be given, None means it is optional and absent unless given.  A float
     default is ONNX's, a float32 (LeakyRelu's alpha is float32(0.01), not 0.01), so that float64
     results match ONNX Runtime's."""
     kind: str
@@ -190,6 +190,15 @@ def _as_string(v):
     raise TypeError
 
 
+def _as_tensor(v):
+    """A tensor attribute (Constant's value): a NumPy array of a numeric or bool dtype."""
+    if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
+        return v
+    if isinstance(v, (np.generic, numbers.Number)) and not isinstance(v, complex):
+        return np.asarray(v)
+    raise TypeError
+
+
 def _as_list(conv):
     def convert(v):
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
@@ -198,7 +207,7 @@ def _as_list(conv):
     return convert
 
 
-_CONVERTERS = {"int": _as_int, "float": _as_float, "string": _as_string,
+_CONVERTERS = {"int": _as_int, "float": _as_float, "string": _as_string, "tensor": _as_tensor,
                "ints": _as_list(_as_int), "floats": _as_list(_as_float)}
 
 

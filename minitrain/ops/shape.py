@@ -121,7 +121,6 @@ schema("Shape", since=15, inputs=["data"], outputs=["shape"],
        attrs={"start": Attr("int", 0), "end": Attr("int")})(infer_shape)
 
 
-@schema("Transpose", since=13, inputs=["data"], outputs=["transposed"], attrs={"perm": Attr("ints")})
 def infer_transpose(ctx):
     shape = ctx.shape(0)
     if shape is None:
@@ -134,7 +133,12 @@ def infer_transpose(ctx):
     return [ctx.out(tuple(shape[p] for p in perm))]
 
 
-@gradient("Transpose", since=13, emits=("Transpose",))
+for _v in (1, 13):
+    schema("Transpose", since=_v, inputs=["data"], outputs=["transposed"],
+           attrs={"perm": Attr("ints")})(infer_transpose)
+
+
+@gradient("Transpose", since=1, emits=("Transpose",))
 def transpose_gradient(g):
     perm = g.attrs.get("perm")
     if perm is None:

@@ -41,6 +41,6 @@ def shape(ctx):
     return {"shape": np.array(dims[begin:stop], dtype=np.int64)}
 
 
-@register_kernel("Transpose", since=13)
+@register_kernel("Transpose", since=1)
 def transpose(ctx):
     return {"transposed": np.ascontiguousarray(np.transpose(ctx.inputs[0], ctx.attrs["perm"]))}

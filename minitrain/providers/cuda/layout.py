@@ -83,7 +83,7 @@ def make_contiguous(provider, value):
     return out
 
 
-@register_kernel("Transpose", since=13, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Transpose", since=1, provider="cuda", dtypes=FLOAT_TYPES)
 def transpose(ctx):
     x = ctx.inputs[0]
     perm = ctx.attrs["perm"]
