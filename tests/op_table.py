@@ -466,6 +466,48 @@ def batchnorm(inputs, attrs):
     return out
 
 
+# ---- per-sample normalisations (LayerNormalization, InstanceNormalization, GroupNormalization)
+def _row_stats(rows, epsilon):
+    mean = rows.mean(axis=-1, keepdims=True)
+    return mean, 1 / np.sqrt(((rows - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
+
+
+def layer_norm(inputs, attrs):
+    x, scale, bias = (list(inputs) + [None])[:3]
+    axis = attrs.get("axis", -1) % x.ndim
+    rows = x.reshape(x.shape[:axis] + (-1,))
+    mean, inv_std = _row_stats(rows, attrs.get("epsilon", f32(1e-5)))
+    y = ((rows - mean) * inv_std).reshape(x.shape) * scale + (0 if bias is None else bias)
+    stats = x.shape[:axis] + (1,) * (x.ndim - axis)
+    return {"Y": y, "Mean": mean.reshape(stats), "InvStdDev": inv_std.reshape(stats)}
+
+
+def group_norm(per_channel):
+    """GroupNormalization's reference; InstanceNormalization is its case of one channel a group."""
+    def reference(inputs, attrs):
+        x, scale, bias = inputs
+        n, c = x.shape[:2]
+        groups = attrs.get("num_groups", c)
+        rows = x.reshape(n, groups, -1)
+        mean, inv_std = _row_stats(rows, attrs.get("epsilon", f32(1e-5)))
+        if not per_channel:
+            scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
+        channel = (1, c) + (1,) * (x.ndim - 2)
+        y = ((rows - mean) * inv_std).reshape(x.shape) * scale.reshape(channel) + bias.reshape(channel)
+        names = ("output", "mean", "inv_std_dev") if "num_groups" not in attrs else ("Y", "mean", "inv_std_dev")
+        return dict(zip(names, (y, mean.reshape(n, groups), inv_std.reshape(n, groups))))
+    return reference
+
+
+def _sample_norm_grad_inputs(reference, x_shape, scale_shape, attrs):
+    """dY, X, scale and the statistics the forward op makes of X."""
+    def build(rng):
+        x, scale = rng.standard_normal(x_shape) * 2 + 0.5, rng.standard_normal(scale_shape)
+        out = list(reference([x, scale, np.zeros(scale_shape)], attrs).values())
+        return [rng.standard_normal(x_shape), x, scale, out[1], out[2]]
+    return derived(build)
+
+
 def dropout_identity(inputs, attrs):
     return {"output": inputs[0], "mask": np.ones(inputs[0].shape, bool)}
 
@@ -848,6 +890,15 @@ def batchnorm_cases():
             *(case(*inputs(*shape), epsilon=1e-3, outputs=["Y", "saved_mean", "saved_inv_std"]) for shape in shapes))
 
 
+GRAD_OUTPUTS = ("dX", "dscale", "dbias")
+
+
+def batchnorm9_cases():
+    """Version 9's training form, which asks for the running statistics (the inference form
+    is version 14's with training_mode=0)."""
+    return tuple(case(*c.inputs, momentum=0.8, epsilon=1e-3) for c in batchnorm_cases()[:4])
+
+
 def comparison_cases():
     """Small integers (ties included) in every broadcast pattern."""
     shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3))]
@@ -1093,12 +1144,36 @@ ROWS = [
           reference=global_pool(np.mean), differentiable=(0,)),
     OpRow("GlobalMaxPool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
           reference=global_pool(np.max), differentiable=(0,)),
+    OpRow("BatchNormalization", batchnorm9_cases(), since=9,
+          reference=lambda inputs, attrs: batchnorm(inputs, {**attrs, "training_mode": 1}),
+          differentiable=(0, 1, 2), differentiable_outputs=("Y",), outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     # onnxruntime-training's gradient graphs
     OpRow("BatchNormInternal", tuple(c for c in batchnorm_cases() if c.attrs.get("training_mode")), domain=MS,
           reference=batchnorm, outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    # per-sample normalisations
+    OpRow("LayerNormalization", (sample("", "LayerNormalization"), case(normal(3, 5), normal(5), normal(5)),
+                                 case(normal(2, 3, 4), normal(3, 4), None, axis=1, epsilon=1e-3),
+                                 case(normal(2, 1, 3), normal(3), normal(3), axis=1, outputs=["Y"])),
+          since=17, reference=layer_norm, differentiable=(0, 1, 2), differentiable_outputs=("Y",),
+          outputs=("Y", "Mean", "InvStdDev")),
+    OpRow("LayerNormalization", (sample(MS, "LayerNormalization"), case(normal(3, 5), normal(5), normal(5))),
+          domain=MS, reference=layer_norm, differentiable=(0, 1, 2), differentiable_outputs=("Y",),
+          outputs=("Y", "Mean", "InvStdDev")),
+    OpRow("InstanceNormalization", (sample("", "InstanceNormalization"),
+                                    case(normal(2, 3, 5), normal(3), normal(3), epsilon=1e-3),
+                                    case(normal(1, 2, 2, 3, 2), normal(2), normal(2))),
+          since=6, reference=group_norm(True), differentiable=(0, 1, 2), differentiable_outputs=("output",),
+          outputs=("output", "mean", "inv_std_dev")),
+    OpRow("GroupNormalization", (sample("", "GroupNormalization", since=21),
+                                 case(normal(2, 6, 3), normal(3), normal(3), num_groups=3),
+                                 case(normal(2, 4, 3, 2), normal(4), normal(4), num_groups=4),
+                                 case(normal(2, 6, 3), normal(6), normal(6), num_groups=3, since=21),
+                                 case(normal(2, 4, 2, 3), normal(4), normal(4), num_groups=2, since=21)),
+          since=18, reference=lambda i, a: group_norm(i[1].size == i[0].shape[1])(i, a), differentiable=(0, 1, 2),
+          differentiable_outputs=("Y",), outputs=("Y", "mean", "inv_std_dev")),
     OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
                       case(normal(3, 4), np.array(0.3), np.array(False)),
                       case(normal(3, 4), np.array(0.0), np.array(True)), case(normal(3, 4))),
@@ -1258,6 +1333,21 @@ ROWS = [
     OpRow("BatchNormalizationGrad", (case(_batchnorm_grad_inputs((2, 3, 4), True), training_mode=1),
                                      case(_batchnorm_grad_inputs((2, 3, 2, 2), False))),
           domain=MS, outputs=("dX", "dscale", "dbias"), gradient_of=("", "BatchNormalization")),
+    # per-sample normalisations
+    OpRow("LayerNormalizationGrad",
+          (sample(MS, "LayerNormalizationGrad"),
+           case(_sample_norm_grad_inputs(layer_norm, (2, 3, 4), (3, 4), {"axis": 1}), axis=1),
+           case(_sample_norm_grad_inputs(layer_norm, (3, 5), (5,), {}), outputs=["dX"])),
+          domain=MS, outputs=GRAD_OUTPUTS, gradient_of=("", "LayerNormalization")),
+    OpRow("InstanceNormalizationGrad",
+          (sample(MS, "InstanceNormalizationGrad"),
+           case(_sample_norm_grad_inputs(group_norm(True), (2, 3, 5), (3,), {}), outputs=["dscale", "dbias"])),
+          domain=MS, outputs=GRAD_OUTPUTS, gradient_of=("", "InstanceNormalization")),
+    OpRow("GroupNormalizationGrad",
+          (sample(MS, "GroupNormalizationGrad"),
+           case(_sample_norm_grad_inputs(group_norm(True), (2, 6, 3), (6,), {"num_groups": 3}), num_groups=3),
+           case(_sample_norm_grad_inputs(group_norm(False), (2, 4, 2, 2), (2,), {"num_groups": 2}), num_groups=2)),
+          domain=MS, outputs=GRAD_OUTPUTS, gradient_of=("", "GroupNormalization")),
     OpRow("DropoutGrad", (sample(MS, "DropoutGrad"),
                           case(normal(3, 4), lambda rng: rng.random((3, 4)) > 0.3, np.array(0.3), np.array(True)),
                           case(normal(3, 4), np.ones((3, 4), bool), np.array(0.3), np.array(False))),

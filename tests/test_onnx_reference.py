@@ -210,6 +210,11 @@ def global_pool_cases(rng, dtype, opset):
 
 
 def batch_norm_cases(rng, dtype, opset):
+    """From version 14 only: ONNX's reference of version 9 fills in momentum's default and so
+    always normalises with updated running statistics (test_onnx_import_state.py checks
+    version 9 against PyTorch)."""
+    if opset < 14:
+        return []
     cases = []
     for shape in ((4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 3, 2, 3, 2)):
         x = _normal(rng, dtype, *shape)
@@ -224,6 +229,27 @@ def batch_norm_cases(rng, dtype, opset):
         cases += [Case(cases[0].inputs, {}, ("Y",)),
                   Case(cases[0].inputs, {"training_mode": 1}, ("Y", "running_mean", "running_var"))]
     return cases
+
+
+# per-sample normalisations
+def layer_norm_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4)
+    return [Case([x, _normal(rng, dtype, 4), _normal(rng, dtype, 4)], {"epsilon": 1e-3}),
+            Case([x, _normal(rng, dtype, 3, 4), None], {"axis": 1}),
+            Case([x, _normal(rng, dtype, 2, 3, 4), _normal(rng, dtype, 2, 3, 4)], {"axis": -3, "epsilon": 1e-2}),
+            Case([_normal(rng, dtype, 5, 6), _normal(rng, dtype, 6), _normal(rng, dtype, 6)], {}, ("Y",))]
+
+
+def instance_norm_cases(rng, dtype, opset):
+    return [Case([_normal(rng, dtype, *shape), _normal(rng, dtype, shape[1]), _normal(rng, dtype, shape[1])],
+                 {"epsilon": 1e-3}, ("output",)) for shape in ((2, 3, 5), (2, 3, 4, 5), (1, 2, 2, 3, 2))]
+
+
+def group_norm_cases(rng, dtype, opset):
+    """Scale and bias per group (version 18; 21 makes them per channel, past NEWEST)."""
+    return [Case([_normal(rng, dtype, *shape), _normal(rng, dtype, groups), _normal(rng, dtype, groups)],
+                 {"num_groups": groups, "epsilon": 1e-3}, ("Y",))
+            for shape, groups in (((2, 6, 5), 3), ((2, 4, 3, 3), 2), ((2, 4, 3), 4), ((1, 4, 2, 2, 2), 1))]
 
 
 def gemm_cases(rng, dtype, opset):
@@ -615,7 +641,9 @@ CASES = {
     "Conv": conv_cases, "ConvTranspose": conv_transpose_cases,
     "MaxPool": max_pool_cases, "AveragePool": average_pool_cases,
     "GlobalAveragePool": global_pool_cases, "GlobalMaxPool": global_pool_cases,
-    "BatchNormalization": batch_norm_cases, "Gemm": gemm_cases, "MatMul": matmul_cases,
+    "BatchNormalization": batch_norm_cases, "LayerNormalization": layer_norm_cases,
+    "InstanceNormalization": instance_norm_cases, "GroupNormalization": group_norm_cases,
+    "Gemm": gemm_cases, "MatMul": matmul_cases,
     "Flatten": flatten_cases, "Reshape": reshape_cases, "Identity": identity_cases, "Shape": shape_cases,
     "Transpose": transpose_cases, "Dropout": dropout_cases, "SoftmaxCrossEntropyLoss": sce_cases,
     "ReduceSum": reduce_sum_cases,

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ...ops.normalization import is_training
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
@@ -58,13 +59,14 @@ def _ptr(value):
     return 0 if value is None else value
 
 
+@register_kernel("BatchNormalization", since=9, end=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 @register_kernel("BatchNormalization", since=14, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
     provider = ctx.provider
     n, c, d = _ncd(x)
-    training = bool(a["training_mode"])
+    training = is_training(a, ctx.wants)
     part, splits = None, 1
     if training:
         if n * d == 0:
