@@ -44,6 +44,6 @@ def shape(ctx):
     return {"shape": np.array(dims[begin:stop], dtype=np.int64)}
 
 
-@register_kernel("Size", since=1, provider="cuda", dtypes=FLOAT_TYPES, host_outputs=("size",))
+@register_kernel("Size", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_outputs=("size",))
 def size(ctx):
     return {"size": np.array(math.prod(ctx.inputs[0].shape), dtype=np.int64)}
