@@ -103,6 +103,7 @@ def equivalence(device="cpu", capture="captured"):
                 "moved": max(float(np.max(np.abs(mine[n] - initial[n]))) for n in mine),
             }
     report["batchnorm"] = batchnorm_statistics(world, device)
+    report["dropout"] = dropout_streams(world, device)
     if world.rank == 0:
         print(json.dumps(report))
 
@@ -126,6 +127,17 @@ def batchnorm_statistics(world, device):
                             for n in own),
             "ranks_differed": any(not np.array_equal(before[0][n], before[1][n]) for n in own),
             "ranks_equal": all(np.array_equal(a[n], after[0][n]) for a in after for n in own)}
+
+
+def dropout_streams(world, device):
+    """Every rank seeds minitrain.random alike, then builds a session with Dropout: whether the
+    ranks then draw different masks (their generators differ)."""
+    minitrain.random.seed(5)
+    model = nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(36, 3))
+    TrainingSession(model, nn.CrossEntropyLoss(), SGD(0.1), input_shape=(1, 6, 6), device=device,
+                    data_parallel=True)
+    draws = distributed.allgather_object(float(minitrain.random.generator().random()))
+    return {"ranks_differ": len(set(draws)) == world.size}
 
 
 def mismatch():

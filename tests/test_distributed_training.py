@@ -1,7 +1,8 @@
 """TrainingSession(data_parallel=True) on 2 CPU ranks launched by mpiexec (skipped without
 mpi4py or mpiexec): the parameters after 40 SGD-momentum steps equal a one-process run on the
-whole batches (plain, with gradient clipping, with micro-batches, with a summed loss), BatchNorm statistics average
-over the ranks, and ranks that build different models are told which parameter differs.
+whole batches (plain, with gradient clipping, with micro-batches, with a summed loss),
+BatchNorm statistics average over the ranks, each rank draws its own Dropout masks, and ranks
+that build different models are told which parameter differs.
 
 On CUDA (marked cuda; run on a machine with 2 GPUs, from the repository root, with mpi4py and
 libnccl installed):
@@ -30,6 +31,9 @@ def check_report(report):
         if name == "batchnorm":
             assert case == {"averaged": True, "ranks_differed": True, "ranks_equal": True}, case
             continue
+        if name == "dropout":
+            assert case == {"ranks_differ": True}, case
+            continue
         tolerance = TOLERANCE["float32" if name == "float32" else "float64"]
         assert case["relative_error"] <= tolerance, (name, case)
         assert case["ranks_equal"], (name, case)
@@ -47,7 +51,8 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch():
     result = launch(2, "equivalence")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"float32", "float64", "clipped", "micro_batches", "sum_loss", "batchnorm"}
+    assert set(report) == {"float32", "float64", "clipped", "micro_batches", "sum_loss", "batchnorm",
+                           "dropout"}
     check_report(report)
 
 
