@@ -61,8 +61,8 @@ def small_cnn(seed, dtype):
 
 def make_session(model, device, capture, *, max_grad_norm=None, reduction="mean", data_parallel=True, **_):
     optimizer = SGD(0.05 if reduction == "mean" else 0.01, momentum=0.9, max_grad_norm=max_grad_norm)
-    return TrainingSession(model, nn.CrossEntropyLoss(reduction=reduction), optimizer, input_shape=(1, 6, 6), device=device,
-                           capture=capture, data_parallel=data_parallel)
+    return TrainingSession(model, nn.CrossEntropyLoss(reduction=reduction), optimizer, input_shape=(1, 6, 6),
+                           device=device, capture=capture, data_parallel=data_parallel)
 
 
 def batches(dtype):
@@ -95,12 +95,15 @@ def equivalence(device="cpu", capture="captured"):
         if reference is not None:
             reference.pull()
             expected = {n: p.data for n, p in reference.model.named_parameters()}
+            initial = {n: p.data for n, p in small_cnn(100, dtype).named_parameters()}
             report[name] = {
-                "relative_error": max(float(np.max(np.abs(mine[n] - e)) / np.max(np.abs(e))) for n, e in expected.items()),
+                "relative_error": max(float(np.max(np.abs(mine[n] - e)) / np.max(np.abs(e)))
+                                      for n, e in expected.items()),
                 "ranks_equal": all(np.array_equal(other[n], mine[n]) for other in everyone for n in mine),
-                "moved": max(float(np.max(np.abs(mine[n] - p.data))) for n, p in small_cnn(100, dtype).named_parameters()),
+                "moved": max(float(np.max(np.abs(mine[n] - initial[n]))) for n in mine),
             }
     report["batchnorm"] = batchnorm_statistics(world, device)
+    report["dropout"] = dropout_streams(world, device)
     if world.rank == 0:
         print(json.dumps(report))
 
@@ -124,6 +127,17 @@ def batchnorm_statistics(world, device):
                             for n in own),
             "ranks_differed": any(not np.array_equal(before[0][n], before[1][n]) for n in own),
             "ranks_equal": all(np.array_equal(a[n], after[0][n]) for a in after for n in own)}
+
+
+def dropout_streams(world, device):
+    """Every rank seeds minitrain.random alike, then builds a session with Dropout: whether the
+    ranks then draw different masks (their generators differ)."""
+    minitrain.random.seed(5)
+    model = nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(36, 3))
+    TrainingSession(model, nn.CrossEntropyLoss(), SGD(0.1), input_shape=(1, 6, 6), device=device,
+                    data_parallel=True)
+    draws = distributed.allgather_object(float(minitrain.random.generator().random()))
+    return {"ranks_differ": len(set(draws)) == world.size}
 
 
 def mismatch():

@@ -3,6 +3,7 @@
 tree's minitrain, and returns the CompletedProcess.  `mpiexec()` finds mpiexec next to the
 interpreter (the venv of the `distributed` extra) or on PATH; `needs_mpi` skips a test where
 mpi4py or mpiexec is missing."""
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,15 +21,7 @@ def mpiexec():
     return beside if os.access(beside, os.X_OK) else shutil.which("mpiexec")
 
 
-def _has_mpi4py():
-    try:
-        import mpi4py  # noqa: F401  (only asked whether it is installed; importing the package starts nothing)
-    except ImportError:
-        return False
-    return True
-
-
-needs_mpi = pytest.mark.skipif(mpiexec() is None or not _has_mpi4py(),
+needs_mpi = pytest.mark.skipif(mpiexec() is None or importlib.util.find_spec("mpi4py") is None,
                                reason="needs mpi4py and mpiexec (pip install -e '.[distributed]')")
 
 
