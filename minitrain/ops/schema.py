@@ -22,6 +22,7 @@ ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
 
 FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)    # ops that move shape tensors take int64 too
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 REQUIRED = object()
