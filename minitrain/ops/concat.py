@@ -14,10 +14,9 @@ import numpy as np
 
 from ..errors import GraphError
 from .gradients import gradient
-from .schema import FLOAT_TYPES, REQUIRED, Attr, Input, schema
+from .schema import DATA_TYPES, REQUIRED, Attr, Input, schema
 from .shape_utils import normalize_axis
 
-DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)
 MAX_PIECES = 64
 PIECES = tuple(f"outputs_{i}" for i in range(MAX_PIECES))
 

@@ -11,8 +11,7 @@ gathered positions: an index named twice receives both.
 import numpy as np
 
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, Input, schema
-from .concat import DATA_TYPES
+from .schema import DATA_TYPES, MS_DOMAIN, Attr, Input, schema
 from .shape_utils import normalize_axis
 
 INDICES = (np.int64, np.int32)

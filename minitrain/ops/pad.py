@@ -11,9 +11,8 @@ position of dY back onto the input position it was copied from.
 """
 import numpy as np
 
-from .concat import DATA_TYPES
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, Input, schema
+from .schema import DATA_TYPES, MS_DOMAIN, Attr, Input, schema
 
 MODES = ("constant", "reflect", "edge")
 WRAP_MODES = MODES + ("wrap",)

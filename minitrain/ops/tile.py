@@ -9,9 +9,8 @@ else it is gathered from the repeats and the input's shape on the host.
 import numpy as np
 
 from ..errors import GraphError
-from .concat import DATA_TYPES
 from .gradients import gradient
-from .schema import Input, schema
+from .schema import DATA_TYPES, Input, schema
 
 
 def check_repeats(fail, rank, repeats):
