@@ -18,6 +18,7 @@ import numpy as np
 
 from ....distributed.world import add_shutdown_hook, communicator, world
 from ....errors import DistributedUnavailableError, MinitrainError, ProviderUnavailableError
+from .graphs import destroy_all_graphs
 from .loader import SharedLibrary, nvidia_library_path
 
 UNIQUE_ID_BYTES = 128
@@ -133,8 +134,10 @@ def world_communicator():
 
 
 def destroy_world_communicator():
-    """Destroy the world communicator, if one was made."""
+    """Destroy the world communicator, if one was made, after the captured graphs that may hold
+    its resources (ncclCommDestroy would wait for them forever)."""
     global _world_communicator
     if _world_communicator is not None:
         comm, _world_communicator = _world_communicator, None
+        destroy_all_graphs()
         comm.destroy()
