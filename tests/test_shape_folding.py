@@ -92,3 +92,12 @@ def test_folder_evaluates_torch_chunk_arithmetic():
     assert folder.constant_for("target", reshape, 1, ("N", 8, 4, 4)).tolist() == [0, 8, 4, 4]
     with pytest.raises(GraphError, match="symbolic dims"):
         folder.constant_for("target", Node("Expand", ["x", "target"], ["y"]), 1, None)
+
+
+def test_reshape_infers_minus_one_beside_a_copied_symbolic_dim():
+    from minitrain.ops import get_schema, infer_node
+    from minitrain.ops.schema import TensorType
+    sch = get_schema("Reshape", "", 14)
+    target = TensorType(np.dtype(np.int64), (3,), (0, 3, -1))
+    _, (out,) = infer_node(sch, [TensorType(np.dtype(np.float32), ("N", 6, 5, 5)), target], {"allowzero": 0})
+    assert out.shape == ("N", 3, 50)
