@@ -104,3 +104,44 @@ def test_cuda_against_cpu(op, x_shape, scale_shape, attrs, opset, dtype, rng):
     check_parity(f"{op}Grad", [dy, x, scale, *cpu_stats], attrs, domain=MS, dtypes=[dtype])
     for outputs in (["dX"], ["dscale"], ["dbias", "dscale"]):
         check_parity(f"{op}Grad", [dy, x, scale, *cpu_stats], attrs, domain=MS, dtypes=[dtype], outputs=outputs)
+
+
+def normalised_model(torch):
+    """A PyTorch model of GroupNorm (exported as InstanceNormalization between Reshapes),
+    InstanceNorm and LayerNorm over the channels, its norms' ones and zeros drawn at random."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.GroupNorm(3, 6), torch.nn.ReLU(),
+                                torch.nn.InstanceNorm2d(6, affine=True), torch.nn.Flatten(2), torch.nn.AvgPool1d(25),
+                                torch.nn.Flatten(), torch.nn.LayerNorm(6), torch.nn.Linear(6, 4))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() > 1 and bool(torch.all(p == p.reshape(-1)[0])):
+                p.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18])
+def test_exported_norms_train_beside_torch(opset):
+    torch = pytest.importorskip("torch")
+    onnx = pytest.importorskip("onnx")
+    import io
+
+    from minitrain import nn, optim
+    from minitrain.training import TrainingSession
+    model = normalised_model(torch)
+    f = io.BytesIO()
+    torch.onnx.export(model, (torch.zeros(2, 3, 5, 5),), f, opset_version=opset, dynamo=False,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    proto = onnx.load_from_string(f.getvalue())
+    ops = {n.op_type for n in proto.graph.node}
+    assert "InstanceNormalization" in ops and ("LayerNormalization" in ops) == (opset >= 17)
+    session = TrainingSession.from_onnx(proto, nn.CrossEntropyLoss(), optim.SGD(0.1))
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x, y = rng.standard_normal((2, 3, 5, 5)).astype(np.float32), rng.integers(0, 4, 2)
+        sgd.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        sgd.step()
+        assert session.train_step(x, y) == pytest.approx(loss.item(), rel=1e-5)

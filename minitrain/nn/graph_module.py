@@ -7,6 +7,9 @@ floating-point ones that some node differentiates (see trainable_initializers): 
 initializers, BatchNormalization's running statistics and the constant operands of Clip or
 Reshape stay Buffers.
 
+Shape subgraphs (view, flatten, chunk as PyTorch exports them) are folded into constants as the
+graph is replayed (shape_folding.py): the recorded graph holds no Shape arithmetic.
+
 A BatchNormalization in training mode (an ONNX model exported in training mode) keeps its
 meaning in a training graph, batch statistics, and its running statistics replace the
 initializers they were computed from after each training run, as nn.BatchNorm's do; in an
@@ -19,6 +22,7 @@ import numpy as np
 from ..inference import topological_order
 from ..ops.gradients import get_gradient_builder
 from ..ops.normalization import BN_OUTPUTS, RUNNING_OUTPUTS, is_training
+from ..shape_folding import ShapeFolder
 from .module import Buffer, Module, Parameter
 
 
@@ -63,8 +67,19 @@ class GraphModule(Module):
         builder.graph.opset_imports.update(graph.opset_imports)
         state = {**self._parameters, **self._buffers}
         env = dict(zip(graph.input_names, inputs))
+        shapes = ShapeFolder()
+        for name, array in graph.initializers.items():
+            shapes.add_constant(name, array)
+
+        def dims_of(name):
+            value = env.get(name, state.get(name))
+            return None if value is None else value.shape
+
         for node in topological_order(graph):
-            args = [None if not name else env[name] if name in env else state[name] for name in node.inputs]
+            if shapes.try_fold(node, node.attrs, graph.opset(node.domain), dims_of):
+                continue
+            args = [None if not name else self._argument(builder, shapes, node, i, env, state, dims_of)
+                    for i, name in enumerate(node.inputs)]
             if node.op_type == "BatchNormalization" and not node.domain:
                 results = self._batch_norm(builder, node, args)
             else:
@@ -74,6 +89,15 @@ class GraphModule(Module):
             env.update((out, t) for out, t in zip(node.outputs, results) if out)
         outputs = tuple(env[name] for name in graph.outputs)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    @staticmethod
+    def _argument(builder, shapes, node, index, env, state, dims_of):
+        """Input `index` of `node`: a value of the trace, a parameter or buffer, or the constant
+        a folded shape subgraph computed."""
+        name = node.inputs[index]
+        if shapes.is_shape_value(name):
+            return builder.constant(shapes.constant_for(name, node, index, dims_of(node.inputs[0])), "shape")
+        return env[name] if name in env else state[name]
 
     def _batch_norm(self, builder, node, args):
         """A BatchNormalization node in training mode: in a training graph its running

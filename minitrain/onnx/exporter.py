@@ -67,6 +67,7 @@ def to_model(source, what="inference", *, input_shape=None, input_dtype=np.float
 
 
 def _model(graph):
+    onnx = require_onnx()
     from onnx import helper, numpy_helper
     types = infer_types(graph)
     used = {ONNX_DOMAIN} | {n.domain for n in graph.nodes}
@@ -78,11 +79,17 @@ def _model(graph):
         inputs=[_value_info(v.name, v.type) for v in graph.inputs],
         outputs=[_value_info(name, types[name]) for name in graph.outputs],
         initializer=[numpy_helper.from_array(np.asarray(a), name) for name, a in graph.initializers.items()],
-        value_info=[_value_info(name, t) for name, t in graph.value_info.items() if name not in graph.outputs])
+        value_info=[_value_info(name, t) for name, t in graph.value_info.items()
+                    if name not in graph.outputs and t.shape is not None])
     opsets = [helper.make_opsetid(domain, version) for domain, version in graph.opset_imports.items()
               if domain in used]
-    return helper.make_model(proto, opset_imports=opsets, producer_name="minitrain",
-                             ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    model = helper.make_model(proto, opset_imports=opsets, producer_name="minitrain",
+                              ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True))
+    if any(types[name].shape is None for name in graph.outputs):
+        # an output shape minitrain's inference leaves open (a Resize by constant scales): ONNX's
+        # inference completes it, as the checker wants every output shaped
+        model = onnx.shape_inference.infer_shapes(model)
+    return model
 
 
 def _attribute(value):

@@ -4,7 +4,8 @@ The model is taken as ONNX describes it: opset imports per domain, initializers 
 through onnx's own loader), node attributes as Python values, graph inputs and outputs with
 their dtypes and shapes (symbolic dims as str) and value infos, completed by ONNX's shape
 inference.  Every node is then checked against minitrain's schemas, and all the nodes that
-fail are reported in one OnnxImportError rather than the first only.
+fail are reported in one OnnxImportError rather than the first only.  Shape subgraphs (see
+shape_folding.py) are evaluated instead, as tracing the graph later folds them.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..errors import MinitrainError, OnnxImportError
 from ..graph import Graph, Node, Value
 from ..inference import check_graph_node, initializer_type, topological_order
 from ..ops.schema import ONNX_DOMAIN, TensorType, get_schema
+from ..shape_folding import ShapeFolder
 from ._backend import require_onnx
 
 
@@ -104,6 +106,14 @@ def _check(graph):
     shape inference declared for its inputs (its dtypes and shapes only where they are known)."""
     types = {v.name: v.type for v in graph.inputs}
     types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
+    shapes = ShapeFolder()
+    for name, array in graph.initializers.items():
+        shapes.add_constant(name, array)
+
+    def dims_of(name):
+        t = types.get(name)
+        return None if t is None else t.shape
+
     failures = []
     for node in topological_order(graph):
         version = graph.opset_imports.get(node.domain)
@@ -111,7 +121,12 @@ def _check(graph):
         if version is None:
             failures.append(f"{where}: the model imports no opset for this domain")
             continue
+        if shapes.try_fold(node, node.attrs, version, dims_of):
+            continue
         try:
+            for i, name in enumerate(node.inputs):
+                if shapes.is_shape_value(name):
+                    types[name] = initializer_type(shapes.constant_for(name, node, i, dims_of(node.inputs[0])))
             get_schema(node.op_type, node.domain, version)
             if all(not name or name in types for name in node.inputs):
                 out_types = check_graph_node(graph, node, types).out_types

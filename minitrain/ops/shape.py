@@ -68,12 +68,17 @@ def reshape_target(ctx, shape, target, allowzero):
         return None if -1 in out else tuple(out)
     total = product(shape)
     if -1 in out:
-        known = product([d for d in out if d != -1])
-        if not isinstance(total, int) or not isinstance(known, int):
+        # a symbolic dim kept on both sides (the batch, copied by 0) cancels out of the -1
+        given, kept = list(shape), [d for d in out if d != -1]
+        for d in [d for d in kept if isinstance(d, str) and d in given]:
+            given.remove(d)
+            kept.remove(d)
+        rest, known = product(given), product(kept)
+        if not isinstance(rest, int) or not isinstance(known, int):
             return None
-        if known == 0 or total % known:
+        if known == 0 or rest % known:
             ctx.fail(f"cannot reshape {tuple(shape)} ({total} elements) to {tuple(target)}")
-        out[out.index(-1)] = total // known
+        out[out.index(-1)] = rest // known
     elif isinstance(total, int) and all(isinstance(d, int) for d in out) and total != product(out):
         ctx.fail(f"cannot reshape {tuple(shape)} ({total} elements) to {tuple(target)}")
     return tuple(out)

@@ -1,0 +1,178 @@
+"""Shape subgraphs folded into constants: the Shape -> Gather -> Unsqueeze -> Concat -> Reshape
+chains (and the Add/Div/Mul arithmetic of chunk's split points) that PyTorch's exporter emits
+for view, flatten, reshape and chunk.
+
+A ShapeFolder evaluates such nodes on the host when a graph is traced (nn.GraphModule's replay,
+the importer's check), on values that are the dims of a tensor's type: ints, or names for the
+symbolic ones (the batch "N").  What the subgraph computes then reaches its consumer as a
+constant, so no step runs a node for it and nothing is copied between device and host:
+
+- a value whose entries are all known becomes that int64 constant;
+- Reshape's target shape with symbolic entries still folds when each of them is the data's own
+  dim at the same position (ONNX's 0: copy the dim) or there is one such entry left (-1).
+
+A value that cannot be made constant this way (a symbolic dim that reaches anything else) is
+refused with a GraphError naming the consumer: such graphs would need the shape arithmetic run
+on the host at every step, which minitrain does not do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import GraphError
+
+SHAPE_OPS = frozenset({"Shape", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add", "Sub",
+                       "Mul", "Div", "Cast", "Identity"})
+INT_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+
+class ShapeValue:
+    """A 0-d or 1-d int tensor whose entries are ints or symbolic dim names (str)."""
+
+    def __init__(self, entries, scalar=False):
+        self.entries = tuple(entries)
+        self.scalar = scalar
+
+    @property
+    def known(self):
+        return all(isinstance(e, (int, np.integer)) for e in self.entries)
+
+    def array(self):
+        values = np.array([int(e) for e in self.entries], dtype=np.int64)
+        return values.reshape(()) if self.scalar else values
+
+    def __repr__(self):
+        return f"ShapeValue({list(self.entries)}{', scalar' if self.scalar else ''})"
+
+
+def _from_array(array):
+    array = np.asarray(array)
+    if array.dtype not in INT_TYPES or array.ndim > 1:
+        return None
+    return ShapeValue(array.reshape(-1).tolist(), scalar=array.ndim == 0)
+
+
+def _binary(op, a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        return f"({a} {op} {b})"
+    if op == "/":
+        return int(a / b) if b else 0      # ONNX's integer Div truncates
+    return {"+": a + b, "-": a - b, "*": a * b}[op]
+
+
+class ShapeFolder:
+    """The shape values of one traced graph, by value name."""
+
+    def __init__(self):
+        self.values = {}
+
+    def is_shape_value(self, name):
+        return name in self.values
+
+    def add_constant(self, name, array):
+        """Record an int initializer (0-d or 1-d) as a known shape value."""
+        value = _from_array(array)
+        if value is not None:
+            self.values[name] = value
+
+    def try_fold(self, node, attrs, opset, dims_of):
+        """Evaluate `node` when it is a shape op on shape values; returns True when its outputs
+        are now shape values.  dims_of(name) gives a tensor's dims (ints or names) or None."""
+        if node.op_type not in SHAPE_OPS or node.domain or len(node.outputs) != 1:
+            return False
+        inputs = [self.values.get(name) if name else None for name in node.inputs]
+        result = self._evaluate(node.op_type, node.inputs, inputs, attrs, opset, dims_of)
+        if result is None:
+            return False
+        self.values[node.outputs[0]] = result
+        return True
+
+    def _evaluate(self, op, names, inputs, attrs, opset, dims_of):
+        if op == "Constant":
+            value = attrs.get("value")
+            if value is None and ("value_int" in attrs or "value_ints" in attrs):
+                value = np.asarray(attrs.get("value_int", attrs.get("value_ints")), dtype=np.int64)
+            return None if value is None else _from_array(value)
+        if op == "Shape":
+            dims = dims_of(names[0])
+            if dims is None:
+                return None
+            start, end = attrs.get("start", 0), attrs.get("end")
+            return ShapeValue(list(dims)[start:end])
+        present = [v for v, name in zip(inputs, names) if name]
+        if any(v is None for v in present) or not present:
+            return None
+        data = inputs[0]
+        if op in ("Identity", "Cast"):
+            return data if op == "Identity" or np.dtype(_cast_dtype(attrs)) in INT_TYPES else None
+        if op == "Gather":
+            index = inputs[1]
+            if data.scalar or not index.known or attrs.get("axis", 0) != 0:
+                return None
+            picked = [data.entries[int(i)] for i in index.entries]
+            return ShapeValue(picked, scalar=index.scalar)
+        if op == "Unsqueeze":
+            axes = inputs[1].entries if opset >= 13 and len(inputs) > 1 and inputs[1] else attrs.get("axes")
+            return ShapeValue(data.entries) if data.scalar and list(axes or []) in ([0], [-1]) else None
+        if op == "Squeeze":
+            return ShapeValue(data.entries, scalar=True) if not data.scalar and len(data.entries) == 1 else None
+        if op == "Concat":
+            if any(v.scalar for v in inputs):
+                return None
+            return ShapeValue([e for v in inputs for e in v.entries])
+        if op == "Slice":
+            return self._slice(inputs, attrs, opset)
+        if op in ("Add", "Sub", "Mul", "Div"):
+            a, b = inputs
+            n = max(len(a.entries), len(b.entries))
+            if {len(a.entries), len(b.entries)} - {1, n}:
+                return None
+            symbol = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[op]
+            pick = (lambda v, i: v.entries[0] if len(v.entries) == 1 else v.entries[i])
+            return ShapeValue([_binary(symbol, pick(a, i), pick(b, i)) for i in range(n)],
+                              scalar=a.scalar and b.scalar)
+        return None
+
+    @staticmethod
+    def _slice(inputs, attrs, opset):
+        data = inputs[0]
+        if data.scalar:
+            return None
+        if opset >= 10:
+            bounds = [v.entries if v is not None else None for v in (inputs + [None] * 5)[1:5]]
+            starts, ends, axes, steps = bounds
+        else:
+            starts, ends, axes, steps = attrs.get("starts"), attrs.get("ends"), attrs.get("axes"), None
+        if starts is None or ends is None or any(isinstance(e, str) for e in (*starts, *ends, *(steps or ()))):
+            return None
+        if axes is not None and list(axes) not in ([0], [-1]):
+            return None
+        step = steps[0] if steps else 1
+        return ShapeValue(data.entries[slice(int(starts[0]), int(ends[0]), int(step))])
+
+    def constant_for(self, name, consumer, index, data_dims):
+        """The int64 array that stands for shape value `name` as input `index` of `consumer`;
+        data_dims: the dims of the consumer's first input (Reshape's data).  GraphError when a
+        symbolic dim cannot be expressed."""
+        value = self.values[name]
+        if value.known:
+            return value.array()
+        if consumer.op_type == "Reshape" and index == 1 and not consumer.attrs.get("allowzero", 0):
+            entries = list(value.entries)
+            for i, e in enumerate(entries):
+                if isinstance(e, str) and data_dims is not None and i < len(data_dims) and data_dims[i] == e:
+                    entries[i] = 0
+            unknown = [i for i, e in enumerate(entries) if isinstance(e, str)]
+            if len(unknown) == 1 and -1 not in entries:
+                entries[unknown[0]] = -1
+                unknown = []
+            if not unknown:
+                return np.array(entries, dtype=np.int64)
+        raise GraphError(f"node {consumer.name!r} ({consumer.op_type}) takes input {name!r} = {list(value.entries)}, "
+                         "computed from symbolic dims: only Reshape's target shape can hold them (as 0 or -1); "
+                         "export the model with static shapes there")
+
+
+def _cast_dtype(attrs):
+    from_onnx = {1: np.float32, 6: np.int32, 7: np.int64, 10: np.float16, 11: np.float64}
+    return from_onnx.get(attrs.get("to"), np.float32)

@@ -1,0 +1,103 @@
+"""Shape subgraphs of exported models folded into constants (minitrain/shape_folding.py): with
+a dynamic batch dim, view/flatten/chunk/channel shuffle train beside PyTorch at two batch sizes
+and the traced graph holds no shape arithmetic; what cannot fold is refused by name."""
+import io
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+
+from minitrain import nn, optim  # noqa: E402
+from minitrain.errors import GraphError, OnnxImportError  # noqa: E402
+from minitrain.graph import Node  # noqa: E402
+from minitrain.onnx import load  # noqa: E402
+from minitrain.shape_folding import ShapeFolder  # noqa: E402
+from minitrain.training import TrainingSession  # noqa: E402
+
+SHAPE_ARITHMETIC = {"Gather", "Unsqueeze", "Squeeze", "Div", "Mul", "Constant"}    # none of them in the model itself
+
+
+class ShuffleViews(torch.nn.Module):
+    """chunk, channel shuffle by view/transpose/reshape, and a flatten by x.view(x.size(0), -1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.branch = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(4, 4, 1)
+        self.head = torch.nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        kept, changed = self.conv(x).chunk(2, dim=1)
+        y = torch.cat([kept, torch.relu(self.branch(changed))], 1)
+        n, c, h, w = y.shape
+        y = y.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return self.head(torch.nn.functional.max_pool2d(y, 2).view(y.size(0), -1))
+
+
+def export(model, opset=17):
+    f = io.BytesIO()
+    torch.onnx.export(model, (torch.zeros(2, 3, 8, 8),), f, opset_version=opset, dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}}, do_constant_folding=False)
+    return onnx.load_from_string(f.getvalue())
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_dynamic_batch_views_fold_and_train_beside_torch(opset):
+    torch.manual_seed(0)
+    model = ShuffleViews()
+    proto = export(model, opset)
+    assert {"Shape", "Gather", "Div"} <= {n.op_type for n in proto.graph.node}
+    session = TrainingSession.from_onnx(proto, nn.CrossEntropyLoss(), optim.SGD(0.1))
+    traced = [n.op_type for n in session.export_graph("inference").nodes]
+    assert not set(traced) & SHAPE_ARITHMETIC
+    assert traced.count("Concat") == 1 and traced.count("Shape") == 0      # the channel concat only
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(0)
+    for batch in (4, 3, 4):
+        x, y = rng.standard_normal((batch, 3, 8, 8)).astype(np.float32), rng.integers(0, 5, batch)
+        sgd.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        sgd.step()
+        assert session.train_step(x, y) == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_symbolic_dim_reaching_another_consumer_is_refused():
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["zeros"], value=helper.make_tensor("v", TensorProto.FLOAT,
+                                                                                                [1], [0.0])),
+             helper.make_node("Add", ["x", "zeros"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxImportError, match=r"ConstantOfShape.*computed from symbolic dims"):
+        load(model)
+
+
+def test_folder_evaluates_torch_chunk_arithmetic():
+    folder = ShapeFolder()
+    dims = {"x": ("N", 8, 4, 4)}
+    folder.add_constant("one", np.array(1))
+    folder.add_constant("two", np.array(2))
+    folder.add_constant("zero_axes", np.array([0]))
+    for node in (Node("Shape", ["x"], ["s"]), Node("Gather", ["s", "one"], ["c"]), Node("Add", ["c", "one"], ["c1"]),
+                 Node("Div", ["c1", "two"], ["half"]), Node("Gather", ["s", "two"], ["h"]),
+                 Node("Unsqueeze", ["half", "zero_axes"], ["half1"])):
+        assert folder.try_fold(node, node.attrs, 17, dims.get)
+    assert folder.constant_for("half", Node("Slice", ["x", "one", "half"], ["y"]), 2, None).tolist() == 4
+    reshape = Node("Reshape", ["x", "target"], ["y"])
+    folder.values["target"] = folder.values["s"]
+    assert folder.constant_for("target", reshape, 1, ("N", 8, 4, 4)).tolist() == [0, 8, 4, 4]
+    with pytest.raises(GraphError, match="symbolic dims"):
+        folder.constant_for("target", Node("Expand", ["x", "target"], ["y"]), 1, None)
+
+
+def test_reshape_infers_minus_one_beside_a_copied_symbolic_dim():
+    from minitrain.ops import get_schema, infer_node
+    from minitrain.ops.schema import TensorType
+    sch = get_schema("Reshape", "", 14)
+    target = TensorType(np.dtype(np.int64), (3,), (0, 3, -1))
+    _, (out,) = infer_node(sch, [TensorType(np.dtype(np.float32), ("N", 6, 5, 5)), target], {"allowzero": 0})
+    assert out.shape == ("N", 3, 50)
