@@ -10,31 +10,7 @@
 // Formulas and rounding follow ext/optimizer.pyx (PyTorch's SGD, Adam, AdamW).
 #include "common.cuh"
 #include "block_sum.cuh"
-
-#ifndef MT_TABLE_COLS
-#error "MT_TABLE_COLS comes from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
-#endif
-#define TABLE_COLS MT_TABLE_COLS
-
-struct Chunk {
-    const int64_t* row;     // param, grad, state 1, state 2, count
-    int64_t tensor;         // the row's index: the parameter's place in per-parameter settings
-    int64_t begin, end;
-};
-
-__device__ __forceinline__ Chunk block_chunk(const int64_t* table, int64_t tensors, int64_t chunk) {
-    const int64_t* pair = table + TABLE_COLS * tensors + 2 * (int64_t)blockIdx.x;
-    Chunk c;
-    c.tensor = pair[0];
-    c.row = table + TABLE_COLS * pair[0];
-    c.begin = pair[1];
-    c.end = min(c.row[4], pair[1] + chunk);
-    return c;
-}
-
-template <typename T> __device__ __forceinline__ T* column(const Chunk& c, int k) {
-    return reinterpret_cast<T*>(c.row[k]);
-}
+#include "multi_tensor.cuh"
 
 // partial[b] = the sum of squares of block b's gradient elements, in double.
 template <typename T> __device__ void mt_sq_norm_impl(const int64_t* table, int64_t tensors, int64_t chunk, double* partial) {
@@ -102,12 +78,13 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
 // scaled by shrink = 1 - lr*wd first); step = lr / (1 - beta1^t), inv_sqrt_bias2 =
 // 1 / sqrt(1 - beta2^t), worked out in double from the learning rate and t read from device
 // memory (so a captured step follows the schedule and the step count).  Parameter groups: as
-// in mt_sgd_impl.
+// in mt_sgd_impl.  adam_mode 1 is Hugging Face's AdamW: step = lr * sqrt(1 - beta2^t) /
+// (1 - beta1^t), epsilon added to sqrt(v) itself, and w scaled by shrink after the update.
 template <typename T>
 __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, double beta1_d,
                              double beta2_d, acc_t<T> eps, double uniform_decay, int decoupled,
                              const T* learning_rate, const int64_t* step_count, int64_t lr_stride,
-                             const double* decays) {
+                             const double* decays, int adam_mode) {
     typedef acc_t<T> A;
     if (!update_runs(scale)) return;
     const Chunk c = block_chunk(table, tensors, chunk);
@@ -117,8 +94,10 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
     const A beta1 = (A)beta1_d, beta2 = (A)beta2_d;
     const A weight_decay = decoupled ? A(0) : (A)weight_decay_d;
     const A shrink = decoupled ? (A)(1.0 - lr_d * weight_decay_d) : A(1);
-    const A step = (A)(lr_d / (1.0 - pow(beta1_d, t)));
-    const A inv_sqrt_bias2 = (A)(1.0 / sqrt(1.0 - pow(beta2_d, t)));
+    const A shrink_before = adam_mode == 0 ? shrink : A(1), shrink_after = adam_mode == 0 ? A(1) : shrink;
+    const A step = (A)(adam_mode == 0 ? lr_d / (1.0 - pow(beta1_d, t))
+                                      : lr_d * sqrt(1.0 - pow(beta2_d, t)) / (1.0 - pow(beta1_d, t)));
+    const A inv_sqrt_bias2 = adam_mode == 0 ? (A)(1.0 / sqrt(1.0 - pow(beta2_d, t))) : A(1);
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
     T* m = column<T>(c, 2);
@@ -131,7 +110,7 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
         const A vi = beta2 * to_acc<T>(v[i]) + (A(1) - beta2) * d * d;
         m[i] = from_acc<T>(mi);
         v[i] = from_acc<T>(vi);
-        w[i] = from_acc<T>(wi * shrink - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps));
+        w[i] = from_acc<T>((wi * shrink_before - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps)) * shrink_after);
     }
 }
 
@@ -155,8 +134,8 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
                                            const double* scale, double beta1, double beta2,              \
                                            acc_t<T> eps, double weight_decay, int decoupled,             \
                                            const T* lr, const int64_t* step, int64_t lr_stride,          \
-                                           const double* decays) {                                       \
+                                           const double* decays, int adam_mode) {                        \
         mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, decoupled, lr,    \
-                        step, lr_stride, decays);                                                        \
+                        step, lr_stride, decays, adam_mode);                                             \
     }
 MT_FOR_FLOATS(OPTIMIZER)

@@ -155,7 +155,13 @@ def read(path):
 def load(path, session):
     """Restore `session` from `path`; returns the checkpoint's `extra` dict.  Nothing is
     changed unless the whole file is valid and fits the session's model and optimizer."""
-    meta, model_state, optimizer_arrays = read(path)
+    return restore(session, read(path), path)
+
+
+def restore(session, contents, path):
+    """Restore `session` from `contents`, what read(path) returned (a data-parallel run reads
+    the file on one rank and hands the contents to the others); returns the `extra` dict."""
+    meta, model_state, optimizer_arrays = contents
     optimizer_state = {"type": meta["optimizer"]["type"], "step_count": meta["optimizer"]["step_count"],
                        "arrays": optimizer_arrays, "groups": meta["optimizer"].get("groups")}
     loss_scale = getattr(session, "loss_scale", None) if meta["loss_scale"] else None

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minitrain.bfloat16 import BFLOAT16
+
 MS = "com.microsoft"
 HUGE_INT = 2 ** 40
 BEYOND_INT64 = 2 ** 63
@@ -47,6 +49,22 @@ SAMPLES = {
     ("", "Tanh"): ([f(2, 3)], {}, None),
     ("", "LeakyRelu"): ([f(2, 3)], {"alpha": 0.1}, None),
     (MS, "QuickGelu"): ([f(2, 3)], {"alpha": 1.702}, None),
+    # pointwise activations, unary math, PRelu, Max/Min, ReduceSumSquare and ReduceL2 of exported models
+    ("", "HardSigmoid"): ([f(2, 3)], {"alpha": 0.3, "beta": 0.4}, None),
+    ("", "HardSwish"): ([f(2, 3)], {}, None),
+    ("", "Softplus"): ([f(2, 3)], {}, None),
+    ("", "Elu"): ([f(2, 3)], {"alpha": 0.5}, None),
+    ("", "Selu"): ([f(2, 3)], {"alpha": 1.5, "gamma": 0.8}, None),
+    ("", "Gelu"): ([f(2, 3)], {"approximate": "tanh"}, None),
+    (MS, "Gelu"): ([f(2, 3)], {}, None),
+    (MS, "FastGelu"): ([f(2, 3), f(3)], {}, None),
+    ("", "Erf"): ([f(2, 3)], {}, None),
+    ("", "Reciprocal"): ([f(2, 3) + 3], {}, None),
+    ("", "PRelu"): ([f(2, 3, 4), f(3, 1)], {}, None),
+    ("", "Max"): ([f(2, 3), f(3), f(2, 1)], {}, None),
+    ("", "Min"): ([f(2, 3), f(3), f(2, 1)], {}, None),
+    ("", "ReduceSumSquare"): ([f(2, 3, 4), np.array([0, -1])], {"keepdims": 0, "noop_with_empty_axes": 0}, None),
+    ("", "ReduceL2"): ([f(2, 3, 4), np.array([1])], {"keepdims": 1, "noop_with_empty_axes": 0}, None),
     ("", "Softmax"): ([f(2, 3)], {"axis": -1}, None),
     ("", "LogSoftmax"): ([f(2, 3)], {"axis": -1}, None),
     ("", "Flatten"): ([f(2, 3, 4)], {"axis": 1}, None),
@@ -78,6 +96,11 @@ SAMPLES = {
     ("", "GlobalMaxPool"): ([f(2, 3, 4, 5)], {}, None),
     ("", "BatchNormalization"): ([f(2, 3, 4), f(3), f(3), f(3), f(3) ** 2 + 1],
                                  {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1}, None),
+    # per-sample normalisations
+    ("", "LayerNormalization"): ([f(2, 3, 4), f(3, 4), f(3, 4)], {"axis": 1, "epsilon": 1e-5, "stash_type": 1}, None),
+    (MS, "LayerNormalization"): ([f(2, 3, 4), f(4), f(4)], {"axis": -1, "epsilon": 1e-5, "stash_type": 1}, None),
+    ("", "InstanceNormalization"): ([f(2, 3, 4), f(3), f(3)], {"epsilon": 1e-5}, None),
+    ("", "GroupNormalization"): ([f(2, 4, 3), f(4), f(4)], {"epsilon": 1e-5, "num_groups": 2, "stash_type": 1}, None),
     ("", "Dropout"): ([f(3, 4), np.array(0.3), np.array(True)], {"seed": 1}, None),
     ("", "SoftmaxCrossEntropyLoss"): ([f(5, 3), labels(5), f(3) ** 2], {"reduction": "mean", "ignore_index": 1},
                                       None),
@@ -99,12 +122,27 @@ SAMPLES = {
     (MS, "TanhGrad"): ([f(3, 4), f(3, 4)], {}, None),
     (MS, "LeakyReluGrad"): ([f(3, 4), f(3, 4)], {"alpha": 0.1}, None),
     (MS, "QuickGeluGrad"): ([f(3, 4), f(3, 4)], {"alpha": 1.702}, None),
+    # gradient ops of the pointwise activations of exported models
+    (MS, "HardSigmoidGrad"): ([f(3, 4), f(3, 4)], {"alpha": 0.3, "beta": 0.4}, None),
+    (MS, "HardSwishGrad"): ([f(3, 4), f(3, 4)], {}, None),
+    (MS, "SoftplusGrad"): ([f(3, 4), f(3, 4)], {}, None),
+    (MS, "EluGrad"): ([f(3, 4), f(3, 4)], {"alpha": 0.5}, None),
+    (MS, "SeluGrad"): ([f(3, 4), f(3, 4)], {"alpha": 1.5, "gamma": 0.8}, None),
+    (MS, "GeluGrad"): ([f(3, 4), f(3, 4)], {}, None),
+    (MS, "FastGeluGrad"): ([f(3, 4), f(3, 4)], {}, None),
     (MS, "SoftmaxGrad"): ([f(3, 4), f(3, 4)], {"axis": 1}, None),
     (MS, "SoftmaxGrad_13"): ([f(3, 4), f(3, 4)], {"axis": -1}, None),
     (MS, "LogSoftmaxGrad"): ([f(3, 4), f(3, 4)], {"axis": 1}, None),
     (MS, "LogSoftmaxGrad_13"): ([f(3, 4), f(3, 4)], {"axis": -1}, None),
     (MS, "BatchNormalizationGrad"): ([f(2, 3, 4), f(2, 3, 4), f(3), f(3), f(3) ** 2 + 1],
                                      {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1}, None),
+    # per-sample normalisations
+    (MS, "LayerNormalizationGrad"): ([f(2, 3, 4), f(2, 3, 4), f(3, 4), f(2, 1, 1), f(2, 1, 1) ** 2 + 1],
+                                     {"axis": 1, "epsilon": 1e-5, "stash_type": 1}, None),
+    (MS, "InstanceNormalizationGrad"): ([f(2, 3, 4), f(2, 3, 4), f(3), f(2, 3), f(2, 3) ** 2 + 1],
+                                        {"epsilon": 1e-5}, None),
+    (MS, "GroupNormalizationGrad"): ([f(2, 4, 3), f(2, 4, 3), f(4), f(2, 2), f(2, 2) ** 2 + 1],
+                                     {"epsilon": 1e-5, "num_groups": 2, "stash_type": 1}, None),
     (MS, "GlobalAveragePoolGrad"): ([f(2, 3, 1, 1), np.array([2, 3, 4, 5])], {}, None),
     (MS, "GlobalMaxPoolGrad"): ([f(2, 3, 1), f(2, 3, 6)], {}, None),
     (MS, "MSELossGrad"): ([f(3, 4), f(3, 4), f(3, 4)], {"reduction": "none"}, None),
@@ -112,8 +150,15 @@ SAMPLES = {
                                           {"reduction": "none", "ignore_index": 0}, None),
     (MS, "DropoutGrad"): ([f(3, 4), np.ones((3, 4), bool), np.array(0.5), np.array(True)], {}, None),
     (MS, "SumToShape"): ([f(3, 4), np.array([1, 4])], {}, None),
+    (MS, "NcclAllReduce"): ([f(2, 3)], {"group_type": 0}, None),
     (MS, "InPlaceAccumulator"): ([f(3, 2), f(3, 2), np.array(0.5)], {}, None),
     (MS, "InPlaceAccumulatorV2"): ([f(3, 2), f(3, 2), np.array([True])], {}, None),
+    (MS, "BatchNormInternal"): ([f(2, 3, 4), f(3), f(3), f(3), f(3) ** 2 + 1],
+                                {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1}, None),
+    (MS, "AdamWOptimizer"): ([np.array([0.1]), np.array([3]), f(3, 2), f(3, 2), f(3, 2), f(3, 2) ** 2],
+                             {"alpha": 0.9, "beta": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "correct_bias": 1,
+                              "adam_mode": 1}, None),
+    (MS, "SGDOptimizerV2"): ([np.array([0.1]), f(3, 2), f(3, 2)], {}, None),
     (MS, "SGDOptimizer"): ([np.array(0.1), f(3, 2), f(2), f(3, 2), f(2), f(3, 2), f(2)],
                            {"momentum": 0.9, "nesterov": 1, "weight_decay": 0.01, "max_norm": 1.0}, None),
     (MS, "AdamOptimizer"): ([np.array(0.1), np.array(3), f(3, 2), f(3, 2), f(3, 2), f(3, 2) ** 2],
@@ -152,6 +197,21 @@ SAMPLES = {
     ("", "LessOrEqual"): ([f(2, 3), f(3)], {}, None),
     ("", "And"): ([f(2, 3) > 0, f(3) > 0], {}, None),
     ("", "Cast"): ([f(2, 3) > 0], {"to": 1, "saturate": 1}, None),
+    # structural ops
+    ("", "Constant"): ([], {"value": f(2, 3)}, None),
+    ("", "ConstantOfShape"): ([np.array([2, 3])], {"value": np.array([1.5])}, None),
+    ("", "Concat"): ([f(2, 3), f(2, 4)], {"axis": 1}, None),
+    ("", "Split"): ([f(2, 64)], {"axis": 1}, None),
+    ("", "Gather"): ([f(4, 3), np.array([[0, -1], [2, 2]])], {"axis": 0}, None),
+    (MS, "GatherGrad"): ([np.array([4, 3]), np.array([[0, -1], [2, 2]]), f(2, 2, 3)], {"axis": 0}, None),
+    ("", "Tile"): ([f(2, 3), np.array([2, 1])], {}, None),
+    ("", "Pad"): ([f(2, 3, 4), np.array([0, 1, 2, 0, 1, 1]), np.array(0.5)], {"mode": "reflect"}, None),
+    (MS, "PadGrad"): ([f(2, 5, 7), np.array([0, 1, 2, 0, 1, 1])], {"mode": "reflect"}, None),
+    ("", "Upsample"): ([f(1, 2, 3, 4), np.array([1.0, 1.0, 2.0, 1.5])], {"mode": "linear"}, None),
+    ("", "Resize"): ([f(1, 2, 3, 4), None, np.array([1.0, 1.0, 2.0, 1.5])],
+                     {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, None),
+    (MS, "ResizeGrad"): ([f(1, 2, 6, 6), f(1, 2, 3, 4), None, np.array([1.0, 1.0, 2.0, 1.5])], {"mode": "linear"},
+                         None),
 }
 
 
@@ -193,6 +253,8 @@ def _spoiled_inputs(domain, op, inputs, attrs, shapes, formal):
         if x.dtype.kind == "f":
             yield case("int32", i, x.astype(np.int32), "error")
             yield case("float16", i, x.astype(np.float16))      # most CPU kernels lack it: an error
+            if BFLOAT16 is not None:        # no CPU kernel takes it as its element type T
+                yield case("bfloat16", i, x.astype(BFLOAT16), "error" if spec(i).types == "T" else "any")
             if i in shared and len(shared) > 1:            # inputs of type T share one dtype
                 yield case("float32_among_float64", i, x.astype(np.float32), "error")
         elif x.dtype.kind in "iu":

@@ -25,6 +25,8 @@ on (attributes a version added).  Adding an op is one `OpRow(...)` in ROWS, for 
     OpRow("LeakyRelu", (case(normal(2, 5)), case(normal(7), alpha=0.2)),
           reference=activation("LeakyRelu"), differentiable=(0,)),
 """
+import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -33,9 +35,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from error_inputs import SAMPLES
 from minitrain import run_node
+from minitrain.ops.concat import PIECES
 
 MS = "com.microsoft"
 FUSED = "ai.minitrain.fused"
+MINITRAIN = "ai.minitrain"
 
 
 # ---- input builders -------------------------------------------------------------------------
@@ -247,6 +251,66 @@ def activation_grad(op):
     return lambda inputs, attrs: {"dX": backward(inputs[0], inputs[1], attrs.get("alpha", alpha))}
 
 
+# -- pointwise activations of exported models (ops/pointwise_activation.py), unary math, PRelu, Max/Min
+_erf = np.vectorize(math.erf)
+_GELU_K = math.sqrt(2 / math.pi)
+_SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875   # ONNX's float32 defaults
+
+
+def _gelu_tanh_parts(x):
+    """(tanh of the tanh form's argument, that argument's derivative)."""
+    return np.tanh(_GELU_K * (x + 0.044715 * x ** 3)), _GELU_K * (1 + 3 * 0.044715 * x ** 2)
+
+
+def _attr(attrs, name, default):
+    return attrs.get(name, f32(default))
+
+
+POINTWISE = {  # op: (forward(x, attrs), gradient(dy, x, attrs)), in float64 by the definitions
+    "HardSigmoid": (lambda x, a: np.clip(_attr(a, "alpha", 0.2) * x + _attr(a, "beta", 0.5), 0, 1),
+                    lambda dy, x, a: dy * _attr(a, "alpha", 0.2) *
+                    (np.abs(_attr(a, "alpha", 0.2) * x + _attr(a, "beta", 0.5) - 0.5) < 0.5)),
+    "HardSwish": (lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1),
+                  lambda dy, x, a: dy * np.select([x < -3, x <= 3], [0.0, x / 3 + 0.5], 1.0)),
+    "Softplus": (lambda x, a: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0), lambda dy, x, a: dy * _sigmoid(x)),
+    "Elu": (lambda x, a: np.where(x > 0, x, _attr(a, "alpha", 1.0) * (np.exp(np.minimum(x, 0)) - 1)),
+            lambda dy, x, a: dy * np.where(x > 0, 1.0, _attr(a, "alpha", 1.0) * np.exp(np.minimum(x, 0)))),
+    "Selu": (lambda x, a: _attr(a, "gamma", _SELU_GAMMA) *
+             np.where(x > 0, x, _attr(a, "alpha", _SELU_ALPHA) * (np.exp(np.minimum(x, 0)) - 1)),
+             lambda dy, x, a: dy * _attr(a, "gamma", _SELU_GAMMA) *
+             np.where(x > 0, 1.0, _attr(a, "alpha", _SELU_ALPHA) * np.exp(np.minimum(x, 0)))),
+    "Gelu": (lambda x, a: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+             lambda dy, x, a: dy * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))),
+    "FastGelu": (lambda x, a: 0.5 * x * (1 + _gelu_tanh_parts(x)[0]),
+                 lambda dy, x, a: dy * (0.5 * (1 + _gelu_tanh_parts(x)[0]) +
+                                        0.5 * x * (1 - _gelu_tanh_parts(x)[0] ** 2) * _gelu_tanh_parts(x)[1])),
+}
+
+
+def pointwise(op, name="Y"):
+    """The forward of a POINTWISE op; Gelu's approximate=tanh is FastGelu's form, a bias is
+    added to X first (FastGelu's)."""
+    def reference(inputs, attrs):
+        form = "FastGelu" if op == "Gelu" and attrs.get("approximate") == "tanh" else op
+        x = inputs[0] if len(inputs) < 2 or inputs[1] is None else inputs[0] + inputs[1]
+        return {name: POINTWISE[form][0](x, attrs)}
+    return reference
+
+
+def pointwise_grad(op):
+    return lambda inputs, attrs: {"dX": POINTWISE[op][1](inputs[0], inputs[1], attrs)}
+
+
+def prelu(inputs, attrs):
+    x, slope = inputs
+    return {"Y": np.where(x > 0, x, x * slope)}
+
+
+def variadic(fn, name):
+    """Max or Min of the inputs broadcast together."""
+    return lambda inputs, attrs: {name: functools.reduce(fn, inputs)}
+
+
 def activation_grad_bias(inputs, attrs):
     dx = ACTIVATIONS[attrs["activation"]][1](inputs[0], inputs[1], attrs.get("activation_alpha", f32(0.01)))
     return {"dX": dx, "dB": dx.sum(axis=tuple(a for a in range(dx.ndim) if a != 1))}
@@ -277,16 +341,17 @@ def _sum_to(x, shape):
     return x.sum(axis=tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1), keepdims=True)
 
 
-def reduction(reduce, axes_from_input):
+def reduction(reduce, axes_from_input, elementwise=None):
     """ReduceSum, ReduceMean or ReduceMax (`reduce`: np.sum, np.mean, np.max) over the axes of
     the attribute, or of the input from the opset where they moved; absent or empty axes
-    reduce every axis, unless noop_with_empty_axes makes them the identity."""
+    reduce every axis, unless noop_with_empty_axes makes them the identity (or `elementwise`,
+    the part of ReduceSumSquare and ReduceL2 that still applies then)."""
     def reference(inputs, attrs):
         x = inputs[0]
         axes = inputs[1] if axes_from_input and len(inputs) > 1 else attrs.get("axes")
         if axes is None or len(axes) == 0:
             if attrs.get("noop_with_empty_axes"):
-                return {"reduced": x}
+                return {"reduced": x if elementwise is None else elementwise(x)}
             axes = range(x.ndim)
         return {"reduced": reduce(x, axis=tuple(int(a) for a in axes), keepdims=bool(attrs.get("keepdims", 1)))}
     return reference
@@ -401,6 +466,48 @@ def batchnorm(inputs, attrs):
     return out
 
 
+# ---- per-sample normalisations (LayerNormalization, InstanceNormalization, GroupNormalization)
+def _row_stats(rows, epsilon):
+    mean = rows.mean(axis=-1, keepdims=True)
+    return mean, 1 / np.sqrt(((rows - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
+
+
+def layer_norm(inputs, attrs):
+    x, scale, bias = (list(inputs) + [None])[:3]
+    axis = attrs.get("axis", -1) % x.ndim
+    rows = x.reshape(x.shape[:axis] + (-1,))
+    mean, inv_std = _row_stats(rows, attrs.get("epsilon", f32(1e-5)))
+    y = ((rows - mean) * inv_std).reshape(x.shape) * scale + (0 if bias is None else bias)
+    stats = x.shape[:axis] + (1,) * (x.ndim - axis)
+    return {"Y": y, "Mean": mean.reshape(stats), "InvStdDev": inv_std.reshape(stats)}
+
+
+def group_norm(per_channel):
+    """GroupNormalization's reference; InstanceNormalization is its case of one channel a group."""
+    def reference(inputs, attrs):
+        x, scale, bias = inputs
+        n, c = x.shape[:2]
+        groups = attrs.get("num_groups", c)
+        rows = x.reshape(n, groups, -1)
+        mean, inv_std = _row_stats(rows, attrs.get("epsilon", f32(1e-5)))
+        if not per_channel:
+            scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
+        channel = (1, c) + (1,) * (x.ndim - 2)
+        y = ((rows - mean) * inv_std).reshape(x.shape) * scale.reshape(channel) + bias.reshape(channel)
+        names = ("output", "mean", "inv_std_dev") if "num_groups" not in attrs else ("Y", "mean", "inv_std_dev")
+        return dict(zip(names, (y, mean.reshape(n, groups), inv_std.reshape(n, groups))))
+    return reference
+
+
+def _sample_norm_grad_inputs(reference, x_shape, scale_shape, attrs):
+    """dY, X, scale and the statistics the forward op makes of X."""
+    def build(rng):
+        x, scale = rng.standard_normal(x_shape) * 2 + 0.5, rng.standard_normal(scale_shape)
+        out = list(reference([x, scale, np.zeros(scale_shape)], attrs).values())
+        return [rng.standard_normal(x_shape), x, scale, out[1], out[2]]
+    return derived(build)
+
+
 def dropout_identity(inputs, attrs):
     return {"output": inputs[0], "mask": np.ones(inputs[0].shape, bool)}
 
@@ -423,8 +530,51 @@ def accumulate_v2(inputs, attrs):
     return {"updated_flag": np.ones(1, bool), "accumulated": total, "input 0": total}
 
 
+# ONNX Runtime's training optimizers (AdamWOptimizer, SGDOptimizerV2), after its CPU kernels
+def adamw(inputs, attrs):
+    """AdamWOptimizer: PyTorch's AdamW (adam_mode 0) or Hugging Face's (1), on every parameter."""
+    lr, step, tensors = float(inputs[0]), int(inputs[1]), inputs[2:]
+    alpha, beta = attrs.get("alpha", f32(0.9)), attrs.get("beta", f32(0.999))
+    eps, decay = attrs.get("epsilon", f32(1e-8)), attrs.get("weight_decay", f32(1e-2))
+    correct = attrs.get("correct_bias", 1)
+    c1, c2 = (1 - alpha ** step, 1 - beta ** step) if correct else (1.0, 1.0)
+    count = len(tensors) // 4
+    out = {"updated_flag": np.ones(np.shape(inputs[1]), bool)}
+    for k in range(count):
+        w, g, m, v = (tensors[k + j * count] for j in range(4))
+        m, v = alpha * m + (1 - alpha) * g, beta * v + (1 - beta) * g * g
+        if attrs.get("adam_mode", 0) == 0:
+            w = w * (1 - lr * decay) - lr * m / (c1 * (np.sqrt(v / c2) + eps))
+        else:
+            w = w - lr * np.sqrt(c2) / c1 * m / (np.sqrt(v) + eps)
+            w = w * (1 - lr * decay)
+        out.update({f"input {2 + k}": w, f"input {2 + 2 * count + k}": m, f"input {2 + 3 * count + k}": v})
+    return out
+
+
+def sgd_v2(inputs, attrs):
+    """SGDOptimizerV2: w -= lr * g on every parameter."""
+    lr, tensors = float(inputs[0]), inputs[1:]
+    count = len(tensors) // 2
+    return {"update_completed": np.ones(np.shape(inputs[0]), bool),
+            **{f"input {1 + k}": tensors[k] - lr * tensors[count + k] for k in range(count)}}
+
+
 def binary(fn, name="C"):
     return lambda inputs, attrs: {name: fn(*inputs)}
+
+
+def quotient(inputs, attrs):
+    """Div's reference: true division on floats, truncated toward zero on integers (C's)."""
+    a, b = inputs
+    if np.asarray(a).dtype.kind == "f":
+        return {"C": np.divide(a, b)}
+    return {"C": np.trunc(np.divide(a, b)).astype(np.result_type(a, b))}
+
+
+def divisors(*shape):
+    """Magnitudes in [1, 3) of either sign: divisors that stay nonzero cast to integers."""
+    return lambda rng: np.asarray(rng.uniform(1.0, 3.0, shape) * rng.choice([-1.0, 1.0], shape))
 
 
 def unary(fn, name="output"):
@@ -519,6 +669,92 @@ def squeeze(axes_from_input):
 
 
 CAST_TO = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64}  # TensorProto
+
+
+# structural ops: Constant, ConstantOfShape, Concat, Split, Gather, Tile, Pad, Resize --------------
+
+def constant_dtype(attrs):
+    """The dtype of the tensor a Constant node's attributes hold."""
+    for name, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                        ("value_ints", np.int64)):
+        if attrs.get(name) is not None:
+            return np.dtype(dtype)
+    return np.asarray(attrs["value"]).dtype
+
+
+def constant(inputs, attrs):
+    name = next(k for k, v in attrs.items() if v is not None)
+    return {"output": np.asarray(attrs[name], dtype=constant_dtype(attrs))}
+
+
+def constant_of_shape(inputs, attrs):
+    value = attrs.get("value", np.zeros(1, np.float32))
+    return {"output": np.full(tuple(inputs[0]), value.reshape(()), dtype=value.dtype)}
+
+
+def split(split_from_input):
+    """The pieces: the split sizes, else num_outputs or two equal pieces (the last the rest)."""
+    def reference(inputs, attrs):
+        x, axis = inputs[0], attrs.get("axis", 0)
+        sizes = (inputs[1] if len(inputs) > 1 and inputs[1] is not None else None) if split_from_input \
+            else attrs.get("split")
+        if sizes is None:
+            pieces = attrs.get("num_outputs", 2)
+            size = -(-x.shape[axis] // pieces)
+            sizes = [min(size, x.shape[axis] - i * size) for i in range(pieces)]
+        cuts = np.cumsum(sizes)[:-1]
+        return {f"outputs_{i}": part for i, part in enumerate(np.split(x, cuts, axis=axis))}
+    return reference
+
+
+def gather_grad(inputs, attrs):
+    shape, indices, dy = inputs
+    axis = attrs.get("axis", 0) % len(shape)
+    dx = np.zeros(tuple(shape))
+    index = np.where(indices < 0, indices + shape[axis], indices).reshape(-1)
+    np.add.at(np.moveaxis(dx, axis, 0), index,
+              np.moveaxis(dy.reshape(tuple(shape[:axis]) + (index.size,) + tuple(shape[axis + 1:])), axis, 0))
+    return {"dX": dx}
+
+
+def pad(pads_from_input):
+    """np.pad of the positive pads, then the crop of the negative ones."""
+    def reference(inputs, attrs):
+        x = inputs[0]
+        if pads_from_input:
+            pads = [int(p) for p in inputs[1]]
+            value = inputs[2].reshape(()) if len(inputs) > 2 and inputs[2] is not None else 0.0
+            axes = [int(a) % x.ndim for a in inputs[3]] if len(inputs) > 3 and inputs[3] is not None \
+                else list(range(x.ndim))
+        else:
+            pads, value, axes = list(attrs["pads"]), attrs.get("value", 0.0), list(range(x.ndim))
+        pairs = [(0, 0)] * x.ndim
+        for k, a in enumerate(axes):
+            pairs[a] = (pads[k], pads[k + len(axes)])
+        mode = attrs.get("mode", "constant")
+        grown = np.pad(x, [(max(b, 0), max(e, 0)) for b, e in pairs], mode=mode,
+                       **({"constant_values": value} if mode == "constant" else {}))
+        crop = tuple(slice(max(-b, 0), grown.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(pairs))
+        return {"output": grown[crop]}
+    return reference
+
+
+def _gather_grad_inputs(shape, indices, axis):
+    def build(rng):
+        index = np.array(indices, dtype=np.int64)
+        gathered = shape[:axis] + index.shape + shape[axis + 1:]
+        return [np.array(shape, dtype=np.int64), index, rng.standard_normal(gathered)]
+    return derived(build)
+
+
+def _resize_grad_inputs(x_shape, y_shape, scales=None):
+    def build(rng):
+        return [rng.standard_normal(y_shape), rng.standard_normal(x_shape), None,
+                None if scales is None else np.array(scales)]
+    return derived(build)
+
+
+EMPTY = np.zeros(0)
 
 
 # ---- inputs that must agree ------------------------------------------------------------------
@@ -654,6 +890,15 @@ def batchnorm_cases():
             *(case(*inputs(*shape), epsilon=1e-3, outputs=["Y", "saved_mean", "saved_inv_std"]) for shape in shapes))
 
 
+GRAD_OUTPUTS = ("dX", "dscale", "dbias")
+
+
+def batchnorm9_cases():
+    """Version 9's training form, which asks for the running statistics (the inference form
+    is version 14's with training_mode=0)."""
+    return tuple(case(*c.inputs, momentum=0.8, epsilon=1e-3) for c in batchnorm_cases()[:4])
+
+
 def comparison_cases():
     """Small integers (ties included) in every broadcast pattern."""
     shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3))]
@@ -700,7 +945,7 @@ ROWS = [
     OpRow("Add", broadcasting(), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
     OpRow("Sub", broadcasting(), reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
     OpRow("Mul", broadcasting(), reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Div", broadcasting(nonzero), reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Div", broadcasting(divisors), reference=quotient, differentiable=(0, 1), outputs=("C",)),
     OpRow("Neg", (case(normal(2, 3)), case(normal())), reference=lambda i, a: {"Y": -i[0]}, differentiable=(0,)),
     OpRow("Sum", (case(normal(2, 3)), case(normal(2, 3), normal(3), normal(2, 1))),
           reference=lambda i, a: {"sum": sum(np.broadcast_arrays(*i))}, differentiable=(0, 1, 2), outputs=("sum",)),
@@ -715,6 +960,47 @@ ROWS = [
           reference=activation("LeakyRelu"), differentiable=(0,)),
     OpRow("QuickGelu", (case(normal(2, 5, scale=2)), case(normal(7), alpha=-0.3)), domain=MS,
           reference=activation("QuickGelu"), differentiable=(0,)),
+    # pointwise activations, unary math, PRelu, Max/Min, ReduceSumSquare and ReduceL2 of exported models
+    OpRow("HardSigmoid", (case(normal(3, 5, scale=4)), case(normal(7, scale=4), alpha=0.3, beta=0.4),
+                          case(normal(7, scale=4), alpha=-0.5, beta=0.2)),
+          since=6, reference=pointwise("HardSigmoid"), differentiable=(0,)),
+    OpRow("HardSwish", (case(normal(3, 5, scale=4)), case(np.array([-4.0, -3.0, -1.5, 0.0, 2.0, 3.0, 5.0]),
+                                                          gradient=False)),
+          since=14, reference=pointwise("HardSwish"), differentiable=(0,)),
+    OpRow("Softplus", (case(normal(3, 5, scale=4)), case(np.array([-800.0, -30.0, 0.0, 30.0, 800.0]))),
+          reference=pointwise("Softplus"), differentiable=(0,)),
+    OpRow("Elu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), alpha=0.3)),
+          since=6, reference=pointwise("Elu"), differentiable=(0,)),
+    OpRow("Selu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), alpha=1.5, gamma=0.8)),
+          since=6, reference=pointwise("Selu"), differentiable=(0,)),
+    OpRow("Gelu", (case(normal(3, 5, scale=2)), case(normal(7, scale=2), approximate="tanh")),
+          since=20, reference=pointwise("Gelu"), differentiable=(0,)),
+    OpRow("Gelu", (case(normal(3, 5, scale=2)),), domain=MS, reference=pointwise("Gelu"), differentiable=(0,)),
+    OpRow("FastGelu", (case(normal(3, 5, scale=2)), case(normal(2, 3, 4), normal(4)), case(normal(2, 3), normal())),
+          domain=MS, reference=pointwise("FastGelu"), differentiable=(0, 1)),
+    OpRow("Erf", (case(normal(3, 5, scale=2)), case(normal())), since=9, reference=unary(_erf), differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Reciprocal", (case(nonzero(3, 5)), case(nonzero())), since=6, reference=unary(np.reciprocal),
+          differentiable=(0,), outputs=("output",), gradient_since=7),                     # a Mul
+    OpRow("PRelu", (case(normal(2, 3, 4, 4), normal(3, 1, 1)), case(normal(3, 4), normal(4)),
+                    case(normal(2, 3, 4), normal(1)), case(normal(3, 4), normal(3, 4))),
+          since=7, reference=prelu, differentiable=(0, 1), gradient_since=9),              # a Where
+    OpRow("Max", (case(normal(2, 3)), case(normal(2, 3, 4), normal(4), normal(3, 1)),
+                  case(np.array([[1.0, 3.0, -2.0]]), np.array([[1.0, 0.0, -2.0], [0.5, 3.0, -1.0]]))),
+          since=8, reference=variadic(np.maximum, "max"), differentiable=(0, 1, 2), outputs=("max",)),
+    OpRow("Min", (case(normal(2, 3)), case(normal(2, 3, 4), normal(4), normal(3, 1)),
+                  case(np.array([[1.0, 3.0, -2.0]]), np.array([[1.0, 0.0, -2.0], [0.5, 3.0, -1.0]]))),
+          since=8, reference=variadic(np.minimum, "min"), differentiable=(0, 1, 2), outputs=("min",)),
+    OpRow("ReduceSumSquare", reduce_attribute_cases(), reference=reduction(lambda x, **k: np.sum(x * x, **k), False),
+          differentiable=(0,), outputs=("reduced",), gradient_since=7),                    # a broadcast Mul
+    OpRow("ReduceSumSquare", reduce_input_cases(), since=18,
+          reference=reduction(lambda x, **k: np.sum(x * x, **k), True, np.square), differentiable=(0,),
+          outputs=("reduced",)),
+    OpRow("ReduceL2", reduce_attribute_cases(), reference=reduction(lambda x, **k: np.sqrt(np.sum(x * x, **k)), False),
+          differentiable=(0,), outputs=("reduced",), gradient_since=9),                    # a Where
+    OpRow("ReduceL2", reduce_input_cases(), since=18,
+          reference=reduction(lambda x, **k: np.sqrt(np.sum(x * x, **k)), True, np.abs), differentiable=(0,),
+          outputs=("reduced",)),
     OpRow("Softmax", softmax_cases(11), reference=softmax(False, True), differentiable=(0,), outputs=("output",)),
     OpRow("Softmax", softmax_cases(13), since=13, reference=softmax(False, False), differentiable=(0,),
           outputs=("output",)),
@@ -731,9 +1017,80 @@ ROWS = [
                         dict(start=1), dict(start=-2), dict(end=-1), dict(start=1, end=3), dict(start=-9, end=9),
                         dict(start=3, end=1)))),
           reference=shape_of, outputs=("shape",)),
-    OpRow("Transpose", (case(normal(2, 3, 4), perm=[2, 0, 1]), case(normal(2, 3))),
+    # structural ops: Constant, ConstantOfShape, Concat, Split, Gather, Tile, Pad, Resize, Upsample, Transpose
+    OpRow("Transpose", (case(normal(2, 3, 4), perm=[2, 0, 1]), case(normal(2, 3)), case(normal(2, 1, 3, 2, 2)),
+                        case(normal(2, 3, 2, 1, 2), perm=[4, 0, 3, 2, 1]),
+                        case(normal(*[2] * 9), perm=[8, 6, 4, 2, 0, 7, 5, 3, 1])),
           reference=lambda i, a: {"transposed": i[0].transpose(a.get("perm"))}, differentiable=(0,),
           outputs=("transposed",)),
+    OpRow("Constant", (case(value=np.arange(6.0).reshape(2, 3)), case(value=np.array([3, -1])),
+                       case(value_float=1.5, since=12), case(value_floats=[1.0, -2.5], since=12),
+                       case(value_int=7, since=12), case(value_ints=[2, 3], since=12)),
+          reference=constant, outputs=("output",), output_dtype=constant_dtype),
+    OpRow("ConstantOfShape", (case(int64(2, 3)), case(int64(4), value=np.array([1.5])),
+                              case(int64(2, 0, 3), value=np.array([2], np.int64)), case(int64())),
+          since=9, reference=constant_of_shape, outputs=("output",),
+          output_dtype=lambda a: np.asarray(a.get("value", np.zeros(1, np.float32))).dtype),
+    OpRow("Concat", (case(normal(2, 3), normal(2, 4), axis=1), case(normal(2, 3), normal(1, 3), normal(3, 3), axis=0),
+                     case(normal(2, 3, 4), normal(2, 1, 4), normal(2, 2, 4), axis=-2), case(normal(5), axis=0)),
+          reference=lambda i, a: {"concat_result": np.concatenate(i, axis=a.get("axis", 1))},
+          differentiable=(0, 1, 2), outputs=("concat_result",), gradient_since=4),
+    OpRow("Split", (case(normal(4, 6), outputs=PIECES[:2], axis=1), case(normal(5, 3), outputs=PIECES[:2]),
+                    case(normal(2, 7), outputs=PIECES[:3], axis=-1, split=[2, 0, 5]),
+                    case(normal(2, 7), outputs=PIECES[:2], axis=1, split=[3, 2, 2])),
+          since=2, reference=split(False), differentiable=(0,), outputs=PIECES,
+          differentiable_outputs=PIECES[:2]),
+    OpRow("Split", (case(normal(4, 6), outputs=PIECES[:2], axis=1), case(normal(5, 3), outputs=PIECES[:2]),
+                    case(normal(2, 7), int64(2, 0, 5), outputs=PIECES[:3], axis=-1),
+                    case(normal(2, 7), int64(3, 2, 2), outputs=PIECES[:2], axis=1),
+                    case(normal(2, 7), outputs=PIECES[:2], axis=1, num_outputs=3, since=18),
+                    case(normal(3, 4), outputs=PIECES[:2], num_outputs=2, since=18)),
+          since=13, reference=split(True), differentiable=(0,), outputs=PIECES, differentiable_outputs=PIECES[:2]),
+    OpRow("Gather", (case(normal(5, 3), int64(0, 4, -1, 4)), case(normal(2, 3, 4), np.array([[2, 0], [1, 1]]), axis=1),
+                     case(normal(2, 3, 4), np.array(-2), axis=-1), case(normal(3, 2), np.array([1, 0], np.int32))),
+          reference=lambda i, a: {"output": np.take(i[0], i[1], axis=a.get("axis", 0))}, differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Tile", (case(normal(2, 3), int64(2, 3)), case(normal(2, 1, 3), int64(1, 4, 1)), case(normal(3), int64(1)),
+                   case(normal(2, 3), int64(0, 2))),
+          since=6, reference=lambda i, a: {"output": np.tile(i[0], tuple(i[1]))}, differentiable=(0,),
+          outputs=("output",)),
+    OpRow("Pad", tuple(case(normal(2, 3, 4), pads=pads, mode=mode, **extra) for pads, mode, extra in (
+              ([0, 1, 2, 0, 2, 1], "constant", {"value": 0.5}), ([0, 0, 2, 1, 1, 1], "reflect", {}),
+              ([1, 2, 0, 0, 1, 3], "edge", {}), ([0, -1, 1, 0, 2, -2], "constant", {}))),
+          since=2, reference=pad(False), differentiable=(0,), outputs=("output",)),
+    OpRow("Pad", (case(normal(2, 3, 4), int64(0, 1, 2, 0, 2, 1), np.array(0.5)),
+                  case(normal(2, 3, 4), int64(0, 0, 2, 1, 1, 1), mode="reflect"),
+                  case(normal(2, 3, 4), int64(1, 2, 0, 0, 1, 3), mode="edge"),
+                  case(normal(2, 3, 4), int64(0, -1, 1, 0, 2, -2)),
+                  case(normal(2, 3, 5), int64(0, 0, 6, 0, 0, 7), mode="reflect"),
+                  case(normal(2, 3, 4), int64(1, -1, 2, 1), None, int64(2, -2), mode="edge", since=18),
+                  case(normal(2, 3, 4), int64(3, 1, 2, 5), None, int64(-1, 1), mode="wrap", since=19)),
+          since=11, reference=pad(True), differentiable=(0,), outputs=("output",)),
+    OpRow("Upsample", (case(normal(1, 2, 3, 4), scales=[1.0, 1.0, 2.0, 3.0]),
+                       case(normal(1, 2, 3, 4), scales=[1.0, 1.0, 1.5, 0.5], mode="linear")),
+          since=7, differentiable=(0,)),
+    OpRow("Upsample", (case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 2.0, 3.0])),
+                       case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 1.5, 0.5]), mode="linear")),
+          since=9, differentiable=(0,)),
+    OpRow("Resize", (case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 2.0, 3.0])),
+                     case(normal(1, 2, 5, 4), np.array([1.0, 1.0, 0.6, 1.5])),
+                     case(normal(1, 2, 3, 4), np.array([1.0, 1.0, 1.5, 0.5]), mode="linear")),
+          since=10, differentiable=(0,)),
+    OpRow("Resize", (*(case(normal(1, 2, 3, 4), EMPTY, np.array([1.0, 1.0, 2.0, 1.5]), mode=mode,
+                            coordinate_transformation_mode=coordinates, nearest_mode=nearest)
+                       for mode, coordinates, nearest in (
+                           ("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+                           ("nearest", "align_corners", "round_prefer_ceil"), ("nearest", "half_pixel", "ceil"),
+                           ("linear", "half_pixel", "floor"), ("linear", "pytorch_half_pixel", "floor"),
+                           ("linear", "align_corners", "floor"), ("linear", "asymmetric", "floor"))),
+                     case(normal(1, 2, 5, 4), None, np.array([1.0, 1.0, 0.6, 0.7]), mode="linear"),
+                     case(normal(2, 3, 4), None, None, int64(2, 1, 7), mode="linear",
+                          coordinate_transformation_mode="pytorch_half_pixel"),
+                     case(normal(1, 2, 3, 4), None, None, int64(5, 2), mode="nearest", axes=[2, 3], since=18),
+                     case(normal(1, 2, 3, 4), None, np.array([1.7, 0.6]), mode="linear", axes=[-1, 2], since=18),
+                     case(normal(1, 2, 3, 4), None, np.array([1.7, 0.6]), mode="linear", axes=[-1, 2],
+                          coordinate_transformation_mode="half_pixel_symmetric", since=19)),
+          since=11, differentiable=(0,)),
     OpRow("ReduceSum", (case(normal(2, 3, 4), axes=[0, 2]), case(normal(2, 3, 4), axes=[1], keepdims=0),
                         case(normal(2, 3))), reference=reduction(np.sum, False), differentiable=(0,),
           outputs=("reduced",), gradient_since=8),                                           # an Expand
@@ -787,9 +1144,36 @@ ROWS = [
           reference=global_pool(np.mean), differentiable=(0,)),
     OpRow("GlobalMaxPool", (case(normal(2, 3, 4, 5)), case(normal(1, 2, 5)), case(normal(1, 2, 2, 3, 4))),
           reference=global_pool(np.max), differentiable=(0,)),
+    OpRow("BatchNormalization", batchnorm9_cases(), since=9,
+          reference=lambda inputs, attrs: batchnorm(inputs, {**attrs, "training_mode": 1}),
+          differentiable=(0, 1, 2), differentiable_outputs=("Y",), outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    # onnxruntime-training's gradient graphs
+    OpRow("BatchNormInternal", tuple(c for c in batchnorm_cases() if c.attrs.get("training_mode")), domain=MS,
+          reference=batchnorm, outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    # per-sample normalisations
+    OpRow("LayerNormalization", (sample("", "LayerNormalization"), case(normal(3, 5), normal(5), normal(5)),
+                                 case(normal(2, 3, 4), normal(3, 4), None, axis=1, epsilon=1e-3),
+                                 case(normal(2, 1, 3), normal(3), normal(3), axis=1, outputs=["Y"])),
+          since=17, reference=layer_norm, differentiable=(0, 1, 2), differentiable_outputs=("Y",),
+          outputs=("Y", "Mean", "InvStdDev")),
+    OpRow("LayerNormalization", (sample(MS, "LayerNormalization"), case(normal(3, 5), normal(5), normal(5))),
+          domain=MS, reference=layer_norm, differentiable=(0, 1, 2), differentiable_outputs=("Y",),
+          outputs=("Y", "Mean", "InvStdDev")),
+    OpRow("InstanceNormalization", (sample("", "InstanceNormalization"),
+                                    case(normal(2, 3, 5), normal(3), normal(3), epsilon=1e-3),
+                                    case(normal(1, 2, 2, 3, 2), normal(2), normal(2))),
+          since=6, reference=group_norm(True), differentiable=(0, 1, 2), differentiable_outputs=("output",),
+          outputs=("output", "mean", "inv_std_dev")),
+    OpRow("GroupNormalization", (sample("", "GroupNormalization", since=21),
+                                 case(normal(2, 6, 3), normal(3), normal(3), num_groups=3),
+                                 case(normal(2, 4, 3, 2), normal(4), normal(4), num_groups=4),
+                                 case(normal(2, 6, 3), normal(6), normal(6), num_groups=3, since=21),
+                                 case(normal(2, 4, 2, 3), normal(4), normal(4), num_groups=2, since=21)),
+          since=18, reference=lambda i, a: group_norm(i[1].size == i[0].shape[1])(i, a), differentiable=(0, 1, 2),
+          differentiable_outputs=("Y",), outputs=("Y", "mean", "inv_std_dev")),
     OpRow("Dropout", (case(normal(3, 4), np.array(0.3), np.array(True), seed=1, random=True),
                       case(normal(3, 4), np.array(0.3), np.array(False)),
                       case(normal(3, 4), np.array(0.0), np.array(True)), case(normal(3, 4))),
@@ -877,7 +1261,8 @@ ROWS = [
     OpRow("Expand", (case(normal(3, 1), int64(2, 3, 4)), case(normal(3), int64(2, 1)),
                      case(normal(2, 1, 4), int64(3, 1)), case(normal(), int64(2, 3)), case(normal(2, 3), int64(1)),
                      case(normal(2, 3), int64())),
-          since=8, reference=lambda i, a: {"Y": i[0] * np.ones(tuple(i[1]))}, differentiable=(0,)),
+          since=8, reference=lambda i, a: {"Y": np.broadcast_to(i[0], np.broadcast_shapes(i[0].shape, tuple(i[1])))},
+          differentiable=(0,)),
     OpRow("Size", (case(normal(2, 3, 4)), case(normal()), case(np.zeros((3, 0)))),
           reference=lambda i, a: {"size": np.array(i[0].size, dtype=np.int64)}, outputs=("size",)),
     OpRow("Equal", comparison_cases(), since=7, reference=binary(np.equal), outputs=("C",)),
@@ -904,6 +1289,13 @@ ROWS = [
           reference=activation_grad("LeakyRelu"), outputs=("dX",), gradient_of=("", "LeakyRelu")),
     OpRow("QuickGeluGrad", (case(normal(2, 5), normal(2, 5)), case(normal(7), normal(7), alpha=-0.3)), domain=MS,
           reference=activation_grad("QuickGelu"), outputs=("dX",), gradient_of=(MS, "QuickGelu")),
+    # gradient ops of the pointwise activations of exported models
+    *(OpRow(f"{op}Grad", (case(normal(3, 5), normal(3, 5, scale=4)), *extra), domain=MS, reference=pointwise_grad(op),
+            outputs=("dX",), gradient_of=("", op) if op != "FastGelu" else (MS, op))
+      for op, extra in (("HardSigmoid", (case(normal(7), normal(7, scale=4), alpha=0.3, beta=0.4),)),
+                        ("HardSwish", (case(normal(7), np.array([-4.0, -3.0, -1.5, 0.0, 2.0, 3.0, 5.0])),)),
+                        ("Softplus", ()), ("Elu", (case(normal(7), normal(7), alpha=0.3),)),
+                        ("Selu", (case(normal(7), normal(7), alpha=1.5, gamma=0.8),)), ("Gelu", ()), ("FastGelu", ()))),
     OpRow("SoftmaxGrad", (case(_softmax_pair((3, 4), 1, False, True), axis=1),
                           case(_softmax_pair((2, 3, 4), 2, False, True), axis=2)), domain=MS,
           reference=softmax_grad(False, True), outputs=("dX",), gradient_of=("", "Softmax")),
@@ -942,6 +1334,21 @@ ROWS = [
     OpRow("BatchNormalizationGrad", (case(_batchnorm_grad_inputs((2, 3, 4), True), training_mode=1),
                                      case(_batchnorm_grad_inputs((2, 3, 2, 2), False))),
           domain=MS, outputs=("dX", "dscale", "dbias"), gradient_of=("", "BatchNormalization")),
+    # per-sample normalisations
+    OpRow("LayerNormalizationGrad",
+          (sample(MS, "LayerNormalizationGrad"),
+           case(_sample_norm_grad_inputs(layer_norm, (2, 3, 4), (3, 4), {"axis": 1}), axis=1),
+           case(_sample_norm_grad_inputs(layer_norm, (3, 5), (5,), {}), outputs=["dX"])),
+          domain=MS, outputs=GRAD_OUTPUTS, gradient_of=("", "LayerNormalization")),
+    OpRow("InstanceNormalizationGrad",
+          (sample(MS, "InstanceNormalizationGrad"),
+           case(_sample_norm_grad_inputs(group_norm(True), (2, 3, 5), (3,), {}), outputs=["dscale", "dbias"])),
+          domain=MS, outputs=GRAD_OUTPUTS, gradient_of=("", "InstanceNormalization")),
+    OpRow("GroupNormalizationGrad",
+          (sample(MS, "GroupNormalizationGrad"),
+           case(_sample_norm_grad_inputs(group_norm(True), (2, 6, 3), (6,), {"num_groups": 3}), num_groups=3),
+           case(_sample_norm_grad_inputs(group_norm(False), (2, 4, 2, 2), (2,), {"num_groups": 2}), num_groups=2)),
+          domain=MS, outputs=GRAD_OUTPUTS, gradient_of=("", "GroupNormalization")),
     OpRow("DropoutGrad", (sample(MS, "DropoutGrad"),
                           case(normal(3, 4), lambda rng: rng.random((3, 4)) > 0.3, np.array(0.3), np.array(True)),
                           case(normal(3, 4), np.ones((3, 4), bool), np.array(0.3), np.array(False))),
@@ -958,6 +1365,26 @@ ROWS = [
                         case(_slice_grad_inputs((4, 5, 6), [1, 0], [3, 4], [0, 2])),
                         case(_slice_grad_inputs((4, 5), [-9, 2], [9, 99]))),
           domain=MS, reference=slice_grad, outputs=("dX",), gradient_of=("", "Slice")),
+    # structural ops' gradients: GatherGrad, PadGrad, ResizeGrad
+    OpRow("GatherGrad", (sample(MS, "GatherGrad"), case(_gather_grad_inputs((5, 3), [0, 4, -1, 4], 0)),
+                         case(_gather_grad_inputs((2, 3, 4), [[2, 0], [1, 1]], 1), axis=1),
+                         case(_gather_grad_inputs((2, 3, 4), -2, 2), axis=-1)),
+          domain=MS, reference=gather_grad, outputs=("dX",), gradient_of=("", "Gather")),
+    OpRow("PadGrad", (sample(MS, "PadGrad"), case(normal(2, 6, 8), int64(0, 0, 2, 0, 1, 3), mode="reflect"),
+                      case(normal(3, 6, 5), int64(1, 2, 0, 0, 1, 3), mode="edge"),
+                      case(normal(2, 6, 9), int64(1, 3, 2, 1), int64(2, -2), mode="wrap"),
+                      case(normal(2, 2, 3), int64(0, -1, 1, 0, 2, -2))),
+          domain=MS, outputs=("dX",), gradient_of=("", "Pad")),
+    OpRow("ResizeGrad", (sample(MS, "ResizeGrad"),
+                         case(_resize_grad_inputs((1, 2, 3, 4), (1, 2, 6, 6), [1.0, 1.0, 2.0, 1.5]),
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+                         case(_resize_grad_inputs((1, 2, 5, 4), (1, 2, 3, 2)), mode="linear",
+                              coordinate_transformation_mode="align_corners"),
+                         case(_resize_grad_inputs((1, 2, 3, 4), (1, 2, 5, 2), [1.7, 0.6]), mode="linear",
+                              axes=[2, 3]),
+                         case(_resize_grad_inputs((1, 2, 3, 4), (1, 2, 6, 2), [1.0, 1.0, 2.0, 0.6]),
+                              nearest_mode="simple")),
+          domain=MS, outputs=("dX",), gradient_of=("", "Resize")),
     OpRow("NegativeLogLikelihoodLossGrad", (sample(MS, "NegativeLogLikelihoodLossGrad"),
                                             case(_nll_grad_inputs((5, 3), "mean", True)),
                                             case(_nll_grad_inputs((4, 3, 2), "sum", False), reduction="sum",
@@ -985,6 +1412,18 @@ ROWS = [
                                               case(normal(4, 3), labels(4), normal(), reduction="sum", ignore_index=2)),
           domain=FUSED, reference=sce_with_grad, outputs=("output", "d_logits")),
 
+    # data parallelism: the fused gradient buffer and its all-reduce (outside an MPI world: a world of one)
+    OpRow("ConcatFlat", (case(normal(2, 3), normal(4)), case(normal(3), normal(2, 2), normal(1), scale=0.5)),
+          domain=MINITRAIN, outputs=("flat",),
+          reference=lambda i, a: {"flat": np.concatenate([x.ravel() for x in i]) * a.get("scale", 1.0)}),
+    OpRow("SliceFlat", (case(normal(10), offset=2, shape=[2, 3]), case(normal(5), offset=0, shape=[5]),
+                        case(normal(4), offset=4, shape=[0, 2])),
+          domain=MINITRAIN, outputs=("output",),
+          reference=lambda i, a: {"output": i[0][a["offset"]:a["offset"] + int(np.prod(a["shape"]))]
+                                  .reshape(a["shape"])}),
+    OpRow("NcclAllReduce", (case(normal(2, 3)), case(normal(7), group_type=1)), domain=MS, outputs=("output",),
+          reference=lambda i, a: {"output": i[0]}),
+
     # in-place updates
     OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),
           domain=MS, outputs=("accumulated",), in_place=(0,), reference=accumulate),
@@ -1001,9 +1440,21 @@ ROWS = [
     OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
                             case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
                                  weight_decay=0.01, max_norm=0.5, beta1=0.8),
+                            case(_optimizer_inputs([np.array(0.1), np.array(4)], 4), decoupled_weight_decay=1,
+                                 weight_decay=0.01, max_norm=0.5, adam_mode=1),
                             case(_optimizer_inputs([np.array(0.1), np.array(2)], 4, overflow=True), skip_non_finite=1,
                                  decoupled_weight_decay=1, weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
+    # onnxruntime-training's optimizers
+    OpRow("AdamWOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
+                             case(_optimizer_inputs([np.array(0.01), np.array(1)], 4), adam_mode=1, epsilon=1e-6,
+                                  weight_decay=0.0),
+                             case(_optimizer_inputs([np.array(0.1), np.array(5)], 4), adam_mode=1, correct_bias=0,
+                                  alpha=0.8),
+                             case(_optimizer_inputs([np.array(0.1), np.array(2)], 4), correct_bias=0, beta=0.99)),
+          domain=MS, outputs=("updated_flag",), in_place=tuple(range(2, 10)), reference=adamw),
+    OpRow("SGDOptimizerV2", (case(_optimizer_inputs([np.array(0.1)], 2)),),
+          domain=MS, outputs=("update_completed",), in_place=tuple(range(1, 5)), reference=sgd_v2),
 
     # mixed precision: float16 loss scaling
     OpRow("MixedPrecisionScale", (case(np.array(0.25, np.float32), normal(3, 4), to=1),

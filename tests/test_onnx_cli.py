@@ -19,7 +19,7 @@ from minitrain.checkpoint import read  # noqa: E402
 from minitrain.data import load_digits  # noqa: E402
 from minitrain.executor import Executor  # noqa: E402
 from minitrain.nn.module import trace  # noqa: E402
-from minitrain.training.onnx_file import trainable_initializers  # noqa: E402
+from minitrain.nn.graph_module import trainable_initializers  # noqa: E402
 from minitrain.scheduler import schedule  # noqa: E402
 from minitrain.training import TrainingSession  # noqa: E402
 from minitrain.training.loop import evaluate  # noqa: E402

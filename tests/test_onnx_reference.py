@@ -12,6 +12,7 @@ runs in float32 only, where the two defaults agree within the tolerance.
 Where ONNX's reference implementation departs from the ONNX operator spec, the spec wins: the
 reference is then run on an equivalent model the reference gets right (reference_outputs says
 which and why)."""
+import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from minitrain import DEFAULT_OPSETS, registered_kernels, run_node  # noqa: E402
@@ -44,12 +45,13 @@ class Case:
 
 def forward_kernels():
     """(op_type, opset) pairs to check: the first and the last opset of every ONNX-domain CPU
-    kernel's version range."""
+    kernel's version range (an open range ends at NEWEST, or at its first opset when that is
+    newer)."""
     pairs = set()
     for k in registered_kernels():
         if k.domain == "" and k.provider == "cpu" and k.op_type not in NOT_IN_ONNX:
             pairs.add((k.op_type, k.since_version))
-            pairs.add((k.op_type, NEWEST if k.end_version is None else k.end_version))
+            pairs.add((k.op_type, max(NEWEST, k.since_version) if k.end_version is None else k.end_version))
     return sorted(pairs)
 
 
@@ -208,6 +210,11 @@ def global_pool_cases(rng, dtype, opset):
 
 
 def batch_norm_cases(rng, dtype, opset):
+    """From version 14 only: ONNX's reference of version 9 fills in momentum's default and so
+    always normalises with updated running statistics (test_onnx_import_state.py checks
+    version 9 against PyTorch)."""
+    if opset < 14:
+        return []
     cases = []
     for shape in ((4, 3), (2, 3, 5), (2, 3, 4, 5), (2, 3, 2, 3, 2)):
         x = _normal(rng, dtype, *shape)
@@ -222,6 +229,27 @@ def batch_norm_cases(rng, dtype, opset):
         cases += [Case(cases[0].inputs, {}, ("Y",)),
                   Case(cases[0].inputs, {"training_mode": 1}, ("Y", "running_mean", "running_var"))]
     return cases
+
+
+# per-sample normalisations
+def layer_norm_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4)
+    return [Case([x, _normal(rng, dtype, 4), _normal(rng, dtype, 4)], {"epsilon": 1e-3}),
+            Case([x, _normal(rng, dtype, 3, 4), None], {"axis": 1}),
+            Case([x, _normal(rng, dtype, 2, 3, 4), _normal(rng, dtype, 2, 3, 4)], {"axis": -3, "epsilon": 1e-2}),
+            Case([_normal(rng, dtype, 5, 6), _normal(rng, dtype, 6), _normal(rng, dtype, 6)], {}, ("Y",))]
+
+
+def instance_norm_cases(rng, dtype, opset):
+    return [Case([_normal(rng, dtype, *shape), _normal(rng, dtype, shape[1]), _normal(rng, dtype, shape[1])],
+                 {"epsilon": 1e-3}, ("output",)) for shape in ((2, 3, 5), (2, 3, 4, 5), (1, 2, 2, 3, 2))]
+
+
+def group_norm_cases(rng, dtype, opset):
+    """Scale and bias per group (version 18; 21 makes them per channel, past NEWEST)."""
+    return [Case([_normal(rng, dtype, *shape), _normal(rng, dtype, groups), _normal(rng, dtype, groups)],
+                 {"num_groups": groups, "epsilon": 1e-3}, ("Y",))
+            for shape, groups in (((2, 6, 5), 3), ((2, 4, 3, 3), 2), ((2, 4, 3), 4), ((1, 4, 2, 2, 2), 1))]
 
 
 def gemm_cases(rng, dtype, opset):
@@ -457,6 +485,155 @@ def cast_cases(rng, dtype, opset):
             Case([x[1:] > 0], {"to": TensorProto.BOOL})]
 
 
+# -- pointwise activations, unary math, PRelu, Max/Min, ReduceSumSquare and ReduceL2 of exported models
+def attribute_cases(*attribute_sets):
+    """The unary cases with each attribute set; the defaults (no attributes) in float32 only."""
+    def cases(rng, dtype, opset):
+        x = _with_specials(rng, dtype, 3, 4, 5)
+        default = [Case([x]), Case([_normal(rng, dtype)])] if dtype == np.float32 else []
+        return default + [Case([x], dict(attrs)) for attrs in attribute_sets]
+    return cases
+
+
+def gelu_cases(rng, dtype, opset):
+    x = _with_specials(rng, dtype, 3, 4, 5)
+    return [Case([x]), Case([x], {"approximate": "none"}), Case([x], {"approximate": "tanh"})]
+
+
+def nonzero_unary_cases(rng, dtype, opset):
+    """Reciprocal: values away from 0, with +-0, +-inf and NaN among them."""
+    x = _away_from_zero(rng, dtype, 3, 4, 5)
+    x.flat[:5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
+    return [Case([x]), Case([np.array(-2.5, dtype=dtype)])]
+
+
+def prelu_cases(rng, dtype, opset):
+    x = _with_specials(rng, dtype, 2, 3, 4, 5)
+    return [Case([x, _normal(rng, dtype, 3, 1, 1)]), Case([x, _normal(rng, dtype, 5)]),
+            Case([x, _normal(rng, dtype, 1)]), Case([x, _normal(rng, dtype, 2, 3, 4, 5)])]
+
+
+def variadic_cases(rng, dtype, opset):
+    a = _with_specials(rng, dtype, 3, 4)
+    ties = a[:, ::-1].copy()
+    return [Case([a]), Case([a, ties]), Case([a, _normal(rng, dtype, 4), _normal(rng, dtype, 3, 1)]),
+            Case([_normal(rng, dtype), _normal(rng, dtype, 2, 3)])]
+
+
+# structural ops
+def constant_cases(rng, dtype, opset):
+    cases = [Case([], {"value": _normal(rng, dtype, 2, 3)}), Case([], {"value": np.array([4, -2], dtype=np.int64)})]
+    if opset >= 12:
+        cases += [Case([], {"value_float": 2.5}), Case([], {"value_floats": [1.0, -0.5]}), Case([], {"value_int": 3}),
+                  Case([], {"value_ints": [2, 0, 5]})]
+    return cases
+
+
+def constant_of_shape_cases(rng, dtype, opset):
+    shape = np.array([2, 3], dtype=np.int64)
+    return [Case([shape]), Case([shape], {"value": np.array([1.5], dtype=dtype)}),
+            Case([np.array([4], dtype=np.int64)], {"value": np.array([7], dtype=np.int64)}),
+            Case([np.array([2, 0], dtype=np.int64)], {"value": np.array([1.0], dtype=dtype)})]
+
+
+def concat_cases(rng, dtype, opset):
+    a, b = _normal(rng, dtype, 2, 3, 4), _normal(rng, dtype, 2, 1, 4)
+    cases = [Case([a, b], {"axis": 1}), Case([a, a, _normal(rng, dtype, 1, 3, 4)], {"axis": 0}),
+             Case([np.array([1, 2], dtype=np.int64), np.array([3], dtype=np.int64)], {"axis": 0})]
+    if opset >= 11:
+        cases.append(Case([a, b], {"axis": -2}))
+    return cases
+
+
+def split_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 4, 7)
+    outputs = ("outputs_0", "outputs_1", "outputs_2")
+    cases = [Case([_normal(rng, dtype, 6, 3)], {}, outputs)]
+    if opset < 13:
+        cases += [Case([x], {"axis": 1, "split": [2, 0, 5]}, outputs),
+                  Case([x], {"axis": 0, "split": [1, 3]}, outputs[:2])]
+    else:
+        cases += [Case([x, np.array([2, 0, 5], dtype=np.int64)], {"axis": 1}, outputs),
+                  Case([x, np.array([1, 3], dtype=np.int64)], {"axis": -2}, outputs[:2])]
+    if opset >= 18:
+        cases += [Case([x], {"axis": 1, "num_outputs": 3}, outputs),
+                  Case([x], {"axis": 0, "num_outputs": 2}, outputs[:2])]
+    return cases
+
+
+def gather_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 3, 4, 5)
+    cases = [Case([x, np.array([2, 0, 2], dtype=np.int64)]), Case([x, np.array([[1, 3], [0, 0]])], {"axis": 1}),
+             Case([x, np.array(4, dtype=np.int32)], {"axis": 2}),
+             Case([np.array([5, 6, 7], dtype=np.int64), np.array([0, 2], dtype=np.int64)])]
+    if opset >= 11:
+        cases += [Case([x, np.array([-1, 0], dtype=np.int64)], {"axis": -1})]
+    return cases
+
+
+def tile_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3)
+    return [Case([x, np.array([2, 3], dtype=np.int64)]), Case([x, np.array([1, 0], dtype=np.int64)]),
+            Case([_normal(rng, dtype, 2, 1, 3), np.array([1, 3, 2], dtype=np.int64)])]
+
+
+def pad_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 2, 3, 4)
+    pads = [[0, 1, 2, 0, 2, 1], [0, 0, 1, 1, 1, 3], [1, -1, 0, 0, 2, -2]]
+    modes = ["constant", "reflect", "edge"] + (["wrap"] if opset >= 19 else [])
+    if opset < 11:
+        return ([Case([x], {"pads": p, "mode": m}) for p in pads[:2] for m in modes] +
+                [Case([x], {"pads": pads[2], "value": 0.5})])
+    cases = [Case([x, np.array(p, dtype=np.int64)], {"mode": m}) for p in pads[:2] for m in modes]
+    cases.append(Case([x, np.array(pads[2], dtype=np.int64), np.array(0.5, dtype=dtype)]))
+    if opset >= 18:
+        cases += [Case([x, np.array([1, 2, 0, 1], dtype=np.int64), None, np.array([2, 0], dtype=np.int64)],
+                       {"mode": m}) for m in modes]
+    return cases
+
+
+def _scales(*values):
+    return np.array(values, dtype=np.float32)
+
+
+def upsample_cases(rng, dtype, opset):
+    x = _normal(rng, dtype, 1, 2, 3, 4)
+    settings = [("nearest", [1.0, 1.0, 2.0, 3.0]), ("linear", [1.0, 1.0, 2.0, 1.5]), ("nearest", [1.0, 1.0, 1.5, 2.5])]
+    if opset < 9:
+        return [Case([x], {"mode": m, "scales": s}) for m, s in settings]
+    return [Case([x, _scales(*s)], {"mode": m}) for m, s in settings]
+
+
+def resize_cases(rng, dtype, opset):
+    """Scales whose products with the dims are whole: the reference's align_corners divides by
+    scale * n - 1, not by the output size less one as ONNX Runtime and PyTorch do."""
+    x = _normal(rng, dtype, 1, 2, 4, 4)
+    if opset < 11:
+        return [Case([x, _scales(1, 1, 2, 3)]), Case([x, _scales(1, 1, 1.5, 2)], {"mode": "linear"}),
+                Case([x, _scales(1, 1, 0.6, 0.5)], {"mode": "linear"})]
+    roi = np.zeros(0, dtype=np.float32)
+    coordinates = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]
+    if opset >= 19:
+        coordinates.append("half_pixel_symmetric")
+    cases = []
+    for c in coordinates:
+        for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+            cases.append(Case([x, roi, _scales(1, 1, 1.5, 2.25)], {"coordinate_transformation_mode": c,
+                                                                  "nearest_mode": nearest}))
+        cases += [Case([x, roi, _scales(1, 1, 0.75, 1.75)], {"mode": "linear", "coordinate_transformation_mode": c}),
+                  Case([x, roi, roi, np.array([1, 2, 7, 3], dtype=np.int64)],
+                       {"mode": "linear", "coordinate_transformation_mode": c}),
+                  Case([x, roi, roi, np.array([1, 2, 1, 9], dtype=np.int64)],
+                       {"mode": "nearest", "coordinate_transformation_mode": c})]
+    if opset >= 18:
+        cases += [Case([x, roi, _scales(2.0, 0.5)], {"mode": "linear", "axes": [2, 3]}),
+                  Case([x, roi, None, np.array([3, 8], dtype=np.int64)],
+                       {"mode": "linear", "axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"}),
+                  Case([x, roi, None, np.array([3, 8], dtype=np.int64)],
+                       {"mode": "nearest", "axes": [2, 3], "keep_aspect_ratio_policy": "not_smaller"})]
+    return cases
+
+
 CASES = {
     "Add": binary_cases("Add"), "Sub": binary_cases("Sub"), "Mul": binary_cases("Mul"), "Div": binary_cases("Div"),
     "Sum": sum_cases, "Neg": unary_cases, "Relu": unary_cases, "Sigmoid": unary_cases, "Tanh": unary_cases,
@@ -464,7 +641,9 @@ CASES = {
     "Conv": conv_cases, "ConvTranspose": conv_transpose_cases,
     "MaxPool": max_pool_cases, "AveragePool": average_pool_cases,
     "GlobalAveragePool": global_pool_cases, "GlobalMaxPool": global_pool_cases,
-    "BatchNormalization": batch_norm_cases, "Gemm": gemm_cases, "MatMul": matmul_cases,
+    "BatchNormalization": batch_norm_cases, "LayerNormalization": layer_norm_cases,
+    "InstanceNormalization": instance_norm_cases, "GroupNormalization": group_norm_cases,
+    "Gemm": gemm_cases, "MatMul": matmul_cases,
     "Flatten": flatten_cases, "Reshape": reshape_cases, "Identity": identity_cases, "Shape": shape_cases,
     "Transpose": transpose_cases, "Dropout": dropout_cases, "SoftmaxCrossEntropyLoss": sce_cases,
     "ReduceSum": reduce_sum_cases,
@@ -477,6 +656,15 @@ CASES = {
     "Expand": expand_cases, "Size": size_cases, "Equal": comparison_cases, "Greater": comparison_cases,
     "Less": comparison_cases, "GreaterOrEqual": comparison_cases, "LessOrEqual": comparison_cases,
     "And": and_cases, "Cast": cast_cases,
+    "HardSigmoid": attribute_cases({"alpha": 0.3, "beta": 0.4}, {"alpha": -0.5, "beta": 0.2}),
+    "HardSwish": unary_cases, "Softplus": unary_cases, "Elu": attribute_cases({"alpha": 1.0}, {"alpha": 0.3}),
+    "Selu": attribute_cases({"alpha": 1.5, "gamma": 0.8}), "Gelu": gelu_cases, "Erf": unary_cases,
+    "Reciprocal": nonzero_unary_cases, "PRelu": prelu_cases, "Max": variadic_cases, "Min": variadic_cases,
+    "ReduceSumSquare": lambda rng, dtype, opset: reduce_cases(rng, dtype, opset, 18),
+    "ReduceL2": lambda rng, dtype, opset: reduce_cases(rng, dtype, opset, 18),
+    "Constant": constant_cases, "ConstantOfShape": constant_of_shape_cases, "Concat": concat_cases,
+    "Split": split_cases, "Gather": gather_cases, "Tile": tile_cases, "Pad": pad_cases, "Upsample": upsample_cases,
+    "Resize": resize_cases,
 }
 
 
@@ -491,6 +679,7 @@ def run_reference(op, opset, inputs, attrs, n_outputs):
     while names and not names[-1]:
         names.pop()
     outputs = [f"y{i}" for i in range(n_outputs)]
+    attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
     node = helper.make_node(op, names, outputs, **attrs)
     graph = helper.make_graph(
         [node], "one_node",
@@ -504,7 +693,7 @@ def run_reference(op, opset, inputs, attrs, n_outputs):
 def reference_outputs(op, opset, case, n_outputs):
     """ONNX's reference outputs of a case; where the reference departs from the operator spec,
     those of an equivalent model that it gets right."""
-    x, attrs = case.inputs[0], case.attrs
+    x, attrs = (case.inputs or [None])[0], case.attrs
     if op in ("Softmax", "LogSoftmax") and opset < 13:
         # Only the opset-13 form (one axis) is implemented; the older form is that op on the
         # input coerced to 2-D at `axis`.
@@ -524,6 +713,35 @@ def reference_outputs(op, opset, case, n_outputs):
         return run_reference("ReduceMax", 18, [x, axes], {"keepdims": 1}, 1)
     if op == "ConvTranspose":
         return [_conv_transpose_reference(opset, case.inputs, attrs)]
+    if op in FLOAT64_FORMULAS and x.dtype == np.float64:
+        # The reference computes Erf in float32, and Gelu and HardSwish through function bodies
+        # with float32 constants (HardSwish's 1/6 is a float attribute): in float64 the spec's
+        # formula is the reference.
+        return [FLOAT64_FORMULAS[op](x, attrs)]
+
+
+    pads = attrs.get("pads") if op == "Pad" and opset < 11 else case.inputs[1] if op == "Pad" else None
+    if pads is not None and min(pads) < 0:
+        # The reference refuses negative pads, which crop: pad by the positive ones, then crop.
+        grown = list(case.inputs)
+        if opset < 11:
+            attrs = {**attrs, "pads": [max(p, 0) for p in pads]}
+        else:
+            grown[1] = np.maximum(pads, 0)
+        (y,) = run_reference(op, opset, grown, attrs, 1)
+        axes = list(range(x.ndim)) if len(grown) < 4 or grown[3] is None else [a % x.ndim for a in grown[3]]
+        crop = [slice(None)] * x.ndim
+        for k, a in enumerate(axes):
+            crop[a] = slice(max(-pads[k], 0), y.shape[a] - max(-pads[k + len(axes)], 0))
+        return [y[tuple(crop)]]
+    if op == "Upsample" or op == "Resize" and opset < 11:
+        # The reference runs neither Resize-10 nor Upsample beyond integer nearest scales; both
+        # are Resize-11 with asymmetric coordinates, rounding nearest positions down where an
+        # axis grows (ONNX Runtime's rule; these cases shrink no axis in nearest mode).
+        scales = np.asarray(attrs["scales"] if op == "Upsample" and opset < 9 else case.inputs[1], np.float32)
+        legacy = {"mode": attrs.get("mode", "nearest"), "coordinate_transformation_mode": "asymmetric",
+                  "nearest_mode": "floor"}
+        return run_reference("Resize", 11, [x, np.zeros(0, np.float32), scales], legacy, n_outputs)
     outputs = run_reference(op, opset, case.inputs, attrs, n_outputs)
     if op == "MaxPool" and n_outputs == 2 and all(v == 1 for k in ("strides", "dilations")
                                                   for v in attrs.get(k, [1])):
@@ -532,6 +750,15 @@ def reference_outputs(op, opset, case, n_outputs):
         # Such a case checks that minitrain's indices point at the reference's maxima.
         outputs[1] = None
     return outputs
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+FLOAT64_FORMULAS = {
+    "Erf": lambda x, attrs: _erf(x),
+    "HardSwish": lambda x, attrs: x * np.clip(x / 6 + 0.5, 0, 1),
+    "Gelu": lambda x, attrs: (0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))
+    if attrs.get("approximate") == "tanh" else 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+}
 
 
 def _conv_transpose_reference(opset, inputs, attrs):

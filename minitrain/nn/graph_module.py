@@ -2,24 +2,48 @@
 
 Its initializers become the module's state under their own names: the trainable ones
 Parameters, the rest Buffers; so a graph with no Python model behind it trains in a
-TrainingSession like any nn model.
+TrainingSession like any nn model.  By default the trainable initializers are the
+floating-point ones that some node differentiates (see trainable_initializers): integer
+initializers, BatchNormalization's running statistics and the constant operands of Clip or
+Reshape stay Buffers.
+
+A BatchNormalization in training mode (an ONNX model exported in training mode) keeps its
+meaning in a training graph, batch statistics, and its running statistics replace the
+initializers they were computed from after each training run, as nn.BatchNorm's do; in an
+inference graph it normalises with the running statistics.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..inference import topological_order
+from ..ops.gradients import get_gradient_builder
+from ..ops.normalization import BN_OUTPUTS, RUNNING_OUTPUTS, is_training
 from .module import Buffer, Module, Parameter
 
 
+def trainable_initializers(graph):
+    """The floating-point initializers that reach a differentiable input of some node (one its
+    gradient builder, at the graph's opset, gives a gradient), in the graph's order."""
+    differentiated = set()
+    for node in graph.nodes:
+        builder = get_gradient_builder(node.op_type, node.domain, graph.opset(node.domain))
+        if builder is None:
+            continue
+        indices = range(len(node.inputs)) if builder.differentiable is None else builder.differentiable
+        differentiated.update(node.inputs[i] for i in indices if i < len(node.inputs))
+    return [n for n, a in graph.initializers.items()
+            if n in differentiated and np.issubdtype(np.asarray(a).dtype, np.floating)]
+
+
 class GraphModule(Module):
-    """Replays `graph` on its inputs.  trainable: the initializer names to train (None: every
-    floating-point initializer); the other initializers are Buffers."""
+    """Replays `graph` on its inputs.  trainable: the initializer names to train (None:
+    trainable_initializers(graph)); the other initializers are Buffers."""
 
     def __init__(self, graph, trainable=None):
         super().__init__()
         floats = [n for n, a in graph.initializers.items() if np.issubdtype(np.asarray(a).dtype, np.floating)]
-        trainable = floats if trainable is None else list(trainable)
+        trainable = trainable_initializers(graph) if trainable is None else list(trainable)
         unknown = sorted(set(trainable) - set(floats))
         if unknown:
             raise ValueError(f"GraphModule: {unknown} are not floating-point initializers of graph "
@@ -41,9 +65,31 @@ class GraphModule(Module):
         env = dict(zip(graph.input_names, inputs))
         for node in topological_order(graph):
             args = [None if not name else env[name] if name in env else state[name] for name in node.inputs]
-            slots = [True if out else None for out in node.outputs]
-            results = builder.op(node.op_type, args, node.attrs, domain=node.domain, outputs=slots)
+            if node.op_type == "BatchNormalization" and not node.domain:
+                results = self._batch_norm(builder, node, args)
+            else:
+                slots = [True if out else None for out in node.outputs]
+                results = builder.op(node.op_type, args, node.attrs, domain=node.domain, outputs=slots)
             results = results if isinstance(results, tuple) else (results,)
             env.update((out, t) for out, t in zip(node.outputs, results) if out)
         outputs = tuple(env[name] for name in graph.outputs)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _batch_norm(self, builder, node, args):
+        """A BatchNormalization node in training mode: in a training graph its running
+        statistics become state updates of the initializers they were computed from; in an
+        inference graph it runs on those statistics (its inference form, Y only)."""
+        slots = [True if out else None for out in node.outputs]
+        declared = {name for name, out in zip(BN_OUTPUTS, node.outputs) if out}
+        if not is_training(node.attrs, declared.__contains__):
+            return builder.op(node.op_type, args, node.attrs, outputs=slots)
+        if not builder.training:
+            attrs = {**node.attrs, "training_mode": 0} if "training_mode" in node.attrs else node.attrs
+            return (builder.op(node.op_type, args, attrs),)
+        results = builder.op(node.op_type, args, node.attrs, outputs=slots)
+        results = results if isinstance(results, tuple) else (results,)
+        for i in RUNNING_OUTPUTS:
+            statistic = args[i + 2]
+            if i < len(results) and results[i] is not None and isinstance(statistic, Parameter):
+                builder.state_updates[results[i].name] = builder.parameter(statistic)
+        return results

@@ -1,4 +1,4 @@
-"""BatchNormalization (ONNX 14/15) and its gradient, BatchNormalizationGrad (com.microsoft).
+"""BatchNormalization (ONNX 9, 14, 15) and its gradient, BatchNormalizationGrad (com.microsoft).
 
 X is (N, C, D1, ..., Dk) with k = 0..3; scale, B, input_mean and input_var are (C,).
 Statistics are taken per channel over N and the spatial dims.
@@ -9,6 +9,10 @@ Statistics are taken per channel over N and the spatial dims.
 - training_mode=0: Y normalises with input_mean and input_var; running_mean/running_var are
   not produced (asking for them is an error), as ONNX specifies.
 
+Version 9 has no training_mode: as in ONNX Runtime, a node is in training mode when it produces
+the running statistics (its outputs 1 and 2), which is how PyTorch exports training-mode models
+at opsets 9-13.  Its outputs carry the names of version 14's.
+
 Like ONNX Runtime's training BatchNormalization, the op also yields saved_mean and
 saved_inv_std (the mean and 1/sqrt(var + epsilon) Y was normalised with), which is what the
 gradient reads instead of recomputing them.
@@ -16,7 +20,18 @@ gradient reads instead of recomputing them.
 from .gradients import gradient
 from .schema import MS_DOMAIN, Attr, schema
 
-BN_ATTRS = {"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9), "training_mode": Attr("int", 0)}
+BN9_ATTRS = {"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9)}
+BN_ATTRS = {**BN9_ATTRS, "training_mode": Attr("int", 0)}
+BN_OUTPUTS = ("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")
+RUNNING_OUTPUTS = (1, 2)
+
+
+def is_training(attrs, wants):
+    """Whether a BatchNormalization normalises with batch statistics: its training_mode
+    (version 14 on), else whether it produces the running statistics (`wants(name)`)."""
+    if "training_mode" in attrs:
+        return bool(attrs["training_mode"])
+    return any(wants(BN_OUTPUTS[i]) for i in RUNNING_OUTPUTS)
 
 
 def _check_channels(ctx, x_index, channel_inputs):
@@ -37,16 +52,16 @@ def infer_batchnorm(ctx):
     x = _check_channels(ctx, 0, (1, 2, 3, 4))
     if not 0 <= ctx.attrs["momentum"] <= 1:
         ctx.attr_fail("momentum", "must be in [0, 1]")
-    if not ctx.attrs["training_mode"] and (ctx.wants("running_mean") or ctx.wants("running_var")):
+    if "training_mode" in ctx.attrs and not ctx.attrs["training_mode"] and \
+            (ctx.wants("running_mean") or ctx.wants("running_var")):
         ctx.fail("running_mean/running_var are only produced in training mode (training_mode=1)")
     c = None if x is None else (x[1],)
     return [ctx.out(x), ctx.out(c), ctx.out(c), ctx.out(c), ctx.out(c)]
 
 
-for _v in (14, 15):
+for _v, _attrs in ((9, BN9_ATTRS), (14, BN_ATTRS), (15, BN_ATTRS)):
     schema("BatchNormalization", since=_v, inputs=["X", "scale", "B", "input_mean", "input_var"],
-           outputs=["Y", "running_mean", "running_var", "saved_mean", "saved_inv_std"], attrs=BN_ATTRS,
-           optional_outputs=("running_mean", "running_var", "saved_mean", "saved_inv_std"))(infer_batchnorm)
+           outputs=BN_OUTPUTS, attrs=_attrs, optional_outputs=BN_OUTPUTS[1:])(infer_batchnorm)
 
 
 @schema("BatchNormalizationGrad", domain=MS_DOMAIN, inputs=["dY", "X", "scale", "mean", "inv_std"],
@@ -58,6 +73,14 @@ def infer_batchnorm_grad(ctx):
     ctx.require_shape(0, x, "the shape of input 'X', as Y had")
     c = None if x is None else (x[1],)
     return [ctx.out(x), ctx.out(c), ctx.out(c)]
+
+
+@gradient("BatchNormalization", since=9, differentiable=(0, 1, 2), emits=("BatchNormalizationGrad",))
+def batchnorm9_gradient(g):
+    """Version 9's gradient: the mode is the forward node's, read from its outputs."""
+    training = any(i < len(g.forward.outputs) and g.forward.outputs[i] for i in RUNNING_OUTPUTS)
+    g.node("BatchNormalizationGrad", [g.GO(0), g.I(0), g.I(1), g.O(3), g.O(4)], [g.GI(0), g.GI(1), g.GI(2)],
+           {**g.attrs, "training_mode": int(training)}, domain=MS_DOMAIN)
 
 
 @gradient("BatchNormalization", since=14, differentiable=(0, 1, 2), emits=("BatchNormalizationGrad",))

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bfloat16 import BFLOAT16_TYPES
 from ..errors import DTypeError, KernelNotFoundError, OpAttributeError, ShapeError
 from ..tensor_limit import check_tensor_bytes
 from .shape_utils import shapes_differ
@@ -21,7 +22,11 @@ from .shape_utils import shapes_differ
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
 
+# The float element types of NumPy, which the CPU kernels register from; GRAPH_FLOAT_TYPES adds
+# bfloat16 (with ml_dtypes installed), which a graph may hold and only CUDA kernels serve.
 FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+GRAPH_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
+DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)    # ops that move shape tensors take int64 too
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 REQUIRED = object()
@@ -56,8 +61,8 @@ def onnx_float(value):
 
 @dataclass(frozen=True)
 class Attr:
-    """An attribute: kind is one of int, ints, float, floats, string; default REQUIRED means
-    the attribute must be given, None means it is optional and absent unless given.  A float
+    """An attribute: kind is one of int, ints, float, floats, string, tensor; default REQUIRED
+    means the attribute must be given, None means it is optional and absent unless given.  A float
     default is ONNX's, a float32 (LeakyRelu's alpha is float32(0.01), not 0.01), so that float64
     results match ONNX Runtime's."""
     kind: str
@@ -87,7 +92,7 @@ class OpSchema:
     outputs: tuple
     attrs: dict
     infer: Callable
-    float_types: tuple = FLOAT_TYPES
+    float_types: tuple = GRAPH_FLOAT_TYPES
     optional_outputs: frozenset = field(default_factory=frozenset)
     doc: str = ""
 
@@ -119,7 +124,7 @@ def in_force(versions, opset):
 
 
 def schema(op_type, *, domain=ONNX_DOMAIN, since=1, inputs=(), outputs=("Y",), attrs=None,
-           float_types=FLOAT_TYPES, optional_outputs=()):
+           float_types=GRAPH_FLOAT_TYPES, optional_outputs=()):
     """Decorator registering `infer(ctx) -> list[TensorType]` as the schema of an op version.
 
     `inputs` holds Input objects or plain names (a required "T" input)."""
@@ -190,6 +195,15 @@ def _as_string(v):
     raise TypeError
 
 
+def _as_tensor(v):
+    """A tensor attribute (Constant's value): a NumPy array of a numeric or bool dtype."""
+    if isinstance(v, np.ndarray) and v.dtype.kind in "biuf":
+        return v
+    if isinstance(v, (np.generic, numbers.Number)) and not isinstance(v, complex):
+        return np.asarray(v)
+    raise TypeError
+
+
 def _as_list(conv):
     def convert(v):
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
@@ -198,7 +212,7 @@ def _as_list(conv):
     return convert
 
 
-_CONVERTERS = {"int": _as_int, "float": _as_float, "string": _as_string,
+_CONVERTERS = {"int": _as_int, "float": _as_float, "string": _as_string, "tensor": _as_tensor,
                "ints": _as_list(_as_int), "floats": _as_list(_as_float)}
 
 

@@ -1,11 +1,14 @@
-"""Elementwise math a loss is written with: Log, Exp, Sqrt, Abs, Sign and Pow, with their
-gradients as ONNX Runtime's builders emit them (standard ops only):
+"""Elementwise math a loss or an exported model is written with: Log, Exp, Sqrt, Abs, Sign,
+Pow, Erf and Reciprocal, with their gradients as ONNX Runtime's builders emit them (standard
+ops only):
 
-    Log   -> dX = dY / X
-    Exp   -> dX = dY * Y
-    Sqrt  -> dX = dY * (0.5 / Y)
-    Abs   -> dX = dY * Sign(X)
-    Pow   -> dA = dY * B * A^(B - 1);  dB = dY * Y * Log(A)
+    Log        -> dX = dY / X
+    Exp        -> dX = dY * Y
+    Sqrt       -> dX = dY * (0.5 / Y)
+    Abs        -> dX = dY * Sign(X)
+    Pow        -> dA = dY * B * A^(B - 1);  dB = dY * Y * Log(A)
+    Erf        -> dX = dY * (2 / sqrt(pi)) * Exp(-(X * X))
+    Reciprocal -> dX = dY * -(Y * Y)
 
 Sign has no gradient (it is flat almost everywhere), as in ONNX Runtime.  Pow's exponent
 gradient, which ONNX Runtime does not build, is NaN where the base is negative, as the maths
@@ -20,7 +23,7 @@ from .schema import schema
 
 # The versions listed are those where ONNX changed the schema (types only here).
 for _op, _versions in (("Log", (6, 13)), ("Exp", (6, 13)), ("Sqrt", (6, 13)), ("Abs", (6, 13)),
-                       ("Sign", (9, 13))):
+                       ("Sign", (9, 13)), ("Erf", (9, 13)), ("Reciprocal", (6, 13))):
     for _v in _versions:
         schema(_op, since=_v, inputs=["input"], outputs=["output"])(same_as_first_input)
 for _v in (7, 12, 13, 15):
@@ -68,3 +71,18 @@ def pow_gradient(g):
         log_a = g.node("Log", [a], [g.tmp("log_A")])
         y_log_a = g.node("Mul", [g.O(0), log_a], [g.tmp("Y_log_A")])
         reduce_to_input(g, g.node("Mul", [g.GO(0), y_log_a], [g.tmp("dB")]), 1)
+
+
+@gradient("Erf", since=9, emits=("Mul", "Neg", "Exp"))
+def erf_gradient(g):
+    squared = g.node("Mul", [g.I(0), g.I(0)], [g.tmp("X_squared")])
+    gauss = g.node("Exp", [g.node("Neg", [squared], [g.tmp("minus_X_squared")])], [g.tmp("exp_minus_X_squared")])
+    slope = g.node("Mul", [scalar_constant(g, 2.0 / np.sqrt(np.pi), g.I(0), "two_over_sqrt_pi"), gauss],
+                   [g.tmp("erf_slope")])
+    g.node("Mul", [g.GO(0), slope], [g.GI(0)])
+
+
+@gradient("Reciprocal", since=6, emits=("Mul", "Neg"))
+def reciprocal_gradient(g):
+    squared = g.node("Mul", [g.O(0), g.O(0)], [g.tmp("Y_squared")])
+    g.node("Mul", [g.GO(0), g.node("Neg", [squared], [g.tmp("minus_Y_squared")])], [g.GI(0)])

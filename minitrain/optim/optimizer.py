@@ -372,11 +372,23 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (Loshchilov & Hutter): w *= 1 - lr * weight_decay
-    before the Adam update, as torch.optim.AdamW does."""
+    """Adam with decoupled weight decay (Loshchilov & Hutter).
+
+    mode="torch" (ONNX Runtime's adam_mode 0): w *= 1 - lr * weight_decay before the Adam
+    update, as torch.optim.AdamW does.  mode="huggingface" (adam_mode 1, what
+    onnxruntime.training's generate_artifacts writes, with eps=1e-6): Hugging Face's AdamW,
+    the bias corrections folded into the step lr * sqrt(1 - beta2^t) / (1 - beta1^t), eps
+    added to sqrt(v) itself, and the decay applied after the update."""
     decoupled = True
+    MODES = {"torch": 0, "huggingface": 1}
 
     def __init__(self, params=None, lr=None, betas=(0.9, 0.999), eps=1e-8, *, weight_decay=0.01,
-                 max_grad_norm=None, schedule=None):
+                 max_grad_norm=None, schedule=None, mode="torch"):
         super().__init__(params, lr, betas, eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
                          schedule=schedule)
+        if mode not in self.MODES:
+            raise OptimizerArgumentError(f"AdamW: mode must be one of {sorted(self.MODES)}, got {mode!r}")
+        self.mode = mode
+
+    def attrs(self):
+        return {**super().attrs(), "adam_mode": self.MODES[self.mode]}

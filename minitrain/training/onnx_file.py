@@ -1,15 +1,16 @@
 """Train an .onnx classifier on a built-in data set and write the trained model back as .onnx:
 what `python -m minitrain train model.onnx --data digits` runs.
 
-The model is imported with `load` and trained as an nn.GraphModule, its floating-point
-initializers the parameters except BatchNormalization's running mean and variance (statistics,
-not parameters: an exported model's BatchNormalization runs on them in inference mode and
-they stay as they are), with the classifier examples' recipe (AdamW, warm-up, cosine decay,
+The model is imported with `load` and trained as an nn.GraphModule, its parameters the
+floating-point initializers that some node differentiates (nn.graph_module.trainable_initializers:
+BatchNormalization's running statistics are state, updated by a training-mode export's
+BatchNormalization and left as they are by an inference-mode one), with the classifier examples' recipe (AdamW, warm-up, cosine decay,
 mean cross-entropy; see training/recipes.py).  Its first input takes a batch of samples,
 reshaped to the model's per-sample shape when the sizes agree (a model of flat (N, 64) inputs
 trains on the 8x8 digits); its first output holds the class scores.  The run folder is
 `fit`'s (metrics, checkpoint.mtc, checkpoint-best.mtc), and `<model stem>.onnx` beside the
-checkpoint is the model with the parameters of the last checkpoint.
+checkpoint is the model with the parameters of the last checkpoint (written by rank 0 alone in
+a data-parallel run).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 
 import numpy as np
 
+from .. import distributed
 from .. import random as mt_random
 from ..checkpoint import read
 from ..data import load_digits, load_mnist1d
@@ -46,23 +48,16 @@ def train_onnx(model, data, *, out, epochs=None, batch_size=None, lr=None, devic
     split, input_shape = fit_to_model(graph, loader(), data)
     mt_random.seed(seed)
     accuracy = train_classifier(
-        GraphModule(graph, trainable_initializers(graph)), split, input_shape, epochs=epochs or defaults["epochs"],
+        GraphModule(graph), split, input_shape, epochs=epochs or defaults["epochs"],
         batch_size=batch_size or defaults["batch_size"], lr=lr or defaults["lr"], weight_decay=WEIGHT_DECAY,
         device=device, seed=seed, out=out, max_steps=max_steps, progress=progress, resume=resume,
         overwrite=overwrite)
-    _, trained, _ = read(os.path.join(out, CHECKPOINT))
-    path = os.path.join(out, os.path.splitext(os.path.basename(os.fspath(model)))[0] + ".onnx")
-    save(with_initializers(graph, trained), path)
-    print(f"wrote {path}")
+    if distributed.is_main():
+        _, trained, _ = read(os.path.join(out, CHECKPOINT))
+        path = os.path.join(out, os.path.splitext(os.path.basename(os.fspath(model)))[0] + ".onnx")
+        save(with_initializers(graph, trained), path)
+        print(f"wrote {path}")
     return accuracy
-
-
-def trainable_initializers(graph):
-    """The floating-point initializers but the running statistics of BatchNormalization
-    (its inputs 3 and 4)."""
-    statistics = {name for node in graph.nodes if node.op_type == "BatchNormalization" for name in node.inputs[3:5]}
-    return [name for name, a in graph.initializers.items()
-            if np.issubdtype(np.asarray(a).dtype, np.floating) and name not in statistics]
 
 
 def fit_to_model(graph, split, data_name):

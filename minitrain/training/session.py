@@ -49,6 +49,14 @@ twice, and replayed after that (`capture=False` turns it off, for debugging; see
 providers/cuda/capture/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
 a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
 and `last_grad_norm` are fetched without waiting and read when asked for.
+
+Data parallelism: `data_parallel=True`, after minitrain.distributed.init() in every process that
+mpiexec launched, trains one model on all of them (training/data_parallel.py): rank 0's state
+is broadcast at start, and every update applies the gradients averaged over the ranks by one
+all-reduce node in the graph, so each rank feeds its share of the global batch.
+`average_batchnorm_statistics()` averages the BatchNorm running statistics before evaluation
+or a checkpoint; `broadcast_state()` sends rank 0's state to every rank (after rank 0 loaded a
+checkpoint).  Gradients read through `grads` are this rank's own, before the average.
 """
 from __future__ import annotations
 
@@ -70,6 +78,7 @@ from ..ops.schema import MS_DOMAIN
 from ..providers import get_provider, provider_list
 from ..providers.pending import PendingScalar, PendingValues
 from ..scheduler import schedule
+from . import data_parallel as data_parallelism
 from .loss_scale import FOUND_INF, SKIPPED, DynamicLossScale
 from .state import DeviceState
 from .targets import as_targets
@@ -96,6 +105,8 @@ class TrainingSession:
     (providers/cpu/step_arena.py).  Default on.
     fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
     (None: on).
+    data_parallel: train on every rank of the MPI world (see the module docstring); needs
+    minitrain.distributed.init() first.
     precision: "fp32", "tf32", "bf16" or "fp16" (see the module docstring), or an
     autocast.Precision; None: the one `with autocast.precision(...)` sets around the
     session's construction, else "fp32" (as torch.autocast regions, but read once, when the
@@ -105,7 +116,8 @@ class TrainingSession:
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
-                 conv_search=None, precision=None, loss_scale=None):
+                 conv_search=None, data_parallel=False, precision=None, loss_scale=None):
+        self.world = data_parallelism.require_world() if data_parallel else None
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
@@ -133,6 +145,8 @@ class TrainingSession:
         forward, self.output_name, self.loss_name, self.state_updates = self._build(training=True)
         seed = self.loss_name if self.loss_scale is None else self.loss_scale.scale_loss(forward, self.loss_name)
         self.grad_graph, grads = build_gradient_graph(forward, seed, [n for n in wanted if n in forward.initializers])
+        if self.world is not None:
+            data_parallelism.vary_dropout_seeds(self.grad_graph, self.world.rank)
         self.grad_names = {n: grads[n] for n in wanted if grads.get(n)}
         unused = [n for n in wanted if n not in self.grad_names]
         if unused:
@@ -156,6 +170,10 @@ class TrainingSession:
         self._profiled = None    # the training plan run node by node, timed
         self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
         self._last = None        # PendingValues of the last training run's output
+        self._batch_checked = self.world is None
+        if self.world is not None:
+            data_parallelism.check_world_agrees(data_parallelism.describe(self))
+            self.broadcast_state()
 
     @classmethod
     def from_graph(cls, graph, loss, optimizer, *, trainable=None, **kwargs):
@@ -183,7 +201,8 @@ class TrainingSession:
     def _add_update(self, graph, grads):
         """Append the optimizer update (and the loss scale's update after it) to `graph`;
         returns the name of the update's gradient norm."""
-        norm = self.optimizer.add_to_graph(graph, grads, skip_non_finite=self.loss_scale is not None)
+        norm = self.optimizer.add_to_graph(graph, self._averaged(graph, grads),
+                                           skip_non_finite=self.loss_scale is not None)
         if self.loss_scale is not None:
             self.loss_scale.add_update(graph, norm)
         return norm
@@ -211,6 +230,35 @@ class TrainingSession:
         """The training plan, one line per node with the provider it runs on (a fused node is
         named after the nodes it replaces, joined by '+')."""
         return self.train_plan.describe()
+
+    def _averaged(self, graph, grads):
+        """`grads` (parameter -> gradient value) as the update reads them: in a data-parallel
+        session, averaged over the ranks by the all-reduce added to `graph` (summed for a loss
+        with reduction "sum"), the gradient of the loss on the global batch."""
+        if self.world is None:
+            return grads
+        shapes = {param: self.params[param].shape for param in grads}
+        mean = getattr(self.loss, "reduction", "mean") == "mean"
+        return data_parallelism.all_reduce_gradients(graph, grads, shapes, 1.0 / self.world.size if mean else 1.0)
+
+    def broadcast_state(self):
+        """Data-parallel: copy rank 0's parameters, optimizer state and BatchNorm statistics
+        into every rank's (done at start; again after rank 0 alone loaded a checkpoint)."""
+        if self.world is not None:
+            data_parallelism.broadcast_state(self)
+
+    def average_batchnorm_statistics(self):
+        """Data-parallel: set every rank's BatchNorm running statistics to their mean over the
+        ranks (before evaluating or saving); nothing to do in one process."""
+        if self.world is not None:
+            data_parallelism.average_batchnorm_statistics(self, sorted(set(self.state_updates.values())))
+
+    def _check_batch(self, inputs, targets):
+        """Data-parallel: at the first training step, check that every rank feeds batches of
+        one shape."""
+        if not self._batch_checked:
+            data_parallelism.check_world_agrees(data_parallelism.batch_facts(inputs, targets), "the first batch")
+            self._batch_checked = True
 
     def pull(self):
         """Copy parameters, optimizer state and BatchNorm statistics from the device into the
@@ -307,6 +355,7 @@ class TrainingSession:
         wait=False (one micro-batch) returns at once with a PendingScalar: float() of it
         waits for the step."""
         self._check_requires_grad()
+        self._check_batch(inputs, targets)
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
@@ -374,6 +423,7 @@ class TrainingSession:
         """Forward and backward on a batch; add scale * gradients into the gradient buffers
         (`self.grads`) on the device.  Returns the loss."""
         self._check_requires_grad()
+        self._check_batch(inputs, targets)
         if self._grad is None:
             self._build_accumulation()
         feeds = {**self._feeds(inputs, targets), SCALE_INPUT: np.array(scale, dtype=self.input_spec[0])}

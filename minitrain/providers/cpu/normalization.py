@@ -3,6 +3,7 @@
 import numpy as np
 
 from ..._ext import batchnorm as _bn
+from ...ops.normalization import is_training
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
@@ -13,13 +14,14 @@ def _ncd(x):
     return n, c, int(np.prod(x.shape[2:], dtype=np.int64))
 
 
+@register_kernel("BatchNormalization", since=9, end=13)
 @register_kernel("BatchNormalization", since=14)
 def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
     n, c, d = _ncd(x)
     threads = kernel_threads()
-    training = bool(a["training_mode"])
+    training = is_training(a, ctx.wants)
     if training:
         if n * d == 0:
             ctx.fail(f"training mode needs at least one value per channel, X has shape {x.shape}")

@@ -1,13 +1,16 @@
-"""CPU kernels of SGDOptimizer and AdamOptimizer: in-place multi-tensor updates (Cython)."""
+"""CPU kernels of SGDOptimizer and AdamOptimizer: in-place multi-tensor updates (Cython; Hugging
+Face's AdamW, adam_mode 1, in NumPy)."""
 import math
 
 import numpy as np
 
 from ..._ext import optimizer as _opt
 from ...ops.optimizer import per_parameter, tensor_groups
+from ...ops.ort_optimizer import bias_corrections
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .ort_optimizer import adamw_update
 
 
 def global_norm(grads, threads):
@@ -61,9 +64,22 @@ def adam(ctx):
         return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)
+    if a["adam_mode"] == 1:
+        _huggingface_adamw(ctx, params, grads, m, v, rates, decays, scale, step)
+        return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     bias1, bias2 = 1 - a["beta1"] ** step, 1 - a["beta2"] ** step
     for k in range(count):
         _opt.adam_update(params[k].reshape(-1), grads[k].reshape(-1), m[k].reshape(-1), v[k].reshape(-1),
                          rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k],
                          bool(a["decoupled_weight_decay"]), scale, bias1, bias2, threads)
     return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
+
+
+def _huggingface_adamw(ctx, params, grads, m, v, rates, decays, scale, step):
+    """adam_mode 1: Hugging Face's AdamW, through AdamWOptimizer's NumPy update (the gradients
+    clipped first, into a scaled copy)."""
+    a, dtype = ctx.attrs, np.dtype(ctx.dtype)
+    corrections = bias_corrections(a["beta1"], a["beta2"], step, True, dtype)
+    for k, (w, g) in enumerate(zip(params, grads)):
+        g = g * dtype.type(scale) if scale < 1 else g
+        adamw_update(w, g, m[k], v[k], rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k], 1, *corrections)

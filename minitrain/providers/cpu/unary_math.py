@@ -1,5 +1,7 @@
-"""CPU kernels of Log, Exp, Sqrt, Abs, Sign and Pow (NumPy ufuncs; 0-d inputs give 0-d arrays)."""
+"""CPU kernels of Log, Exp, Sqrt, Abs, Sign, Pow, Erf and Reciprocal (NumPy ufuncs and
+scipy.special.erf; 0-d inputs give 0-d arrays)."""
 import numpy as np
+from scipy.special import erf
 
 from ...registry import register_kernel
 
@@ -16,6 +18,8 @@ register_kernel("Exp", since=6)(_unary(np.exp))
 register_kernel("Sqrt", since=6)(_unary(np.sqrt))
 register_kernel("Abs", since=6)(_unary(np.abs))
 register_kernel("Sign", since=9)(_unary(np.sign))
+register_kernel("Erf", since=9)(_unary(erf))
+register_kernel("Reciprocal", since=6)(_unary(np.reciprocal))
 
 
 @register_kernel("Pow", since=7)

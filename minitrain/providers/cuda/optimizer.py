@@ -19,9 +19,9 @@ import collections
 import numpy as np
 
 from ...ops.optimizer import tensor_groups
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .launch import BLOCK, MAX_BLOCK, TABLE_COLS
 
@@ -31,7 +31,7 @@ CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPdi")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPqPTTi")
-ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqP")
+ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqPi")
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -100,7 +100,7 @@ def global_norm(ctx, table, tensors, blocks, chunk):
     return {"grad_norm": grad_norm}, (scale if max_norm > 0 or skip else 0)
 
 
-@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def sgd(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[1:]
@@ -117,7 +117,7 @@ def sgd(ctx):
     return outputs
 
 
-@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def adam(ctx):
     """The step count (from 1) is read on the device; the CPU kernel checks its range."""
     a = ctx.attrs
@@ -129,5 +129,5 @@ def adam(ctx):
         lr_stride, decays = group_settings(ctx)
         ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
                     a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"], int(bool(a["decoupled_weight_decay"])),
-                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays)
+                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays, int(a["adam_mode"]))
     return outputs
