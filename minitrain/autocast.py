@@ -35,6 +35,11 @@ from typing import Optional
 
 import numpy as np
 
+try:
+    import ml_dtypes     # NumPy's bfloat16 (optional: only "bf16" needs it)
+except ImportError:
+    ml_dtypes = None
+
 from .errors import DTypeError, PrecisionError
 from .graph import Node
 from .inference import check_graph_node, infer_types, initializer_type, topological_order
@@ -55,16 +60,9 @@ class Precision:
     loss_scaling: bool = False
 
 
-def _bfloat16():
-    """NumPy's bfloat16 where ml_dtypes has registered it, else None."""
-    try:
-        return np.dtype("bfloat16")
-    except TypeError:
-        return None
-
-
 PRECISIONS = {"fp32": Precision("fp32"), "tf32": Precision("tf32", tf32=True),
-              "bf16": Precision("bf16", _bfloat16()), "fp16": Precision("fp16", np.dtype(np.float16), loss_scaling=True)}
+              "bf16": Precision("bf16", None if ml_dtypes is None else np.dtype(ml_dtypes.bfloat16)),
+              "fp16": Precision("fp16", np.dtype(np.float16), loss_scaling=True)}
 
 
 _DEFAULT = contextvars.ContextVar("minitrain_precision", default="fp32")
@@ -116,7 +114,7 @@ FLOAT32_OPS = {(ONNX_DOMAIN, op) for op in (
     "ReduceSumSquare", "CumSum",
     "Exp", "Log", "Pow", "Reciprocal", "Softplus", "Acos", "Asin", "Cosh", "Sinh", "Tan",
     "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "LpNormalization",
-    "Resize", "Upsample")} | {(MS_DOMAIN, op) for op in ("MSELoss", "SoftmaxCrossEntropyLoss")}
+    "Resize", "Upsample")} | {(MS_DOMAIN, "MSELoss")}
 
 
 def policy(node):
