@@ -4,15 +4,14 @@ place of the flat buffer) and SliceFlat (a view of it), registered as the CPU's 
 import pycuda.driver as driver
 
 from ...ops.flat_buffer import MINITRAIN_DOMAIN, slice_bounds
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .shape import view
 
 SCALE_COPY = Kernel("flat_buffer", "scale_copy", "PPqT")
 
 
-@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def concat_flat(ctx):
     provider, scale = ctx.provider, ctx.attrs["scale"]
     flat = provider.empty((sum(x.size for x in ctx.inputs),), ctx.dtype)
@@ -28,7 +27,7 @@ def concat_flat(ctx):
     return {"flat": flat}
 
 
-@register_kernel("SliceFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SliceFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def slice_flat(ctx):
     flat = ctx.inputs[0]
     offset, end, shape = slice_bounds(ctx, flat.shape[0])

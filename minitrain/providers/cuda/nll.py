@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .loss import KERNELS as LOSS_KERNELS, LABEL_SUFFIX, ONE_BLOCK, REDUCE, REDUCTIONS, label_guard
 
 _FORWARD = {s: Kernel("nll", f"nll_forward_{s}", "PPPPPqqqqiP") for s in LABEL_SUFFIX.values()}
@@ -26,7 +26,7 @@ def _geometry(ctx, log_prob):
             int(ignore is not None))
 
 
-@register_kernel("NegativeLogLikelihoodLoss", since=12, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("NegativeLogLikelihoodLoss", since=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def nll_loss(ctx):
     log_prob, target, weight = (ctx.inputs + [None])[:3]
     prov = ctx.provider
@@ -49,7 +49,7 @@ def nll_loss(ctx):
     return {"loss": loss}
 
 
-@register_kernel("NegativeLogLikelihoodLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("NegativeLogLikelihoodLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def nll_loss_grad(ctx):
     dy, log_prob, target, weight = (ctx.inputs + [None])[:4]
     prov = ctx.provider

@@ -4,9 +4,8 @@ import math
 
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 
 _ONE_HOT = {np.dtype(t): Kernel("onehot", f"one_hot_{name}", "PPPqqqi")
             for t, name in ((np.int64, "i64"), (np.int32, "i32"))}
@@ -35,11 +34,11 @@ def _one_hot(ctx, negative_from_end):
     return {"output": y}
 
 
-@register_kernel("OneHot", since=9, end=10, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("OneHot", since=9, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def one_hot_9(ctx):
     return _one_hot(ctx, negative_from_end=False)
 
 
-@register_kernel("OneHot", since=11, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("OneHot", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def one_hot(ctx):
     return _one_hot(ctx, negative_from_end=True)

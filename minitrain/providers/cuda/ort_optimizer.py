@@ -7,9 +7,9 @@ import numpy as np
 
 from ...ops.optimizer import tensor_groups
 from ...ops.ort_optimizer import bias_corrections
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import BLOCK
 from .optimizer import tensor_table
 
@@ -22,7 +22,7 @@ def _accumulation(dtype):
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
-@register_kernel("AdamWOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(0, 1),
+@register_kernel("AdamWOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0, 1),
                  host_outputs=("updated_flag",))
 def adamw(ctx):
     a = ctx.attrs
@@ -43,7 +43,7 @@ def adamw(ctx):
     return {"updated_flag": np.ones(np.shape(ctx.inputs[1]), np.bool_)}
 
 
-@register_kernel("SGDOptimizerV2", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(0,),
+@register_kernel("SGDOptimizerV2", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0,),
                  host_outputs=("update_completed",))
 def sgd_v2(ctx):
     tensors = ctx.inputs[1:]

@@ -6,9 +6,8 @@ reduces along x's rows when the innermost axis is reduced, a thread per output o
 import math
 
 from ...ops.reduce import reduced_axes, reduced_shape
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .layout import collapse, plan_args, plan_signature
 from .structural import dense_strides
 
@@ -49,11 +48,11 @@ def _reduce(ctx, op, axes, noop_with_empty_axes):
 
 
 def _register(op_type, op, attribute_end, input_since):
-    @register_kernel(op_type, since=1, end=attribute_end, provider="cuda", dtypes=FLOAT_TYPES)
+    @register_kernel(op_type, since=1, end=attribute_end, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
     def attribute_axes(ctx):
         return _reduce(ctx, op, ctx.attrs["axes"], 0)
 
-    @register_kernel(op_type, since=input_since, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+    @register_kernel(op_type, since=input_since, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
     def input_axes(ctx):
         axes = ctx.inputs[1] if len(ctx.inputs) > 1 else None
         return _reduce(ctx, op, None if axes is None else [int(a) for a in axes.reshape(-1)],

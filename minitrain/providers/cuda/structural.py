@@ -20,11 +20,11 @@ from ...ops.gather import check_indices
 from ...ops.pad import MODES, WRAP_MODES, full_pads, padded_shape
 from ...ops.resize import (LEGACY_NEAREST, NEAREST_MODES, check_settings, is_identity, resize_plan, resized_axes,
                            scale_list, settings)
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...ops.slice import slice_ranges
 from ...ops.tile import check_repeats
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .elementwise import broadcast_strides
 from .launch import MAX_RANK
@@ -105,7 +105,7 @@ def _ints(value):
 
 
 # --------------------------------------------------------------------------- Transpose, Concat, Split
-@register_kernel("Transpose", since=1, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Transpose", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def transpose(ctx):
     """One strided copy, whatever the rank (beyond MAX_RANK merged dims, a launch per leading
     index)."""
@@ -117,7 +117,7 @@ def transpose(ctx):
 
 
 
-@register_kernel("Concat", since=1, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Concat", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def concat(ctx):
     inputs = ctx.inputs
     rank = inputs[0].ndim
@@ -157,17 +157,17 @@ def _split(ctx, split, version):
     return out
 
 
-@register_kernel("Split", since=2, end=12, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Split", since=2, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def split_attribute(ctx):
     return _split(ctx, ctx.attrs["split"], 2)
 
 
-@register_kernel("Split", since=13, end=17, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Split", since=13, end=17, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def split_13(ctx):
     return _split(ctx, _ints(ctx.inputs[1]) if len(ctx.inputs) > 1 else None, 13)
 
 
-@register_kernel("Split", since=18, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Split", since=18, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def split(ctx):
     return _split(ctx, _ints(ctx.inputs[1]) if len(ctx.inputs) > 1 else None, 18)
 
@@ -189,21 +189,21 @@ def _index_inputs(inputs):
     return [_ints(v) for v in (list(inputs) + [None] * 4)[:4]]
 
 
-@register_kernel("Slice", since=1, end=9, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Slice", since=1, end=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def slice_attributes(ctx):
     x = ctx.inputs[0]
     ranges = slice_ranges(ctx.fail, x.shape, ctx.attrs["starts"], ctx.attrs["ends"], ctx.attrs["axes"])
     return {"output": gathered(ctx.provider, x, *slice_layout(x.shape, ranges))}
 
 
-@register_kernel("Slice", since=10, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2, 3, 4))
+@register_kernel("Slice", since=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3, 4))
 def slice_(ctx):
     x = ctx.inputs[0]
     ranges = slice_ranges(ctx.fail, x.shape, *_index_inputs(ctx.inputs[1:]))
     return {"output": gathered(ctx.provider, x, *slice_layout(x.shape, ranges))}
 
 
-@register_kernel("SliceGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2, 3, 4, 5))
+@register_kernel("SliceGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3, 4, 5))
 def slice_grad(ctx):
     dy, shape = ctx.inputs[0], tuple(_ints(ctx.inputs[1]))
     if any(d < 0 for d in shape):
@@ -218,7 +218,7 @@ def slice_grad(ctx):
 
 
 # --------------------------------------------------------------------------- Expand, Squeeze, Unsqueeze, Tile
-@register_kernel("Expand", since=8, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Expand", since=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def expand(ctx):
     x, target = ctx.inputs[0], tuple(_ints(ctx.inputs[1]))
     if any(d < 0 for d in target):
@@ -230,32 +230,32 @@ def expand(ctx):
     return {"Y": gathered(ctx.provider, x, 0, broadcast_strides(x.shape, len(shape)), shape)}
 
 
-@register_kernel("Unsqueeze", since=1, end=12, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Unsqueeze", since=1, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def unsqueeze_attribute_axes(ctx):
     x = ctx.inputs[0]
     return {"expanded": view(ctx.provider, x, unsqueezed_shape(ctx.fail, x.shape, ctx.attrs["axes"]))}
 
 
-@register_kernel("Unsqueeze", since=13, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Unsqueeze", since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def unsqueeze(ctx):
     x = ctx.inputs[0]
     return {"expanded": view(ctx.provider, x, unsqueezed_shape(ctx.fail, x.shape, _ints(ctx.inputs[1])))}
 
 
-@register_kernel("Squeeze", since=1, end=12, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Squeeze", since=1, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def squeeze_attribute_axes(ctx):
     x = ctx.inputs[0]
     return {"squeezed": view(ctx.provider, x, squeezed_shape(ctx.fail, x.shape, ctx.attrs["axes"]))}
 
 
-@register_kernel("Squeeze", since=13, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Squeeze", since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def squeeze(ctx):
     x = ctx.inputs[0]
     axes = _ints(ctx.inputs[1]) if len(ctx.inputs) > 1 else None
     return {"squeezed": view(ctx.provider, x, squeezed_shape(ctx.fail, x.shape, axes))}
 
 
-@register_kernel("Tile", since=6, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Tile", since=6, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def tile(ctx):
     """A copy over (r0, d0, r1, d1, ...) that steps 0 along each repeat axis."""
     x, repeats = ctx.inputs
@@ -298,7 +298,7 @@ def _pad(ctx, pads, axes, value, modes):
     return {"output": y}
 
 
-@register_kernel("Pad", since=2, end=10, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Pad", since=2, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def pad_attributes(ctx):
     if ctx.attrs["pads"] is None:
         ctx.fail("attribute 'pads' is required")
@@ -314,17 +314,17 @@ def _pad_inputs(ctx, modes):
     return _pad(ctx, _ints(inputs[1]), _ints(inputs[3]), 0 if value is None else float(value.reshape(())), modes)
 
 
-@register_kernel("Pad", since=11, end=18, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2, 3))
+@register_kernel("Pad", since=11, end=18, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
 def pad_11(ctx):
     return _pad_inputs(ctx, MODES)
 
 
-@register_kernel("Pad", since=19, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2, 3))
+@register_kernel("Pad", since=19, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
 def pad(ctx):
     return _pad_inputs(ctx, WRAP_MODES)
 
 
-@register_kernel("PadGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2))
+@register_kernel("PadGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2))
 def pad_grad(ctx):
     """dY folded back one padded axis at a time."""
     dy, mode = ctx.inputs[0], ctx.attrs["mode"]
@@ -356,7 +356,7 @@ def _gather_geometry(shape, axis, count):
     return math.prod(shape[axis + 1:]), count, shape[axis]
 
 
-@register_kernel("Gather", since=1, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Gather", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def gather(ctx):
     data, indices = ctx.inputs
     if data.ndim == 0:
@@ -371,7 +371,7 @@ def gather(ctx):
     return {"output": y}
 
 
-@register_kernel("GatherGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(0, 1))
+@register_kernel("GatherGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0, 1))
 def gather_grad(ctx):
     shape, indices, dy = ctx.inputs
     shape = tuple(_ints(shape))
@@ -438,20 +438,20 @@ def _node_plan(ctx, version, shape, scales, sizes):
     return (resize_plan(ctx.fail, ctx.attrs, shape, scales, sizes),) + settings(version, ctx.attrs)
 
 
-@register_kernel("Upsample", since=7, end=8, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Upsample", since=7, end=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def upsample_7(ctx):
     x = ctx.inputs[0]
     return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 7, x.shape, list(ctx.attrs["scales"]), None))}
 
 
-@register_kernel("Upsample", since=9, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
-@register_kernel("Resize", since=10, end=10, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Upsample", since=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Resize", since=10, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def upsample(ctx):
     x, scales = ctx.inputs
     return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 10, x.shape, scale_list(scales), None))}
 
 
-@register_kernel("Resize", since=11, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2, 3))
+@register_kernel("Resize", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
 def resize(ctx):
     inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
     x = inputs[0]
@@ -459,7 +459,7 @@ def resize(ctx):
                                                              scale_list(inputs[3])))}
 
 
-@register_kernel("ResizeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(2, 3))
+@register_kernel("ResizeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(2, 3))
 def resize_grad(ctx):
     inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
     dy, x, scales = inputs[0], inputs[1], scale_list(inputs[3])
