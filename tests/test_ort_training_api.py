@@ -264,3 +264,17 @@ def test_an_optimizer_model_of_another_kind_is_refused(folders, tmp_path):
     from minitrain.errors import GraphError
     with pytest.raises(GraphError, match="must hold one AdamWOptimizer or SGDOptimizerV2 node"):
         training.Optimizer(tmp_path / "not_an_optimizer.onnx", module)
+
+
+def test_bad_device_and_mismatched_optimizer_state(folders, tmp_path):
+    folder, shape = folders(CASES[1])          # SGD: one moment per parameter in its checkpoint
+    state, module, optimizer = start(training, folder)
+    with pytest.raises(ValueError, match="device must be one of"):
+        training.Module(folder / "training_model.onnx", state, device="tpu")
+    train(module, optimizer, batches(CASES[1], shape, count=1))
+    training.CheckpointState.save_checkpoint(state, tmp_path / "sgd", include_optimizer_state=True)
+    adamw_folder, _ = folders(("conv1d_mean", "MSELoss", "AdamW"))
+    resumed = training.CheckpointState.load_checkpoint(tmp_path / "sgd")
+    module = training.Module(adamw_folder / "training_model.onnx", resumed)
+    with pytest.raises(ValueError, match=r"holds \['momentum0'\]; AdamWOptimizer needs"):
+        training.Optimizer(adamw_folder / "optimizer_model.onnx", module)

@@ -101,7 +101,7 @@ class Optimizer:
             moments = group.states.get(p)
             if moments is None or set(moments) != set(self._moment_names):
                 raise ValueError(f"Optimizer: the checkpoint's optimizer state for {p!r} holds "
-                                 f"{sorted(moments or {})}, a {self._op_type} needs {list(self._moment_names)}")
+                                 f"{sorted(moments or {})}; {self._op_type} needs {list(self._moment_names)}")
             for name, value in moments.items():
                 if tuple(value.shape) != tuple(self._state.values[p].shape):
                     raise ValueError(f"Optimizer: the checkpoint's {name} of {p!r} has shape {tuple(value.shape)}, "
