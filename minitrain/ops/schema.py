@@ -27,6 +27,7 @@ MS_DOMAIN = "com.microsoft"
 FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 GRAPH_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
 DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)    # ops that move shape tensors take int64 too
+GRAPH_DATA_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)     # their schemas: bfloat16 too
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 REQUIRED = object()
