@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import GraphError
 from .gradients import gradient
-from .schema import DATA_TYPES, Input, schema
+from .schema import GRAPH_DATA_TYPES, Input, schema
 
 
 def check_repeats(fail, rank, repeats):
@@ -34,7 +34,7 @@ def infer_tile(ctx):
 
 
 for _v in (6, 13):
-    schema("Tile", since=_v, inputs=["input", Input("repeats", types=(np.int64,))], float_types=DATA_TYPES,
+    schema("Tile", since=_v, inputs=["input", Input("repeats", types=(np.int64,))], float_types=GRAPH_DATA_TYPES,
            outputs=["output"])(infer_tile)
 
 
