@@ -1,12 +1,13 @@
-// ReduceMean and ReduceMax over any axes, in the accumulation type (float for half).
+// ReduceSum, ReduceMean and ReduceMax over any axes, in the accumulation type (float for the
+// 16-bit types).
 //
 // The host collapses the kept and the reduced dims into two StridedPlan<1>s over x (minitrain/
 // providers/cuda/reduce.py).  reduce_rows_<op>_<T>: a block per output, its threads striding
 // over the reduced range (the reduced axes hold x's innermost one, so the reads are adjacent);
 // reduce_cols_<op>_<T>: a thread per output, adjacent threads on adjacent outputs.  Both reduce
-// in a fixed order, so results are the same run to run.  Mean scales the sum by 1 / count (NaN
-// over an empty range); Max starts from -inf (ONNX's value over an empty range) and lets NaN
-// through, as NumPy does.
+// in a fixed order, so results are the same run to run.  The sum is scaled on the way out: by 1
+// for ReduceSum (0 over an empty range), by 1 / count for ReduceMean (NaN over an empty range).
+// Max starts from -inf (ONNX's value over an empty range) and lets NaN through, as NumPy does.
 #include <math.h>
 #include "common.cuh"
 #include "strided.cuh"
@@ -85,5 +86,5 @@ __device__ void reduce_cols_impl(const T* x, T* y, int64_t m, int64_t r, acc_t<T
                                                         int rrank, StridedPlan<1> reduced) {        \
         reduce_cols_impl<OP, T>(x, y, m, r, scale, krank, kept, rrank, reduced);                    \
     }
-#define REDUCE(T, S) REDUCE_OP(T, S, mean, SumOp) REDUCE_OP(T, S, max, MaxOp)
+#define REDUCE(T, S) REDUCE_OP(T, S, sum, SumOp) REDUCE_OP(T, S, max, MaxOp)
 MT_FOR_FLOATS(REDUCE)

@@ -26,8 +26,9 @@ MS_DOMAIN = "com.microsoft"
 # bfloat16 (with ml_dtypes installed), which a graph may hold and only CUDA kernels serve.
 FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 GRAPH_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
-DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)    # ops that move shape tensors take int64 too
-GRAPH_DATA_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)     # their schemas: bfloat16 too
+# ops that move shape tensors take int64 too: in a graph (GRAPH_DATA_TYPES) and on the CPU (DATA_TYPES)
+DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)
+GRAPH_DATA_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 REQUIRED = object()
