@@ -5,7 +5,6 @@
 // cast_to_<dst>_<src>, and mp_scale_to_<dst>_<src> for the float destinations.  Every source
 // widens exactly to double, so a conversion rounds once, as NumPy's astype does.
 #include "common.cuh"
-#include <cuda_bf16.h>
 
 template <typename T> __device__ __forceinline__ double wide(T x) { return (double)to_acc<T>(x); }
 
