@@ -366,9 +366,11 @@ def test_low_precision_training_graph_type_checks(name):
     low = PRECISIONS[name].low
     if low is None:
         pytest.skip("NumPy has no bfloat16 without ml_dtypes")
-    s = session()
+    s = session(model=lenet(dropout=True))
     forward, _, loss, updates = s._build(training=True)
     g = autocast(forward, low, keep=[*forward.outputs, *updates])
+    dropout = next(n for n in g.nodes if n.op_type == "Dropout")
+    assert infer_types(g)[dropout.inputs[0]].dtype == low       # follows the Gemm before it
     grad_graph, grads = build_gradient_graph(g, loss, list(s.params))
     types = infer_types(grad_graph)
     assert all(types[x].dtype == low for n in g.nodes if n.op_type in ("Conv", "Gemm") for x in n.inputs)
