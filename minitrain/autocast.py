@@ -35,11 +35,7 @@ from typing import Optional
 
 import numpy as np
 
-try:
-    import ml_dtypes     # NumPy's bfloat16 (optional: only "bf16" needs it)
-except ImportError:
-    ml_dtypes = None
-
+from .bfloat16 import BFLOAT16
 from .errors import DTypeError, PrecisionError
 from .graph import Node
 from .inference import check_graph_node, infer_types, initializer_type, topological_order
@@ -61,7 +57,7 @@ class Precision:
 
 
 PRECISIONS = {"fp32": Precision("fp32"), "tf32": Precision("tf32", tf32=True),
-              "bf16": Precision("bf16", None if ml_dtypes is None else np.dtype(ml_dtypes.bfloat16)),
+              "bf16": Precision("bf16", BFLOAT16),
               "fp16": Precision("fp16", np.dtype(np.float16), loss_scaling=True)}
 
 

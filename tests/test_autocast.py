@@ -8,10 +8,11 @@ import pytest
 
 import minitrain
 from minitrain import cli, nn, run_node
-from minitrain.autocast import FLOAT32_OP, LOW, PROMOTE, Precision, autocast, policy
+from minitrain.autocast import FLOAT32_OP, LOW, PRECISIONS, PROMOTE, Precision, autocast, policy
 from minitrain.autocast import precision as autocast_precision
 from minitrain.data import ArrayDataset, DataLoader
 from minitrain.errors import PrecisionError
+from minitrain.autodiff import build_gradient_graph
 from minitrain.graph import Graph
 from minitrain.inference import infer_types
 from minitrain.optim import SGD, AdamW
@@ -356,3 +357,23 @@ def test_precision_context_sets_the_default_and_fit_reports_skipped_steps(tmp_pa
     assert history[0]["skipped_steps"] >= 1 and history[1]["skipped_steps"] == s.skipped_steps
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         assert [json.loads(line)["skipped_steps"] for line in f] == [h["skipped_steps"] for h in history]
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_low_precision_training_graph_type_checks(name):
+    """The graph a CUDA session would run, built and type-checked here (the CPU cannot run it):
+    LOW ops in the low type, every parameter's gradient float32."""
+    low = PRECISIONS[name].low
+    if low is None:
+        pytest.skip("NumPy has no bfloat16 without ml_dtypes")
+    s = session(model=lenet(dropout=True))
+    forward, _, loss, updates = s._build(training=True)
+    g = autocast(forward, low, keep=[*forward.outputs, *updates])
+    dropout = next(n for n in g.nodes if n.op_type == "Dropout")
+    assert infer_types(g)[dropout.inputs[0]].dtype == low       # follows the Gemm before it
+    grad_graph, grads = build_gradient_graph(g, loss, list(s.params))
+    types = infer_types(grad_graph)
+    assert all(types[x].dtype == low for n in g.nodes if n.op_type in ("Conv", "Gemm") for x in n.inputs)
+    assert {types[grads[p]].dtype for p in s.params} == {F32}
+    conv_grads = [n for n in grad_graph.nodes if n.op_type == "ConvGrad"]
+    assert conv_grads and {types[o].dtype for n in conv_grads for o in n.outputs if o} == {low}

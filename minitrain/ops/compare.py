@@ -6,17 +6,20 @@ Cast gradient: the gradient is cast back to the input's type (the autocast pass'
 float32 gradients to the float32 master weights this way)."""
 import numpy as np
 
+from ..bfloat16 import BFLOAT16_TYPES
 from .gradients import gradient
 from .schema import REQUIRED, Attr, Input, schema
 from .shape_utils import broadcast_shapes
 
 BOOL = (np.bool_,)
 
-# ONNX TensorProto.DataType codes of the element types minitrain serves.
+# ONNX TensorProto.DataType codes of the element types minitrain serves (bfloat16, 16, where
+# ml_dtypes gives NumPy one: only CUDA kernels serve it).
 ONNX_DTYPES = {1: np.dtype(np.float32), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
-               10: np.dtype(np.float16), 11: np.dtype(np.float64)}
+               10: np.dtype(np.float16), 11: np.dtype(np.float64), **{16: t for t in BFLOAT16_TYPES}}
 ONNX_CODE = {dtype: code for code, dtype in ONNX_DTYPES.items()}
 CAST_TYPES = tuple(ONNX_DTYPES.values())
+HOST_CAST_TYPES = tuple(t for t in CAST_TYPES if t not in BFLOAT16_TYPES)   # the CPU kernel's
 
 
 def infer_comparison(ctx):

@@ -4,7 +4,6 @@ first: logic.py); the same registrations as providers/cpu/compare.py and
 providers/cpu/loss_scale.py."""
 import numpy as np
 
-from ...autocast import PRECISIONS
 from ...ops.compare import ONNX_DTYPES
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
@@ -12,8 +11,6 @@ from .compiler import CUDA_FLOAT_TYPES, SUFFIX, Kernel
 from .logic import BOOL, cast_mask
 
 FLOAT_DESTINATION = dict(SUFFIX)
-if PRECISIONS["bf16"].low is not None:        # NumPy's bfloat16, where ml_dtypes is installed
-    FLOAT_DESTINATION[PRECISIONS["bf16"].low] = "bf16"
 DESTINATION = {**FLOAT_DESTINATION, np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.bool_): "b8"}
 CAST = {dtype: Kernel("cast", f"cast_to_{suffix}", "PPq") for dtype, suffix in DESTINATION.items()}
 SCALE = {dtype: Kernel("cast", f"mp_scale_to_{suffix}", "PPPq") for dtype, suffix in FLOAT_DESTINATION.items()}
