@@ -1,5 +1,5 @@
 // The pointwise activations of exported CNNs and their com.microsoft gradients (dY, X -> dX),
-// as functors on the accumulation type with minitrain/providers/cpu/pointwise_activation.py's
+// as functors on the accumulation type with ext/pointwise_activation.pyx's
 // formulas (a comparison with NaN is false, so NaN takes the same branch on both), over flat
 // buffers in 16-byte packs (elementwise_map.cuh).  Each op takes two parameters a and b: alpha
 // and beta (HardSigmoid), alpha and gamma (Selu), alpha (Elu), none (the others).
@@ -9,7 +9,8 @@
 //   elu(x)          = x > 0 ? x : a expm1(x)      grad = x > 0 ? dy : dy a exp(x)
 //   selu(x)         = b elu_a(x)                  grad = b elu_a'(x) dy
 //   gelu(x)         = x Phi(x)                    grad = dy (Phi(x) + x phi(x))
-//   fast_gelu(x)    = x (1 + tanh(K (x + C x^3))) / 2, K = sqrt(2 / pi), C = 0.044715
+//   fast_gelu(x)    = x (1 + tanh(u)) / 2 = x sigmoid(2u), u = K (x + C x^3), K = sqrt(2 / pi),
+//                     C = 0.044715               grad = dy (s + 2 x s (1 - s) u'(x)), s = sigmoid(2u)
 #include "common.cuh"
 #include "elementwise_map.cuh"
 #include "math_acc.cuh"
@@ -59,18 +60,18 @@ template <typename A> struct GeluGrad {
         return dy * (A(0.5) * (A(1) + erf_acc(x * A(SQRT_HALF))) + x * (A(INV_SQRT_2PI) * exp_acc(A(-0.5) * x * x)));
     }
 };
-template <typename A> struct FastGelu {
-    A a, b;
-    __device__ A operator()(A x) const {
-        return A(0.5) * x * (A(1) + tanh_acc(A(GELU_TANH_SCALE) * (x + A(GELU_TANH_CUBIC) * x * x * x)));
-    }
-};
+// (1 + tanh(u)) / 2 = sigmoid(2u), u = K (x + C x^3): as a sigmoid it keeps its precision
+// where tanh(u) rounds to -1.
+template <typename A> __device__ __forceinline__ A gelu_tanh_s(A x) {
+    return sigmoid(A(2 * GELU_TANH_SCALE) * (x + A(GELU_TANH_CUBIC) * x * x * x));
+}
+template <typename A> struct FastGelu { A a, b; __device__ A operator()(A x) const { return x * gelu_tanh_s(x); } };
 template <typename A> struct FastGeluGrad {
     A a, b;
     __device__ A operator()(A dy, A x) const {
-        const A t = tanh_acc(A(GELU_TANH_SCALE) * (x + A(GELU_TANH_CUBIC) * x * x * x));
-        const A slope = A(GELU_TANH_SCALE) * (A(1) + A(3 * GELU_TANH_CUBIC) * x * x);
-        return dy * (A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * slope);
+        const A s = gelu_tanh_s(x);
+        const A du = A(GELU_TANH_SCALE) * (A(1) + A(3 * GELU_TANH_CUBIC) * x * x);
+        return dy * (s + A(2) * x * s * (A(1) - s) * du);
     }
 };
 

@@ -14,6 +14,7 @@ from minitrain.autodiff import build_gradient_graph
 from minitrain.executor import Executor
 from minitrain.gradcheck import gradcheck
 from minitrain.scheduler import schedule
+from op_table import POINTWISE
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -97,6 +98,31 @@ def test_max_shares_a_tie_as_torch_does():
     np.testing.assert_allclose(results[0][0], ta.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(results[1][0], tb.grad.numpy(), rtol=1e-12)
     assert results[0][0][0, 0] == pytest.approx(direction[0, 0] / 2)
+
+
+# ---- long inputs: the OpenMP chunks of the CPU kernels and their tails ------------------------
+
+LONG_CASES = [("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, ""), ("HardSwish", {}, ""), ("Softplus", {}, ""),
+              ("Elu", {"alpha": 0.5}, ""), ("Selu", {}, ""), ("Gelu", {}, MS), ("FastGelu", {}, MS)]
+
+
+@pytest.mark.parametrize("op,attrs,domain", LONG_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 3e-6), (np.float64, 1e-13)])
+def test_long_inputs_on_every_thread_count(op, attrs, domain, dtype, tol, threads, rng):
+    """70007 elements (five chunks and a tail) with huge magnitudes and the kinks among them,
+    forward and gradient op against the float64 definitions."""
+    x = rng.standard_normal(70007) * 5
+    x[:9] = [0.0, -3.0, 3.0, 80.0, -80.0, 1e-6, -1e-6, 700.0, -700.0]
+    x = x.astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    forward, backward = POINTWISE[op]
+    (y,) = run_node(op, [x], attrs=attrs, domain=domain)
+    (dx,) = run_node(f"{op}Grad", [dy, x], attrs=attrs, domain=MS)
+    assert y.dtype == dx.dtype == dtype
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(y, forward(x.astype(np.float64), attrs), rtol=tol, atol=tol)
+        np.testing.assert_allclose(dx, backward(dy.astype(np.float64), x.astype(np.float64), attrs), rtol=tol,
+                                   atol=tol)
 
 
 # ---- exported graphs -------------------------------------------------------------------------

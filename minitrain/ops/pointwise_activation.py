@@ -17,8 +17,6 @@ kinks included (HardSwish's gradient at -3 is 0 and at 3 is 3/2 dY, as PyTorch's
 with a bias differentiates as FastGelu(X + bias): FastGeluGrad at X + bias, summed over the
 broadcast axes for the bias.
 """
-import numpy as np
-
 from .activation import same_as_first_input, same_as_inputs
 from .elementwise import reduce_to_input
 from .gradients import gradient
@@ -29,9 +27,6 @@ HARD_SIGMOID_ATTRS = {"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)}
 ELU_ATTRS = {"alpha": Attr("float", 1.0)}
 SELU_ATTRS = {"alpha": Attr("float", 1.67326319217681884765625), "gamma": Attr("float", 1.05070102214813232421875)}
 GELU_APPROXIMATIONS = ("none", "tanh")
-# the tanh form: 0.5 x (1 + tanh(GELU_TANH_SCALE (x + GELU_TANH_CUBIC x^3)))
-GELU_TANH_SCALE = float(np.sqrt(2.0 / np.pi))
-GELU_TANH_CUBIC = 0.044715
 
 # Forward ops; the versions listed are those where ONNX changed the schema (types only here).
 for _v in (6, 22):

@@ -1,0 +1,206 @@
+# cython: language_level=3
+"""The pointwise activations of exported CNNs and their gradients over flat contiguous buffers
+(minitrain/ops/pointwise_activation.py has the formulas; cuda/pointwise_activation.cu the same
+ones on the GPU).  Each op takes two parameters a and b: alpha and beta (HardSigmoid), alpha
+and gamma (Selu), alpha (Elu), none (the others).
+
+As ext/activation.pyx does, the work is cut into chunks of CHUNK elements handed to OpenMP
+threads, each a plain loop; float32 takes the vectorisable exp of fastmath.h and erf and log1p
+of fastmath_extra.h, float64 libm.  A comparison with NaN is false, so NaN takes the branch the CUDA kernels take.
+"""
+from cython.parallel cimport prange
+from libc.math cimport erf, exp, expm1, fabs, fabsf, log1p, sqrt
+
+cdef extern from "fastmath.h":
+    float mt_expf(float x) noexcept nogil
+
+cdef extern from "fastmath_extra.h":
+    float mt_erff(float x) noexcept nogil
+    float mt_log1p_unit(float e) noexcept nogil
+
+include "thresholds.pxi"
+
+ctypedef fused real:
+    float
+    double
+
+cdef enum:
+    CHUNK = 16384       # elements per OpenMP task
+
+cdef enum:
+    HARD_SIGMOID = 0
+    HARD_SWISH = 1
+    SOFTPLUS = 2
+    ELU = 3
+    SELU = 4
+    GELU = 5
+    FAST_GELU = 6
+
+cdef double GELU_TANH_SCALE = sqrt(2.0 / 3.141592653589793)
+cdef double GELU_TANH_CUBIC = 0.044715
+cdef double SQRT_HALF = sqrt(0.5)
+cdef double INV_SQRT_2PI = 1.0 / sqrt(2.0 * 3.141592653589793)
+
+
+cdef inline real _exp(real v) noexcept nogil:
+    if real is float:
+        return mt_expf(v)
+    else:
+        return exp(v)
+
+
+cdef inline real _erf(real v) noexcept nogil:
+    if real is float:
+        return mt_erff(v)
+    else:
+        return erf(v)
+
+
+cdef inline real _expm1(real v) noexcept nogil:
+    """exp(v) - 1 for v <= 0: float32 from the vectorisable exp (absolute error ~1e-7, where
+    libm's expm1f would keep the loop scalar), float64 from libm's expm1."""
+    if real is float:
+        return mt_expf(v) - 1
+    else:
+        return expm1(v)
+
+
+cdef inline real _log1p_unit(real v) noexcept nogil:
+    """log1p(v) for v in [0, 1]."""
+    if real is float:
+        return mt_log1p_unit(v)
+    else:
+        return log1p(v)
+
+
+cdef inline real _abs(real v) noexcept nogil:
+    if real is float:
+        return fabsf(v)
+    else:
+        return fabs(v)
+
+
+cdef inline real _sigmoid(real v) noexcept nogil:
+    """1 / (1 + exp(-v)) from e = exp(-|v|) <= 1: nothing overflows."""
+    cdef real e = _exp(-_abs(v))
+    return (<real>1 if v >= 0 else e) / (<real>1 + e)
+
+
+cdef inline real _unit_clamp(real v) noexcept nogil:
+    return 0 if v < 0 else (1 if v > 1 else v)
+
+
+cdef inline real _gelu_tanh_s(real x) noexcept nogil:
+    """(1 + tanh(u)) / 2 = sigmoid(2u) of the tanh form's u = K (x + C x^3): taken as a sigmoid,
+    it keeps its precision where tanh(u) rounds to -1."""
+    return _sigmoid(<real>(2 * GELU_TANH_SCALE) * (x + <real>GELU_TANH_CUBIC * x * x * x))
+
+
+cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real a, real b) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef real v, half = 0.5, one = 1
+    if op == HARD_SIGMOID:
+        for i in range(n):
+            y[i] = _unit_clamp(a * x[i] + b)
+    elif op == HARD_SWISH:      # the gate first, then the product: a gate the compiler sees as the
+        for i in range(n):      # constant 0 would fold -inf * 0 (NaN in ONNX and PyTorch) into 0
+            y[i] = _unit_clamp(x[i] / 6 + half)
+        for i in range(n):
+            y[i] = x[i] * y[i]
+    elif op == SOFTPLUS:
+        for i in range(n):
+            v = x[i]
+            y[i] = (v if v > 0 else 0) + _log1p_unit(_exp(-_abs(v)))
+    elif op == ELU:
+        for i in range(n):
+            v = x[i]
+            y[i] = v if v > 0 else a * _expm1(v)
+    elif op == SELU:
+        for i in range(n):
+            v = x[i]
+            y[i] = b * (v if v > 0 else a * _expm1(v))
+    elif op == GELU:
+        for i in range(n):
+            y[i] = half * x[i] * (one + _erf(x[i] * <real>SQRT_HALF))
+    elif op == FAST_GELU:
+        for i in range(n):
+            y[i] = x[i] * _gelu_tanh_s(x[i])
+
+
+cdef void _backward_chunk(int op, const real* dy, const real* x, real* dx, Py_ssize_t n, real a,
+                          real b) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef real v, t, half = 0.5, one = 1
+    if op == HARD_SIGMOID:
+        for i in range(n):
+            v = a * x[i] + b
+            dx[i] = a * dy[i] if v > 0 and v < 1 else 0
+    elif op == HARD_SWISH:      # PyTorch's: 0 below -3, dY (X / 3 + 1/2) up to 3 included, dY above
+        for i in range(n):
+            v = x[i]
+            dx[i] = 0 if v < -3 else (dy[i] * (v / 3 + half) if v <= 3 else dy[i])
+    elif op == SOFTPLUS:
+        for i in range(n):
+            dx[i] = dy[i] * _sigmoid(x[i])
+    elif op == ELU:
+        for i in range(n):
+            v = x[i]
+            dx[i] = dy[i] if v > 0 else dy[i] * (a * _exp(v))
+    elif op == SELU:
+        for i in range(n):
+            v = x[i]
+            dx[i] = b * (dy[i] if v > 0 else dy[i] * (a * _exp(v)))
+    elif op == GELU:
+        for i in range(n):
+            v = x[i]
+            dx[i] = dy[i] * (half * (one + _erf(v * <real>SQRT_HALF)) + v * (<real>INV_SQRT_2PI * _exp(-half * v * v)))
+    elif op == FAST_GELU:      # with s = sigmoid(2u): dY (s + 2 x s (1 - s) u'(x))
+        for i in range(n):
+            v = x[i]
+            t = _gelu_tanh_s(v)
+            dx[i] = dy[i] * (t + 2 * v * t * (one - t) * (<real>GELU_TANH_SCALE * (one + <real>(3 * GELU_TANH_CUBIC) * v * v)))
+
+
+cdef void _forward(int op, const real[::1] x, real[::1] y, real a, real b, int num_threads) noexcept nogil:
+    cdef Py_ssize_t n = x.shape[0], c, start, stop
+    cdef Py_ssize_t chunks = (n + CHUNK - 1) // CHUNK
+    for c in prange(chunks, schedule="static", num_threads=threads_for(n, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)):
+        start = c * CHUNK
+        stop = min(start + CHUNK, n)
+        _forward_chunk(op, &x[start], &y[start], stop - start, a, b)
+
+
+cdef void _backward(int op, const real[::1] dy, const real[::1] x, real[::1] dx, real a, real b,
+                    int num_threads) noexcept nogil:
+    cdef Py_ssize_t n = dy.shape[0], c, start, stop
+    cdef Py_ssize_t chunks = (n + CHUNK - 1) // CHUNK
+    for c in prange(chunks, schedule="static", num_threads=threads_for(n, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)):
+        start = c * CHUNK
+        stop = min(start + CHUNK, n)
+        _backward_chunk(op, &dy[start], &x[start], &dx[start], stop - start, a, b)
+
+
+# --------------------------------------------------------------------------- Python entry points
+_OPS = {"hard_sigmoid": HARD_SIGMOID, "hard_swish": HARD_SWISH, "softplus": SOFTPLUS, "elu": ELU, "selu": SELU,
+        "gelu": GELU, "fast_gelu": FAST_GELU}
+
+
+def forward(str name, const real[::1] x, real[::1] y, double a, double b, int num_threads):
+    """y = f(x) for f in hard_sigmoid, hard_swish, softplus, elu, selu, gelu, fast_gelu."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"activation {name}: buffers of {x.shape[0]} and {y.shape[0]} elements")
+    cdef int op = _OPS[name]
+    if x.shape[0]:
+        with nogil:
+            _forward(op, x, y, <real>a, <real>b, num_threads)
+
+
+def backward(str name, const real[::1] dy, const real[::1] x, real[::1] dx, double a, double b, int num_threads):
+    """dx = f'(x) dy for the gradient ops (each reads the forward input X)."""
+    if not dy.shape[0] == x.shape[0] == dx.shape[0]:
+        raise ValueError(f"activation gradient {name}: buffers of {dy.shape[0]}, {x.shape[0]} "
+                         f"and {dx.shape[0]} elements")
+    cdef int op = _OPS[name]
+    if dy.shape[0]:
+        with nogil:
+            _backward(op, dy, x, dx, <real>a, <real>b, num_threads)
