@@ -1,4 +1,4 @@
-// Re-layout kernels: the strided gather behind make_contiguous and Transpose.
+// Re-layout kernels: the strided gather behind make_contiguous.
 //
 // A gather only moves elements, so it is instantiated per element width (1, 2, 4 and 8
 // bytes: strided_copy_w1 ... _w8) rather than per float type: it serves int64 indices and

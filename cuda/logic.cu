@@ -1,11 +1,9 @@
-// Comparisons, And, Where and Cast: the mask-making ops of the gradients (Clip's, ReduceMax's,
+// Comparisons, And and Where: the mask-making ops of the gradients (Clip's, ReduceMax's,
 // Max/Min's, PRelu's) and of imported graphs.  Every kernel walks a StridedPlan over the
 // output (broadcasting included; operands of the output's shape collapse to one dim).
 //   <cmp>_<T>(a, b, c): c = a <cmp> b as bool, for equal, less, greater, less_equal, greater_equal
 //   logical_and_<T>: bool operands (instantiated per element type like the others; T unused)
 //   where_<T>(condition, x, y, out)
-//   cast_<T>(x, y, n, to): T to the element type of ONNX code `to` (float, double, half, int32,
-//     int64, bool: nonzero, NaN included, is true; float to int truncates toward zero)
 //   cast_mask_<T>(x, y, n): bool to T (0 or 1)
 #include "common.cuh"
 #include "strided.cuh"
@@ -43,28 +41,6 @@ __device__ void where_impl(const bool* condition, const T* x, const T* y, T* out
     }
 }
 
-// A value of the accumulation type converted to D.
-template <typename D> struct To { template <typename V> __device__ static D from(V v) { return static_cast<D>(v); } };
-template <> struct To<__half> { template <typename V> __device__ static __half from(V v) { return __float2half((float)v); } };
-template <> struct To<bool> { template <typename V> __device__ static bool from(V v) { return v != V(0); } };
-
-template <typename D, typename T> __device__ void cast_loop(const T* x, void* y, int64_t n) {
-    D* out = static_cast<D*>(y);
-    GRID_STRIDE_LOOP(i, n) out[i] = To<D>::from(to_acc<T>(x[i]));
-}
-
-// ONNX TensorProto codes of the destinations (minitrain/ops/compare.py's ONNX_DTYPES).
-template <typename T> __device__ void cast_impl(const T* x, void* y, int64_t n, int to) {
-    switch (to) {
-        case 1: cast_loop<float>(x, y, n); break;
-        case 6: cast_loop<int32_t>(x, y, n); break;
-        case 7: cast_loop<int64_t>(x, y, n); break;
-        case 9: cast_loop<bool>(x, y, n); break;
-        case 10: cast_loop<__half>(x, y, n); break;
-        default: cast_loop<double>(x, y, n); break;     // 11
-    }
-}
-
 #define COMPARE(T, S, NAME, OP)                                                                     \
     extern "C" __global__ void NAME##_##S(const T* a, const T* b, bool* c, int64_t n, int rank,     \
                                           StridedPlan<2> plan) {                                    \
@@ -81,7 +57,6 @@ template <typename T> __device__ void cast_impl(const T* x, void* y, int64_t n, 
                                          int rank, StridedPlan<3> plan) {                           \
         where_impl<T>(condition, x, y, out, n, rank, plan);                                         \
     }                                                                                               \
-    extern "C" __global__ void cast_##S(const T* x, void* y, int64_t n, int to) { cast_impl<T>(x, y, n, to); } \
     extern "C" __global__ void cast_mask_##S(const bool* x, T* y, int64_t n) {                     \
         GRID_STRIDE_LOOP(i, n) y[i] = from_acc<T>(acc_t<T>(x[i] ? 1 : 0));                          \
     }

@@ -5,35 +5,12 @@
 // (minitrain/providers/cuda/optimizer.py): `tensors` rows of TABLE_COLS int64 (the addresses of
 // param, grad, state 1, state 2, and the element count), then one (tensor, first element) pair
 // per block; block b updates `chunk` elements of its tensor from there.  The clipping scale is
-// read from device memory, written by mt_norm_finish, so a clipped step never waits for the host.
+// read from device memory, written by mt_norm_finish, so a clipped step never waits for the host;
+// so is the go-ahead of an update that skips itself on a non-finite gradient (skip_non_finite).
 // Formulas and rounding follow ext/optimizer.pyx (PyTorch's SGD, Adam, AdamW).
 #include "common.cuh"
 #include "block_sum.cuh"
-
-#ifndef MT_TABLE_COLS
-#error "MT_TABLE_COLS comes from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
-#endif
-#define TABLE_COLS MT_TABLE_COLS
-
-struct Chunk {
-    const int64_t* row;     // param, grad, state 1, state 2, count
-    int64_t tensor;         // the row's index: the parameter's place in per-parameter settings
-    int64_t begin, end;
-};
-
-__device__ __forceinline__ Chunk block_chunk(const int64_t* table, int64_t tensors, int64_t chunk) {
-    const int64_t* pair = table + TABLE_COLS * tensors + 2 * (int64_t)blockIdx.x;
-    Chunk c;
-    c.tensor = pair[0];
-    c.row = table + TABLE_COLS * pair[0];
-    c.begin = pair[1];
-    c.end = min(c.row[4], pair[1] + chunk);
-    return c;
-}
-
-template <typename T> __device__ __forceinline__ T* column(const Chunk& c, int k) {
-    return reinterpret_cast<T*>(c.row[k]);
-}
+#include "multi_tensor.cuh"
 
 // partial[b] = the sum of squares of block b's gradient elements, in double.
 template <typename T> __device__ void mt_sq_norm_impl(const int64_t* table, int64_t tensors, int64_t chunk, double* partial) {
@@ -48,10 +25,12 @@ template <typename T> __device__ void mt_sq_norm_impl(const int64_t* table, int6
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// grad_norm = sqrt(sum of partials); scale = min(1, max_norm / (norm + 1e-6)) (1 when max_norm
-// is 0), clip_grad_norm_'s factor; one block.  grad_norm may be null.
+// grad_norm = sqrt(sum of partials); scale[0] = min(1, max_norm / (norm + 1e-6)) (1 when
+// max_norm is 0), clip_grad_norm_'s factor; scale[1] = 0 where the update must not run (skip set
+// and the norm inf or NaN), else 1; one block.  grad_norm may be null.
 template <typename T>
-__device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* grad_norm, double* scale, double max_norm) {
+__device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* grad_norm, double* scale, double max_norm,
+                                    int skip_non_finite) {
     double s = 0.0;
     for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) s += partial[b];
     s = block_sum(s);
@@ -59,8 +38,12 @@ __device__ void mt_norm_finish_impl(const double* partial, int64_t blocks, T* gr
         const double norm = sqrt(s);
         if (grad_norm) grad_norm[0] = from_acc<T>((acc_t<T>)norm);
         scale[0] = max_norm > 0 ? fmin(1.0, max_norm / (norm + 1e-6)) : 1.0;
+        scale[1] = skip_non_finite && !isfinite(norm) ? 0.0 : 1.0;
     }
 }
+
+// Whether the update goes ahead: no scale written (nothing to clip or skip), or its go-ahead set.
+__device__ __forceinline__ bool update_runs(const double* scale) { return !scale || scale[1] != 0.0; }
 
 // d = scale*g + wd*w; buf = momentum*buf + d; d = d + momentum*buf (nesterov) or buf; w -= lr*d.
 // The learning rate is read from device memory, so a captured step follows a schedule.  With
@@ -71,6 +54,7 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
                             const T* learning_rate, int64_t lr_stride, const double* decays,
                             acc_t<T> momentum, acc_t<T> uniform_decay, int nesterov) {
     typedef acc_t<T> A;
+    if (!update_runs(scale)) return;
     const Chunk c = block_chunk(table, tensors, chunk);
     const A lr = to_acc<T>(learning_rate[lr_stride * c.tensor]);
     const A weight_decay = decays ? (A)decays[c.tensor] : uniform_decay;
@@ -94,13 +78,15 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
 // scaled by shrink = 1 - lr*wd first); step = lr / (1 - beta1^t), inv_sqrt_bias2 =
 // 1 / sqrt(1 - beta2^t), worked out in double from the learning rate and t read from device
 // memory (so a captured step follows the schedule and the step count).  Parameter groups: as
-// in mt_sgd_impl.
+// in mt_sgd_impl.  adam_mode 1 is Hugging Face's AdamW: step = lr * sqrt(1 - beta2^t) /
+// (1 - beta1^t), epsilon added to sqrt(v) itself, and w scaled by shrink after the update.
 template <typename T>
 __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, double beta1_d,
                              double beta2_d, acc_t<T> eps, double uniform_decay, int decoupled,
                              const T* learning_rate, const int64_t* step_count, int64_t lr_stride,
-                             const double* decays) {
+                             const double* decays, int adam_mode) {
     typedef acc_t<T> A;
+    if (!update_runs(scale)) return;
     const Chunk c = block_chunk(table, tensors, chunk);
     const double lr_d = (double)to_acc<T>(learning_rate[lr_stride * c.tensor]);
     const double weight_decay_d = decays ? decays[c.tensor] : uniform_decay;
@@ -108,8 +94,10 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
     const A beta1 = (A)beta1_d, beta2 = (A)beta2_d;
     const A weight_decay = decoupled ? A(0) : (A)weight_decay_d;
     const A shrink = decoupled ? (A)(1.0 - lr_d * weight_decay_d) : A(1);
-    const A step = (A)(lr_d / (1.0 - pow(beta1_d, t)));
-    const A inv_sqrt_bias2 = (A)(1.0 / sqrt(1.0 - pow(beta2_d, t)));
+    const A shrink_before = adam_mode == 0 ? shrink : A(1), shrink_after = adam_mode == 0 ? A(1) : shrink;
+    const A step = (A)(adam_mode == 0 ? lr_d / (1.0 - pow(beta1_d, t))
+                                      : lr_d * sqrt(1.0 - pow(beta2_d, t)) / (1.0 - pow(beta1_d, t)));
+    const A inv_sqrt_bias2 = adam_mode == 0 ? (A)(1.0 / sqrt(1.0 - pow(beta2_d, t))) : A(1);
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
     T* m = column<T>(c, 2);
@@ -122,7 +110,7 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
         const A vi = beta2 * to_acc<T>(v[i]) + (A(1) - beta2) * d * d;
         m[i] = from_acc<T>(mi);
         v[i] = from_acc<T>(vi);
-        w[i] = from_acc<T>(wi * shrink - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps));
+        w[i] = from_acc<T>((wi * shrink_before - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps)) * shrink_after);
     }
 }
 
@@ -132,8 +120,8 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
         mt_sq_norm_impl<T>(table, tensors, chunk, partial);                                              \
     }                                                                                                    \
     extern "C" __global__ void mt_norm_finish_##S(const double* partial, int64_t blocks, T* grad_norm,   \
-                                                  double* scale, double max_norm) {                      \
-        mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm);                             \
+                                                  double* scale, double max_norm, int skip_non_finite) { \
+        mt_norm_finish_impl<T>(partial, blocks, grad_norm, scale, max_norm, skip_non_finite);            \
     }                                                                                                    \
     extern "C" __global__ void mt_sgd_##S(const int64_t* table, int64_t tensors, int64_t chunk,          \
                                           const double* scale, const T* lr, int64_t lr_stride,           \
@@ -146,8 +134,8 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
                                            const double* scale, double beta1, double beta2,              \
                                            acc_t<T> eps, double weight_decay, int decoupled,             \
                                            const T* lr, const int64_t* step, int64_t lr_stride,          \
-                                           const double* decays) {                                       \
+                                           const double* decays, int adam_mode) {                        \
         mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, decoupled, lr,    \
-                        step, lr_stride, decays);                                                        \
+                        step, lr_stride, decays, adam_mode);                                             \
     }
 MT_FOR_FLOATS(OPTIMIZER)

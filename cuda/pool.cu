@@ -54,6 +54,7 @@ __device__ __forceinline__ int index_target(int64_t v, int64_t p, int P, const P
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__nv_bfloat16* p, __nv_bfloat16 v) { atomicAdd(p, v); }
 
 // ------------------------------------------------------------------------------- MaxPool
 template <typename T>
@@ -104,6 +105,7 @@ template <typename T> struct Pair;
 template <> struct Pair<float> { typedef float2 type; };
 template <> struct Pair<double> { typedef double2 type; };
 template <> struct Pair<__half> { typedef __half2 type; };
+template <> struct Pair<__nv_bfloat16> { typedef __nv_bfloat162 type; };
 
 // Two adjacent elements in one store (p aligned to two elements).
 template <typename T> __device__ __forceinline__ void store_pair(T* p, T a, T b) {

@@ -36,7 +36,8 @@ def run(epochs=None, batch_size=None, lr=None, device="cpu", seed=0, out=None, m
     total = epochs * min(len(loader), max_steps or len(loader))
     schedule = optim.LinearWarmup(max(1, total // 20), optim.CosineLR(max(1, total - total // 20)))
     session = TrainingSession(build_model(), nn.MSELoss(), optim.Adam(lr, schedule=schedule),
-                              input_shape=INPUT_SHAPE, device=device)
+                              input_shape=INPUT_SHAPE, device=device,
+                              data_parallel=minitrain.distributed.world() is not None)   # --distributed
     history = fit(session, loader, epochs=epochs, test=(data.x_test, data.x_test), task="regression",
                   out_dir=out, progress=progress, max_steps=max_steps, resume=resume, overwrite=overwrite)
     mse = history[-1]["test_mse"]

@@ -12,6 +12,7 @@ from .registry import KernelDef, register_kernel, registered_kernels
 from .threads import get_dynamic, get_num_threads, set_dynamic, set_num_threads
 from .gradcheck import gradcheck, gradcheck_graph  # noqa: E402  (minitrain.gradcheck is the function)
 from . import data, nn, optim, random, training  # noqa: E402,F401  (the training front end)
+from . import distributed  # noqa: E402,F401  (data parallelism; MPI starts only at distributed.init())
 
 __version__ = "0.1.0"
 

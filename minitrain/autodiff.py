@@ -16,7 +16,7 @@ from .graph import Node, UniqueNames
 from .inference import check_graph_node, infer_types, topological_order
 from .ops import get_gradient_builder
 from .ops.gradients import GradContext
-from .ops.schema import FLOAT_TYPES
+from .ops.schema import GRAPH_FLOAT_TYPES
 
 
 def _is_differentiable(builder, index):
@@ -47,13 +47,13 @@ def build_gradient_graph(graph, loss, wrt, *, stop_gradients=(), seeds=None):
 
     def edge_open(node, i, name):
         return (name and name not in stop_values and (node.name, i) not in stop_edges
-                and _is_differentiable(builders[id(node)], i) and types[name].dtype in FLOAT_TYPES)
+                and _is_differentiable(builders[id(node)], i) and types[name].dtype in GRAPH_FLOAT_TYPES)
 
     # values depending on a wrt value, through differentiable edges
     requires = set(v for v in wrt if v not in stop_values)
     for node in order:
         if any(edge_open(node, i, x) and x in requires for i, x in enumerate(node.inputs)):
-            requires.update(o for o in node.outputs if o and types[o].dtype in FLOAT_TYPES)
+            requires.update(o for o in node.outputs if o and types[o].dtype in GRAPH_FLOAT_TYPES)
     # values the losses depend on, through differentiable edges
     contributes = set(losses)
     for node in reversed(order):

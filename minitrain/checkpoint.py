@@ -1,6 +1,7 @@
 """Checkpoints of a TrainingSession: parameters and buffers, optimizer state (with each parameter
-group's lr and weight decay), step count, the global random generator's state, and a caller's
-`extra` dict (epoch, data-loader state...).
+group's lr and weight decay), step count, the loss scale of an fp16 session (scale, growth
+tracker, skipped updates), the global random generator's state, and a caller's `extra` dict
+(epoch, data-loader state...).
 
 The file is a zip archive: `checkpoint.json` (format name, version, scalars, extra) and one
 `.npy` entry per array, read back without pickle.  `save` writes a temporary file beside the
@@ -33,7 +34,8 @@ _META = "checkpoint.json"
 
 def _write_array(archive, name, array):
     buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    array = np.asarray(array)
+    np.lib.format.write_array(buffer, np.ascontiguousarray(array).reshape(array.shape), allow_pickle=False)
     archive.writestr(f"{name}.npy", buffer.getvalue())
 
 
@@ -47,6 +49,9 @@ def save(path, session, extra=None):
                           "groups": optimizer["groups"]},
             "rng": mt_random.get_state(), "extra": extra or {},
             "model_arrays": list(session.model.state_dict()), "optimizer_arrays": list(optimizer["arrays"])}
+    loss_scale = session.loss_scale.state_dict() if getattr(session, "loss_scale", None) else {}
+    if loss_scale:
+        meta["loss_scale_arrays"] = list(loss_scale)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
     try:
@@ -57,6 +62,8 @@ def save(path, session, extra=None):
                     _write_array(archive, f"model/{name}", array)
                 for name, array in optimizer["arrays"].items():
                     _write_array(archive, f"optimizer/{name}", array)
+                for name, array in loss_scale.items():
+                    _write_array(archive, f"loss_scale/{name}", array)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -101,8 +108,8 @@ def _check_meta(path, meta):
         bad("optimizer.groups", groups, "a list of parameter group dicts")
     if not isinstance(meta.get("extra"), dict):
         bad("extra", meta.get("extra"), "a dict")
-    for entry in ("model_arrays", "optimizer_arrays"):
-        names = meta.get(entry)
+    for entry in ("model_arrays", "optimizer_arrays", "loss_scale_arrays"):
+        names = meta.get(entry, [] if entry == "loss_scale_arrays" else None)
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             bad(entry, names, "a list of array names")
     try:
@@ -135,6 +142,7 @@ def read(path):
                     with archive.open(f"{prefix}/{name}.npy") as f:
                         out[name] = np.lib.format.read_array(f, allow_pickle=False)
                 return out
+            meta["loss_scale"] = arrays("loss_scale", meta.get("loss_scale_arrays", []))
             return meta, arrays("model", meta["model_arrays"]), arrays("optimizer", meta["optimizer_arrays"])
     except CheckpointError:
         raise
@@ -147,16 +155,27 @@ def read(path):
 def load(path, session):
     """Restore `session` from `path`; returns the checkpoint's `extra` dict.  Nothing is
     changed unless the whole file is valid and fits the session's model and optimizer."""
-    meta, model_state, optimizer_arrays = read(path)
+    return restore(session, read(path), path)
+
+
+def restore(session, contents, path):
+    """Restore `session` from `contents`, what read(path) returned (a data-parallel run reads
+    the file on one rank and hands the contents to the others); returns the `extra` dict."""
+    meta, model_state, optimizer_arrays = contents
     optimizer_state = {"type": meta["optimizer"]["type"], "step_count": meta["optimizer"]["step_count"],
                        "arrays": optimizer_arrays, "groups": meta["optimizer"].get("groups")}
+    loss_scale = getattr(session, "loss_scale", None) if meta["loss_scale"] else None
     try:
         session.model.check_state_dict(model_state)
         session.optimizer.check_state_dict(optimizer_state)
+        if loss_scale is not None:
+            loss_scale.check_state_dict(meta["loss_scale"])
     except (ValueError, TypeError, KeyError) as e:
         raise CheckpointError(f"{os.fspath(path)}: checkpoint does not fit this session: {e}") from None
     session.model.load_state_dict(model_state)
     session.optimizer.load_state_dict(optimizer_state)
+    if loss_scale is not None:
+        loss_scale.load_state_dict(meta["loss_scale"])
     session.push()
     mt_random.set_state(meta["rng"])
     return meta["extra"]

@@ -19,14 +19,24 @@ unless `--resume` continues it from its checkpoint.mtc (on whichever --device th
 or `--overwrite` deletes its run files and starts again.  A step whose loss is not finite
 stops the run with a message; the checkpoints keep the last finished epoch.  `--profile
 TRACE.json` times each node of the third training step and writes a Chrome trace.
+`--precision` (fp32, tf32, bf16, fp16) is the precision of the sessions the run builds
+(minitrain.autocast.precision).
+
+`--distributed` trains data-parallel on every process of the MPI world: launch the command with
+`mpiexec -n N` (the `distributed` extra puts it in the venv); with `--device cuda` each process
+drives the GPU of its local rank.  `--batch-size` is then the global batch, split evenly over the
+ranks; rank 0 alone prints and writes the run folder, and a run folder moves between runs of
+any number of ranks, one process included (`--resume`).
 
 A bad argument, whether argparse or the command finds it (a count below 1, a learning rate
-that is not a positive number, an unknown example, a device this machine lacks, an input or
+that is not a positive number, an unknown example, a device this machine lacks, a precision
+the device cannot compute in, an input or
 attribute an op refuses), ends the program with the usage and one `error:` line, exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import os
@@ -36,7 +46,11 @@ import warnings
 
 import numpy as np
 
-from .errors import MinitrainError, ProviderUnavailableError, RunFolderError, TrainingDivergedError
+from . import distributed
+from .autocast import PRECISIONS, precision
+from .errors import (DistributedUnavailableError, MinitrainError, PrecisionError, ProviderUnavailableError,
+                     RunFolderError, TrainingDivergedError)
+from .providers import get_provider
 from .training.loop import PROFILE_VARIABLE
 
 EXAMPLE_OPTIONS = ("epochs", "batch_size", "lr", "device", "seed", "out", "max_steps", "progress", "resume",
@@ -114,9 +128,13 @@ def add_training_options(parser, defaults=None):
     """The options every example and `train` accept (defaults come from the example)."""
     defaults = defaults or {}
     parser.add_argument("--epochs", type=COUNT, default=defaults.get("epochs"), help="passes over the train set")
-    parser.add_argument("--batch-size", type=COUNT, default=defaults.get("batch_size"), help="samples per step")
+    parser.add_argument("--batch-size", type=COUNT, default=defaults.get("batch_size"),
+                        help="samples per step (with --distributed: over all ranks together)")
     parser.add_argument("--lr", type=POSITIVE, default=defaults.get("lr"), help="peak learning rate")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="execution provider")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                        help="fp32, tf32 (CUDA's TF32 tensor cores), bf16 or fp16 (autocast, CUDA only; fp16 with "
+                             "dynamic loss scaling)")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of initialisation, shuffling and dropout")
     parser.add_argument("--out", default=None, help="run folder: metrics.jsonl, metrics.png, checkpoint.mtc and "
                                                      "checkpoint-best.mtc; refused when it holds a run already")
@@ -128,6 +146,9 @@ def add_training_options(parser, defaults=None):
     parser.add_argument("--profile", metavar="TRACE.json", default=None,
                         help="time every node of the third training step (GPU time on CUDA) and write a Chrome "
                              "trace (chrome://tracing, ui.perfetto.dev)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="data-parallel over the processes of `mpiexec -n N` (each a GPU of its host with "
+                             "--device cuda); --batch-size is the global batch, split evenly over the ranks")
     return parser
 
 
@@ -148,7 +169,10 @@ def call_example(run, args):
     if getattr(args, "profile", None):
         os.environ[PROFILE_VARIABLE] = os.path.abspath(args.profile)
     try:
-        return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+        with precision(getattr(args, "precision", "fp32")):
+            return run(**{k: getattr(args, k) for k in EXAMPLE_OPTIONS})
+    except PrecisionError as e:
+        raise UsageError(f"--precision {args.precision}: {e}") from None
     except RunFolderError as e:
         raise UsageError(str(e)) from None
     except ProviderUnavailableError as e:
@@ -167,7 +191,7 @@ def run_example(run, description, defaults, argv=None):
     parser = add_training_options(argparse.ArgumentParser(description=description), defaults)
     args = parser.parse_args(argv)
     _check_run_options(parser, args)
-    return report_usage_errors(parser, call_example, run, args)
+    return report_usage_errors(parser, call_distributed if args.distributed else call_example, run, args)
 
 
 def example_folders():
@@ -401,7 +425,43 @@ def main(argv=None):
 def train_command(parser, args):
     """Train the example or the .onnx file args.example."""
     run = onnx_training(parser, args) if args.example.endswith(".onnx") else load_example(args.example).run
-    return call_example(run, args)
+    return call_distributed(run, args) if args.distributed else call_example(run, args)
+
+
+def call_distributed(run, args):
+    """call_example on every rank of the MPI world (`--distributed`): the sessions the run
+    builds train data-parallel (they find the world), each rank on the GPU of its local rank
+    with --device cuda.  Ranks other than 0 print nothing; the errors every rank meets alike
+    (a refused argument or run folder, a device missing on some rank, a diverged run) end every
+    rank, reported once by rank 0; any other error aborts the world (minitrain.distributed)."""
+    try:
+        world = distributed.init()
+    except DistributedUnavailableError as e:
+        raise UsageError(f"--distributed: {e}") from None
+    try:
+        if args.device == "cuda":
+            _check_device_on_every_rank(args.device)
+        with contextlib.ExitStack() as quiet:
+            if world.rank:
+                quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
+            return call_example(run, args)
+    except SystemExit as e:
+        if world.rank == 0 or e.code in (0, None):
+            raise
+        raise SystemExit(e.code if isinstance(e.code, int) else 1) from None
+
+
+def _check_device_on_every_rank(device):
+    """A UsageError on every rank when `device` is unavailable on any rank (each rank's GPU is
+    that of its local rank, unless MINITRAIN_CUDA_DEVICE says otherwise)."""
+    try:
+        get_provider(device)
+        problem = None
+    except ProviderUnavailableError as e:
+        problem = str(e)
+    problems = [f"rank {rank}: {p}" for rank, p in enumerate(distributed.allgather_object(problem)) if p]
+    if problems:
+        raise UsageError(f"--device {device}: {'; '.join(problems)}")
 
 
 if __name__ == "__main__":

@@ -61,3 +61,19 @@ class TrainingDivergedError(MinitrainError, ValueError):
 class OnnxImportError(MinitrainError, ValueError):
     """An ONNX model holds nodes minitrain cannot run (unknown op, unimported domain, dtype it
     does not serve, opset older than the op's first schema); the message lists every one."""
+
+
+class DistributedUnavailableError(MinitrainError, RuntimeError):
+    """Data parallelism was asked for where it cannot run: mpi4py (or, for CUDA, libnccl) is not
+    installed, the world was not initialised, or it was already shut down; the message says what
+    to install or call."""
+
+
+class WorldMismatchError(MinitrainError, ValueError):
+    """The ranks of a data-parallel world disagree on what they train (parameter names or
+    shapes, batch shape, provider, dtype); the message names what differs and on which ranks."""
+
+
+class PrecisionError(MinitrainError, ValueError):
+    """A session's precision is unknown, or the device cannot compute in it (float16 and
+    bfloat16 on the CPU)."""

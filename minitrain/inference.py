@@ -16,6 +16,7 @@ import numpy as np
 from .caches import LRUCache, freeze
 from .errors import GraphError
 from .ops import get_schema, infer_node, resolve_attrs
+from .ops.constant import known_value
 from .ops.schema import TensorType, trim_absent
 
 
@@ -56,10 +57,10 @@ def topological_order(graph):
 
 
 def initializer_type(array):
-    """TensorType of a constant; small int64 vectors carry their value (shapes)."""
+    """TensorType of a constant; small int64 and float vectors carry their value (shapes,
+    Resize's scales)."""
     array = np.asarray(array)
-    value = tuple(int(v) for v in array) if array.dtype == np.int64 and array.ndim == 1 and array.size <= 16 else None
-    return TensorType(array.dtype, tuple(array.shape), value)
+    return TensorType(array.dtype, tuple(array.shape), known_value(array))
 
 
 @dataclass(frozen=True)

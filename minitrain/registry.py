@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .bfloat16 import BFLOAT16_TYPES
 from .caches import freeze
 from .errors import KernelNotFoundError, ShapeError
 from .ops.schema import ONNX_DOMAIN
@@ -126,9 +127,10 @@ def lookup(op_type, domain, opset, provider, dtype):
         return found
     entries = _KERNELS.get((domain, op_type), [])
     registered = "; ".join(k.describe() for k, _ in entries) or "nothing"
+    hint = "; bfloat16 kernels exist on the 'cuda' provider only" if dtype in BFLOAT16_TYPES and provider != "cuda" else ""
     raise KernelNotFoundError(
         f"no kernel for op {op_type!r} domain {domain or 'ai.onnx'!r} opset {opset} "
-        f"provider {provider!r} dtype {dtype}; registered: {registered}")
+        f"provider {provider!r} dtype {dtype}; registered: {registered}{hint}")
 
 
 def registered_kernels(op_type=None, domain=None):

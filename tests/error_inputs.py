@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minitrain.bfloat16 import BFLOAT16
+
 MS = "com.microsoft"
 HUGE_INT = 2 ** 40
 BEYOND_INT64 = 2 ** 63
@@ -148,13 +150,23 @@ SAMPLES = {
                                           {"reduction": "none", "ignore_index": 0}, None),
     (MS, "DropoutGrad"): ([f(3, 4), np.ones((3, 4), bool), np.array(0.5), np.array(True)], {}, None),
     (MS, "SumToShape"): ([f(3, 4), np.array([1, 4])], {}, None),
+    (MS, "NcclAllReduce"): ([f(2, 3)], {"group_type": 0}, None),
     (MS, "InPlaceAccumulator"): ([f(3, 2), f(3, 2), np.array(0.5)], {}, None),
     (MS, "InPlaceAccumulatorV2"): ([f(3, 2), f(3, 2), np.array([True])], {}, None),
+    (MS, "BatchNormInternal"): ([f(2, 3, 4), f(3), f(3), f(3), f(3) ** 2 + 1],
+                                {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1}, None),
+    (MS, "AdamWOptimizer"): ([np.array([0.1]), np.array([3]), f(3, 2), f(3, 2), f(3, 2), f(3, 2) ** 2],
+                             {"alpha": 0.9, "beta": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "correct_bias": 1,
+                              "adam_mode": 1}, None),
+    (MS, "SGDOptimizerV2"): ([np.array([0.1]), f(3, 2), f(3, 2)], {}, None),
     (MS, "SGDOptimizer"): ([np.array(0.1), f(3, 2), f(2), f(3, 2), f(2), f(3, 2), f(2)],
                            {"momentum": 0.9, "nesterov": 1, "weight_decay": 0.01, "max_norm": 1.0}, None),
     (MS, "AdamOptimizer"): ([np.array(0.1), np.array(3), f(3, 2), f(3, 2), f(3, 2), f(3, 2) ** 2],
                             {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "decoupled_weight_decay": 1,
                              "weight_decay": 0.01, "max_norm": 1.0}, None),
+    (MS, "MixedPrecisionScale"): ([np.array(0.5, np.float32), f(3, 2)], {"to": 1}, None),
+    (MS, "LossScaleUpdate"): ([np.array(2.0), np.array(1024.0, np.float32), np.array(0), np.array(0)],
+                              {"growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}, None),
     ("", "Log"): ([f(2, 3) ** 2 + 0.1], {}, None),
     ("", "Exp"): ([f(2, 3)], {}, None),
     ("", "Sqrt"): ([f(2, 3) ** 2], {}, None),
@@ -241,6 +253,8 @@ def _spoiled_inputs(domain, op, inputs, attrs, shapes, formal):
         if x.dtype.kind == "f":
             yield case("int32", i, x.astype(np.int32), "error")
             yield case("float16", i, x.astype(np.float16))      # most CPU kernels lack it: an error
+            if BFLOAT16 is not None:        # no CPU kernel takes it as its element type T
+                yield case("bfloat16", i, x.astype(BFLOAT16), "error" if spec(i).types == "T" else "any")
             if i in shared and len(shared) > 1:            # inputs of type T share one dtype
                 yield case("float32_among_float64", i, x.astype(np.float32), "error")
         elif x.dtype.kind in "iu":

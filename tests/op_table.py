@@ -39,6 +39,7 @@ from minitrain.ops.concat import PIECES
 
 MS = "com.microsoft"
 FUSED = "ai.minitrain.fused"
+MINITRAIN = "ai.minitrain"
 
 
 # ---- input builders -------------------------------------------------------------------------
@@ -529,8 +530,51 @@ def accumulate_v2(inputs, attrs):
     return {"updated_flag": np.ones(1, bool), "accumulated": total, "input 0": total}
 
 
+# ONNX Runtime's training optimizers (AdamWOptimizer, SGDOptimizerV2), after its CPU kernels
+def adamw(inputs, attrs):
+    """AdamWOptimizer: PyTorch's AdamW (adam_mode 0) or Hugging Face's (1), on every parameter."""
+    lr, step, tensors = float(inputs[0]), int(inputs[1]), inputs[2:]
+    alpha, beta = attrs.get("alpha", f32(0.9)), attrs.get("beta", f32(0.999))
+    eps, decay = attrs.get("epsilon", f32(1e-8)), attrs.get("weight_decay", f32(1e-2))
+    correct = attrs.get("correct_bias", 1)
+    c1, c2 = (1 - alpha ** step, 1 - beta ** step) if correct else (1.0, 1.0)
+    count = len(tensors) // 4
+    out = {"updated_flag": np.ones(np.shape(inputs[1]), bool)}
+    for k in range(count):
+        w, g, m, v = (tensors[k + j * count] for j in range(4))
+        m, v = alpha * m + (1 - alpha) * g, beta * v + (1 - beta) * g * g
+        if attrs.get("adam_mode", 0) == 0:
+            w = w * (1 - lr * decay) - lr * m / (c1 * (np.sqrt(v / c2) + eps))
+        else:
+            w = w - lr * np.sqrt(c2) / c1 * m / (np.sqrt(v) + eps)
+            w = w * (1 - lr * decay)
+        out.update({f"input {2 + k}": w, f"input {2 + 2 * count + k}": m, f"input {2 + 3 * count + k}": v})
+    return out
+
+
+def sgd_v2(inputs, attrs):
+    """SGDOptimizerV2: w -= lr * g on every parameter."""
+    lr, tensors = float(inputs[0]), inputs[1:]
+    count = len(tensors) // 2
+    return {"update_completed": np.ones(np.shape(inputs[0]), bool),
+            **{f"input {1 + k}": tensors[k] - lr * tensors[count + k] for k in range(count)}}
+
+
 def binary(fn, name="C"):
     return lambda inputs, attrs: {name: fn(*inputs)}
+
+
+def quotient(inputs, attrs):
+    """Div's reference: true division on floats, truncated toward zero on integers (C's)."""
+    a, b = inputs
+    if np.asarray(a).dtype.kind == "f":
+        return {"C": np.divide(a, b)}
+    return {"C": np.trunc(np.divide(a, b)).astype(np.result_type(a, b))}
+
+
+def divisors(*shape):
+    """Magnitudes in [1, 3) of either sign: divisors that stay nonzero cast to integers."""
+    return lambda rng: np.asarray(rng.uniform(1.0, 3.0, shape) * rng.choice([-1.0, 1.0], shape))
 
 
 def unary(fn, name="output"):
@@ -774,15 +818,39 @@ def _slice_grad_inputs(shape, *index):
     return derived(build)
 
 
-def _optimizer_inputs(head, groups, shapes=((3, 2), (4,))):
+def _optimizer_inputs(head, groups, shapes=((3, 2), (4,)), overflow=False):
     """learning rate (and step), then `groups` tensors per parameter shape: parameters,
-    gradients, then state (moments kept positive: Adam's v is a mean of squares)."""
+    gradients, then state (moments kept positive: Adam's v is a mean of squares).  overflow:
+    one gradient element is inf (an update that skip_non_finite skips)."""
     def build(rng):
         tensors = [rng.standard_normal(s) * (0.1 if g == 1 else 1.0) for g in range(groups) for s in shapes]
         if groups == 4:
             tensors[3 * len(shapes):] = [np.abs(t) for t in tensors[3 * len(shapes):]]
+        if overflow:
+            tensors[len(shapes) + 1].reshape(-1)[1] = np.inf
         return list(head) + tensors
     return derived(build)
+
+
+def _scaler_state(scale, growth_tracker, skipped=3):
+    """LossScaleUpdate's in-place inputs: the float32 scale and the int64 counters."""
+    return np.array(scale, np.float32), np.array(growth_tracker, np.int64), np.array(skipped, np.int64)
+
+
+def loss_scale_update(inputs, attrs):
+    """PyTorch's _amp_update_scale_ on (grad_norm, scale, growth_tracker, skipped)."""
+    norm, scale, tracker, skipped = (float(np.asarray(x).reshape(-1)[0]) for x in inputs)
+    found_inf = not np.isfinite(norm)
+    if found_inf:
+        scale, tracker, skipped = scale * attrs.get("backoff_factor", 0.5), 0, skipped + 1
+    elif tracker + 1 >= attrs.get("growth_interval", 2000):
+        with np.errstate(over="ignore"):
+            grown = np.float32(scale) * np.float32(attrs.get("growth_factor", 2.0))
+        scale, tracker = (float(grown) if np.isfinite(grown) else scale), 0
+    else:
+        tracker += 1
+    return {"found_inf": np.array(found_inf), "input 1": np.array(scale, np.float32),
+            "input 2": np.array(tracker, np.int64), "input 3": np.array(skipped, np.int64)}
 
 
 def broadcasting(divisor=normal):
@@ -877,7 +945,7 @@ ROWS = [
     OpRow("Add", broadcasting(), reference=binary(np.add), differentiable=(0, 1), outputs=("C",)),
     OpRow("Sub", broadcasting(), reference=binary(np.subtract), differentiable=(0, 1), outputs=("C",)),
     OpRow("Mul", broadcasting(), reference=binary(np.multiply), differentiable=(0, 1), outputs=("C",)),
-    OpRow("Div", broadcasting(nonzero), reference=binary(np.divide), differentiable=(0, 1), outputs=("C",)),
+    OpRow("Div", broadcasting(divisors), reference=quotient, differentiable=(0, 1), outputs=("C",)),
     OpRow("Neg", (case(normal(2, 3)), case(normal())), reference=lambda i, a: {"Y": -i[0]}, differentiable=(0,)),
     OpRow("Sum", (case(normal(2, 3)), case(normal(2, 3), normal(3), normal(2, 1))),
           reference=lambda i, a: {"sum": sum(np.broadcast_arrays(*i))}, differentiable=(0, 1, 2), outputs=("sum",)),
@@ -1082,6 +1150,9 @@ ROWS = [
     OpRow("BatchNormalization", batchnorm_cases(),
           reference=batchnorm, differentiable=(0, 1, 2), differentiable_outputs=("Y",), since=14,
           outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
+    # onnxruntime-training's gradient graphs
+    OpRow("BatchNormInternal", tuple(c for c in batchnorm_cases() if c.attrs.get("training_mode")), domain=MS,
+          reference=batchnorm, outputs=("Y", "running_mean", "running_var", "saved_mean", "saved_inv_std")),
     # per-sample normalisations
     OpRow("LayerNormalization", (sample("", "LayerNormalization"), case(normal(3, 5), normal(5), normal(5)),
                                  case(normal(2, 3, 4), normal(3, 4), None, axis=1, epsilon=1e-3),
@@ -1190,7 +1261,8 @@ ROWS = [
     OpRow("Expand", (case(normal(3, 1), int64(2, 3, 4)), case(normal(3), int64(2, 1)),
                      case(normal(2, 1, 4), int64(3, 1)), case(normal(), int64(2, 3)), case(normal(2, 3), int64(1)),
                      case(normal(2, 3), int64())),
-          since=8, reference=lambda i, a: {"Y": i[0] * np.ones(tuple(i[1]))}, differentiable=(0,)),
+          since=8, reference=lambda i, a: {"Y": np.broadcast_to(i[0], np.broadcast_shapes(i[0].shape, tuple(i[1])))},
+          differentiable=(0,)),
     OpRow("Size", (case(normal(2, 3, 4)), case(normal()), case(np.zeros((3, 0)))),
           reference=lambda i, a: {"size": np.array(i[0].size, dtype=np.int64)}, outputs=("size",)),
     OpRow("Equal", comparison_cases(), since=7, reference=binary(np.equal), outputs=("C",)),
@@ -1201,10 +1273,10 @@ ROWS = [
     OpRow("And", (case(booleans(2, 3), booleans(2, 3)), case(booleans(2, 3), booleans(3)),
                   case(booleans(3, 1), booleans(1, 4)), case(booleans(), booleans(2))),
           since=7, reference=binary(np.logical_and), outputs=("C",)),
-    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to) for to in CAST_TO),
-                   case(normal(4), to=10, saturate=1, since=19)),      # saturate changes only float8 targets
+    OpRow("Cast", (*(case(normal(2, 3, scale=3), to=to, gradient=to == 11) for to in CAST_TO),
+                   case(normal(4), to=10, saturate=1, since=19, gradient=False)),  # saturate: float8 targets only
           since=6, reference=lambda i, a: {"output": i[0].astype(CAST_TO[a["to"]])},
-          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",)),
+          output_dtype=lambda a: CAST_TO[a["to"]], outputs=("output",), differentiable=(0,)),
 
     # gradient ops: checked through their forward op's gradient, and against a reference where one is short
     OpRow("ReluGrad", (case(normal(2, 5), normal(2, 5)),), domain=MS, reference=activation_grad("Relu"),
@@ -1340,6 +1412,18 @@ ROWS = [
                                               case(normal(4, 3), labels(4), normal(), reduction="sum", ignore_index=2)),
           domain=FUSED, reference=sce_with_grad, outputs=("output", "d_logits")),
 
+    # data parallelism: the fused gradient buffer and its all-reduce (outside an MPI world: a world of one)
+    OpRow("ConcatFlat", (case(normal(2, 3), normal(4)), case(normal(3), normal(2, 2), normal(1), scale=0.5)),
+          domain=MINITRAIN, outputs=("flat",),
+          reference=lambda i, a: {"flat": np.concatenate([x.ravel() for x in i]) * a.get("scale", 1.0)}),
+    OpRow("SliceFlat", (case(normal(10), offset=2, shape=[2, 3]), case(normal(5), offset=0, shape=[5]),
+                        case(normal(4), offset=4, shape=[0, 2])),
+          domain=MINITRAIN, outputs=("output",),
+          reference=lambda i, a: {"output": i[0][a["offset"]:a["offset"] + int(np.prod(a["shape"]))]
+                                  .reshape(a["shape"])}),
+    OpRow("NcclAllReduce", (case(normal(2, 3)), case(normal(7), group_type=1)), domain=MS, outputs=("output",),
+          reference=lambda i, a: {"output": i[0]}),
+
     # in-place updates
     OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),
           domain=MS, outputs=("accumulated",), in_place=(0,), reference=accumulate),
@@ -1348,12 +1432,43 @@ ROWS = [
           domain=MS, outputs=("updated_flag", "accumulated"), in_place=(0,), reference=accumulate_v2),
     OpRow("SGDOptimizer", (case(_optimizer_inputs([np.array(0.1)], 2)),
                            case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, nesterov=1, weight_decay=0.01,
-                                max_norm=0.5)),
+                                max_norm=0.5),
+                           case(_optimizer_inputs([np.array(0.1)], 3), momentum=0.9, skip_non_finite=1),
+                           case(_optimizer_inputs([np.array(0.1)], 3, overflow=True), momentum=0.9, skip_non_finite=1,
+                                weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(1, 7))),
     OpRow("AdamOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
                             case(_optimizer_inputs([np.array(0.1), np.array(1)], 4), decoupled_weight_decay=1,
-                                 weight_decay=0.01, max_norm=0.5, beta1=0.8)),
+                                 weight_decay=0.01, max_norm=0.5, beta1=0.8),
+                            case(_optimizer_inputs([np.array(0.1), np.array(4)], 4), decoupled_weight_decay=1,
+                                 weight_decay=0.01, max_norm=0.5, adam_mode=1),
+                            case(_optimizer_inputs([np.array(0.1), np.array(2)], 4, overflow=True), skip_non_finite=1,
+                                 decoupled_weight_decay=1, weight_decay=0.01)),
           domain=MS, outputs=("grad_norm",), in_place=tuple(range(2, 10))),
+    # onnxruntime-training's optimizers
+    OpRow("AdamWOptimizer", (case(_optimizer_inputs([np.array(0.1), np.array(3)], 4)),
+                             case(_optimizer_inputs([np.array(0.01), np.array(1)], 4), adam_mode=1, epsilon=1e-6,
+                                  weight_decay=0.0),
+                             case(_optimizer_inputs([np.array(0.1), np.array(5)], 4), adam_mode=1, correct_bias=0,
+                                  alpha=0.8),
+                             case(_optimizer_inputs([np.array(0.1), np.array(2)], 4), correct_bias=0, beta=0.99)),
+          domain=MS, outputs=("updated_flag",), in_place=tuple(range(2, 10)), reference=adamw),
+    OpRow("SGDOptimizerV2", (case(_optimizer_inputs([np.array(0.1)], 2)),),
+          domain=MS, outputs=("update_completed",), in_place=tuple(range(1, 5)), reference=sgd_v2),
+
+    # mixed precision: float16 loss scaling
+    OpRow("MixedPrecisionScale", (case(np.array(0.25, np.float32), normal(3, 4), to=1),
+                                  case(np.array([2.0 ** -10], np.float32), normal(5, scale=1000.0), to=1),
+                                  case(np.array(0.5, np.float32), normal(2, 3), to=10)),
+          domain=MS, reference=lambda i, a: {"Y": float(i[0].reshape(-1)[0]) * i[1]},
+          output_dtype=lambda a: CAST_TO[a["to"]]),
+    OpRow("LossScaleUpdate", (case(np.array(1.5), *_scaler_state(1024.0, 0)),
+                              case(np.array(1.5), *_scaler_state(1024.0, 2), growth_interval=3),
+                              case(np.array(np.inf), *_scaler_state(1024.0, 2)),
+                              case(np.array(np.nan), *_scaler_state(1.0, 7), backoff_factor=0.25),
+                              case(np.array(2.0), *_scaler_state(3e38, 1999))),
+          domain=MS, reference=loss_scale_update, outputs=("found_inf",), in_place=(1, 2, 3),
+          output_dtype=lambda a: np.float32),
 
     # copies between memories (registered by device providers)
     OpRow("MemcpyFromHost", (case(normal(2, 3)),), reference=lambda i, a: {"Y": i[0]}),

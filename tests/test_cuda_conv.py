@@ -2,7 +2,7 @@
 
 The case table is test_conv.py's matrix (rank x group x stride x dilation x padding mode, for
 ConvTranspose also output_padding and output_shape), each case run with every algorithm forced
-first (search mode "fixed") in float64, float32 and float16 (both opset versions:
+first (search mode "fixed") in float64, float32, float16 and bfloat16 (both opset versions:
 test_op_table.py); then its special paths, every subset of requested gradients,
 non-contiguous and device-tensor inputs, bad input raising the CPU's errors, and the search:
 a cache hit times nothing, a failing algorithm falls back to the next, a low workspace cap
@@ -10,7 +10,7 @@ excludes im2col, dW is bitwise repeatable."""
 import numpy as np
 import pytest
 
-from cuda_parity import check_parity
+from cuda_parity import DTYPES, HALF_TYPES, check_parity
 from minitrain import run_node
 from minitrain.providers import get_provider
 import test_conv
@@ -284,7 +284,7 @@ def test_tiled_runs_every_direction(op, x_shape, w_shape, attrs, algorithm, sear
     c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
     forward_and_grads(op, x, w, b, attrs, rng)
-    assert stats(search).ran[algorithm] - before >= 3 * 3   # per dtype: the op's primitive, its gradient's two
+    assert stats(search).ran[algorithm] - before >= 3 * len(DTYPES)   # per dtype: the op's primitive, its gradient's two
 
 
 ROWS_SHAPES = [   # op, x, w, attrs, primitives the kernels take per dtype
@@ -307,7 +307,7 @@ def test_rows_runs_forward_and_data(op, x_shape, w_shape, attrs, per_dtype, sear
     c_out = w_shape[0] if op == "Conv" else w_shape[1] * attrs.get("group", 1)
     x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(c_out)
     forward_and_grads(op, x, w, b, attrs, rng)
-    assert stats(search).ran["direct_rows"] - before == 3 * per_dtype
+    assert stats(search).ran["direct_rows"] - before == len(DTYPES) * per_dtype
 
 
 # --------------------------------------------------------------------------- rankings on disk
@@ -335,3 +335,31 @@ def test_rankings_on_disk(search, tmp_path, caplog):
     assert sum("unreadable cache file" in r.getMessage() for r in caplog.records) == 1
     assert stats(search).timed > timed and stats(search).disk_hits == disk_hits + 2
     assert '"ranking"' in files[0].read_text()
+
+
+def test_rankings_are_kept_per_element_type(search, tmp_path):
+    """bfloat16, float16 and float32 runs of one shape rank their algorithms separately, in memory
+    and on disk: a ranking timed in one precision is never used for another."""
+    options().cache_dir = str(tmp_path)
+    x, w, attrs = _lenet_case()
+    for dtype in DTYPES:
+        run_node("Conv", [x.astype(dtype), w.astype(dtype)], attrs=attrs, provider="cuda")
+    keys = [k for k in search.rankings() if k.op == "Conv" and k.direction == "forward"]
+    assert sorted(k.dtype for k in keys) == sorted(DTYPES)
+    assert len({k.geom for k in keys}) == 1
+    assert len(list(tmp_path.glob("*.json"))) == len(DTYPES)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS + ["direct_rows"])
+@pytest.mark.parametrize("dtype", HALF_TYPES)
+def test_sixteen_bit_convolutions_accumulate_in_float32(dtype, algorithm, search):
+    """Every tap of 1024 channels x 2 x 2 is 1: the 4096 products sum to 4096 in float32, where
+    accumulating in the 16-bit type would stop at 256 (bfloat16) or 2048 (float16).  Each
+    weight gradient entry sums 4096 ones too, over a 64 x 64 output."""
+    force(search, algorithm)
+    x, w = np.ones((1, 1024, 2, 2), dtype), np.ones((1, 1024, 2, 2), dtype)
+    (y,) = run_node("Conv", [x, w], provider="cuda")
+    np.testing.assert_array_equal(y.astype(np.float64), np.full((1, 1, 1, 1), 4096.0))
+    dy, img = np.ones((1, 1, 64, 64), dtype), np.ones((1, 1, 65, 65), dtype)
+    (dw,) = run_node("ConvGrad", [dy, img, np.ones((1, 1, 2, 2), dtype)], domain=MS, provider="cuda", outputs=["dW"])
+    np.testing.assert_array_equal(dw.astype(np.float64), np.full((1, 1, 2, 2), 4096.0))

@@ -2,8 +2,8 @@
 
 Each case of the table (1D/2D/3D, strides, dilations, groups and depthwise, symmetric pads,
 ConvTranspose with output_padding) runs its forward op and its gradient op with the cuDNN
-family forced first (search mode "fixed", algorithm "cudnn") in float64, float32 and float16,
-and checks that float32 and float16 really ran on cuDNN in every direction the ops use.  Then:
+family forced first (search mode "fixed", algorithm "cudnn") in float64, float32, float16 and
+bfloat16, and checks that all but float64 really ran on cuDNN in every direction the ops use.  Then:
 every algorithm cuDNN offers for a few keys, run alone; the exhaustive search timing cuDNN's
 algorithms with minitrain's own; asymmetric pads staying on minitrain's kernels; a failing cuDNN
 algorithm falling back; the workspace cap and deterministic mode filtering cuDNN's algorithms;
@@ -12,7 +12,7 @@ minitrain's own algorithms when libcudnn cannot be loaded."""
 import numpy as np
 import pytest
 
-from cuda_parity import check_parity
+from cuda_parity import DTYPES, HALF_TYPES, TOLERANCE as PARITY_TOLERANCE, check_parity
 from minitrain import run_node
 from minitrain.providers import get_provider
 
@@ -20,7 +20,8 @@ pytestmark = pytest.mark.cuda
 
 MS = "com.microsoft"
 # cuDNN's FFT and Winograd algorithms reorder sums more than a GEMM does
-TOLERANCE = {"float64": (1e-10, 1e-10), "float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}
+TOLERANCE = {"float64": (1e-10, 1e-10), "float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2),
+             "bfloat16": PARITY_TOLERANCE["bfloat16"]}
 DIRECTIONS = {"forward": "cudnn_fwd_", "data": "cudnn_bwd_data_", "weight": "cudnn_bwd_filter_"}
 # the primitives each op runs: Conv forward; ConvGrad data + weight; ConvTranspose data;
 # ConvTransposeGrad forward (dX) + weight (X and dY swapped)
@@ -81,7 +82,7 @@ def cudnn_runs(search, direction):
 
 
 def parity_on_cudnn(search, op, inputs, attrs, dtype, **kwargs):
-    """check_parity of one dtype; asserts (float32, float16) that each primitive ran on cuDNN."""
+    """check_parity of one dtype; asserts (all but float64) that each primitive ran on cuDNN."""
     before = {d: cudnn_runs(search, d) for d in USES[op]}
     check_parity(op, inputs, attrs, domain=MS if op.endswith("Grad") else "", dtypes=(dtype,),
                  tolerance=TOLERANCE, **kwargs)
@@ -99,7 +100,7 @@ def inputs_of(op, x_shape, w_shape, attrs, rng):
 
 
 # --------------------------------------------------------------------------- the case table
-@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", list(CONV_CASES) + list(TRANSPOSE_CASES))
 def test_forced_cudnn_matches_cpu(case, dtype, search, cudnn, rng):
     force(search, "cudnn")
@@ -222,14 +223,15 @@ def test_deterministic_mode_keeps_deterministic_cudnn_weight_gradients(search, c
 
 
 def test_math_types(search, cudnn):
-    """Strict FP32 runs FMA math only; float16 may use tensor cores."""
+    """Strict FP32 runs FMA math only; float16 and bfloat16 may use tensor cores."""
     x_shape, w_shape, attrs = CONV_CASES["wide_3x3"]
     for direction in DIRECTIONS:
         strict = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs))
         assert strict and all(a.math_type == cudnn.CUDNN_FMA_MATH for a in strict)
         tf32 = _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, tf32=True))
         assert tf32 and all(a.math_type != cudnn.CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION for a in tf32)
-        assert _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, dtype="float16"))
+        for half in HALF_TYPES:
+            assert _offered(_key(search, "Conv", direction, x_shape, w_shape, attrs, dtype=half)), half
 
 
 def test_backend_math_and_determinism_filters(search, cudnn):

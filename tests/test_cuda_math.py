@@ -6,7 +6,7 @@ test_op_table.py."""
 import numpy as np
 import pytest
 
-from cuda_parity import DTYPES, check_parity
+from cuda_parity import DTYPES, HALF_TYPES, check_parity
 from minitrain import run_node
 from minitrain.providers import get_provider
 
@@ -96,8 +96,20 @@ def test_tf32_is_an_opt_in(rng):
     assert strict.blas.compute_type(np.float32) == CUBLAS_COMPUTE_32F
     assert strict.blas.compute_type(np.float16) == CUBLAS_COMPUTE_32F
     assert tf32.blas.compute_type(np.float32) == CUBLAS_COMPUTE_32F_FAST_TF32
-    assert tf32.blas.compute_type(np.float16) == CUBLAS_COMPUTE_32F
+    for half in HALF_TYPES:
+        assert strict.blas.compute_type(half) == tf32.blas.compute_type(half) == CUBLAS_COMPUTE_32F
     assert tf32.blas.compute_type(np.float64) == CUBLAS_COMPUTE_64F
     a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, 32)).astype(np.float32)
     (y,) = run_node("Gemm", [a, b], provider=tf32)
     np.testing.assert_allclose(y, a @ b, rtol=2e-2, atol=2e-2 * np.abs(a @ b).max())
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+@pytest.mark.parametrize("dtype", HALF_TYPES)
+def test_sixteen_bit_products_accumulate_in_float32(op, dtype):
+    """Sums of 4096 ones: accumulating in the 16-bit type would stop at 256 (bfloat16) or 2048
+    (float16), where adding 1 no longer changes the sum."""
+    a, b = np.ones((2, 4096), dtype), np.ones((4096, 3), dtype)
+    (y,) = run_node(op, [a, b], provider="cuda")
+    assert y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(y.astype(np.float64), np.full((2, 3), 4096.0))

@@ -5,7 +5,7 @@ and device inputs, and bad input raising the CPU's errors."""
 import numpy as np
 import pytest
 
-from cuda_parity import DTYPES, check_parity
+from cuda_parity import DTYPES, HALF_TYPES, check_parity
 from minitrain import run_node
 from test_cuda_elementwise import assert_same_error
 
@@ -33,7 +33,7 @@ def test_training_forward_and_gradient(shape, dtype, rng):
                                                       dtypes=[dtype])
     dy = rng.standard_normal(shape)
     # the CPU's own saved statistics, so that both providers differentiate at the same point
-    cpu_stats = run_node("BatchNormalization", [a.astype(np.float32 if dtype == "float16" else dtype)
+    cpu_stats = run_node("BatchNormalization", [a.astype(np.float32 if dtype in HALF_TYPES else dtype)
                                                 for a in args], attrs=attrs, outputs=["saved_mean", "saved_inv_std"])
     check_parity("BatchNormalizationGrad", [dy, args[0], args[1], *cpu_stats], attrs, domain=MS, dtypes=[dtype])
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from minitrain import Executor, Graph, run_node
+from minitrain.bfloat16 import BFLOAT16_TYPES
 from minitrain.ops.schema import schema
 from minitrain.providers import get_provider
 from minitrain.registry import register_kernel
@@ -11,7 +12,7 @@ from minitrain.scheduler import schedule
 
 pytestmark = pytest.mark.cuda
 
-DTYPES = [np.float16, np.float32, np.float64, np.int64, np.bool_]
+DTYPES = [np.float16, *BFLOAT16_TYPES, np.float32, np.float64, np.int64, np.bool_]
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,19 @@ def test_round_trip_zeros_and_copy_into(cuda, dtype):
     np.testing.assert_array_equal(cuda.to_numpy(z), a)
     cuda.copy_into(z, np.zeros_like(a))
     np.testing.assert_array_equal(cuda.to_numpy(z), np.zeros_like(a))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_uploads_and_fetches_in_every_element_type(cuda, dtype):
+    """The pinned rings of capture/uploads.py (small and large arrays) and capture/fetch.py."""
+    for shape in ((3,), (40, 50)):
+        a = (np.arange(np.prod(shape)).reshape(shape) % 7).astype(dtype)
+        up = cuda.uploaded(lambda: a, shape, dtype)
+        assert up.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(cuda.to_numpy(up), a)
+        fetched = cuda.fetch_async({"a": cuda.from_numpy(a)})["a"]
+        assert fetched.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(fetched, a)
 
 
 def test_non_contiguous_and_empty_arrays(cuda):

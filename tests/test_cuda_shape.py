@@ -6,6 +6,7 @@ import pytest
 
 from cuda_parity import DTYPES, check_parity
 from minitrain import run_node
+from minitrain.bfloat16 import BFLOAT16_TYPES
 from test_cuda_elementwise import assert_same_error
 
 pytestmark = pytest.mark.cuda
@@ -77,7 +78,7 @@ VIEWS = [lambda a: a[:, ::2], lambda a: a[::-1], lambda a: a[1:, 2:7], lambda a:
          lambda a: a[::-2, :, ::-3], lambda a: a[:, 0], lambda a: a.T[1:]]
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int64, np.int32, np.bool_])
+@pytest.mark.parametrize("dtype", [np.float16, *BFLOAT16_TYPES, np.float32, np.float64, np.int64, np.int32, np.bool_])
 @pytest.mark.parametrize("view", range(len(VIEWS)))
 def test_make_contiguous(cuda, dtype, view, rng):
     from minitrain.providers.cuda.layout import make_contiguous

@@ -1,6 +1,6 @@
 """Every cuda/*.cu compiles with nvcc, here and in CI (no GPU needed), with the -D flags the
-provider passes (launch.py's DEFINES), and instantiates each of its kernels for the three
-element types (<name>_f16, _f32, _f64), the names the CUDA provider loads; copies that only
+provider passes (launch.py's DEFINES), and instantiates each of its kernels for the four
+element types (<name>_f16, _bf16, _f32, _f64), the names the CUDA provider loads; copies that only
 move bytes are instantiated per element width instead (<name>_w1, _w2, _w4, _w8).  Skipped
 where nvcc is not on the PATH.  The constants Python shares with the sources are checked
 against them here too, with or without nvcc."""
@@ -32,7 +32,7 @@ def _launch_module():
 
 
 DEFINES = _launch_module().DEFINES
-INSTANTIATIONS = ({"f16", "f32", "f64"}, {"w1", "w2", "w4", "w8"})
+INSTANTIATIONS = ({"f16", "bf16", "f32", "f64"}, {"w1", "w2", "w4", "w8"})
 UNTYPED = {"spin"}      # kernels that touch no tensor (timing.cu)
 
 
@@ -69,7 +69,7 @@ def test_source_compiles_for_every_element_type(ptx, source):
     for entry in entries - UNTYPED:
         stem, _, suffix = entry.rpartition("_")
         assert stem and any(suffix in names for names in INSTANTIATIONS), \
-            f"{source}: kernel {entry!r} is not named <name>_f16|f32|f64 (or _w1|w2|w4|w8)"
+            f"{source}: kernel {entry!r} is not named <name>_f16|bf16|f32|f64 (or _w1|w2|w4|w8)"
         families.setdefault(stem, set()).add(suffix)
     incomplete = {stem: sorted(found) for stem, found in families.items() if found not in INSTANTIATIONS}
     assert not incomplete, f"{source}: kernels not instantiated for every element type: {incomplete}"
@@ -106,3 +106,43 @@ def test_fused_activation_codes_follow_ops_fused():
         expected = [(i, ACTIVATIONS[n] if grad else n) for i, n in enumerate(names[:-1])]
         assert cases == expected, f"fused.cu's {function} cases {cases} differ from ops/fused.py's {expected}"
         assert default == (ACTIVATIONS[names[-1]] if grad else names[-1])
+
+
+SIXTEEN_BIT_SOURCE = """
+#include "common.cuh"
+extern "C" __global__ void k(__nv_bfloat16* b, __half* h) { %s }
+"""
+
+
+@pytest.mark.parametrize("body,compiles", [
+    ("b[0] = from_acc<__nv_bfloat16>(to_acc(b[1]) + to_acc(b[2]));"
+     "h[0] = from_acc<__half>(to_acc(h[1]) * 2.0f);", True),
+    ("b[0] = b[1] + b[2];", False),
+    ("h[0] = h[1] * h[2];", False),
+    ("float f = b[1]; b[0] = f;", False),
+    ("h[0] = 1.0f;", False),
+])
+def test_sixteen_bit_types_compute_only_through_the_accumulation_type(tmp_path, body, compiles):
+    """common.cuh switches off half's and bfloat16's operators and implicit conversions: a
+    kernel computes in acc_t, never rounding each step to 16 bits."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on the PATH")
+    source = tmp_path / "probe.cu"
+    source.write_text(SIXTEEN_BIT_SOURCE % body)
+    result = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", "-I", CUDA, "-o", str(tmp_path / "probe.ptx"),
+                             str(source)], capture_output=True, text=True)
+    assert (result.returncode == 0) == compiles, result.stderr
+
+
+def test_no_sixteen_bit_header_comes_before_common_header():
+    """The switches of common.cuh apply only where it includes cuda_fp16.h and cuda_bf16.h
+    first: a file that includes either itself does so after common.cuh."""
+    for path in SOURCES + HEADERS:
+        if os.path.basename(path) == "common.cuh":
+            continue
+        includes = re.findall(r'#include\s*[<"]([\w./]+)[>"]', _read(path))
+        first = next((i for i, name in enumerate(includes) if name in ("cuda_fp16.h", "cuda_bf16.h")), None)
+        if first is not None:
+            assert "common.cuh" in includes[:first], \
+                f"{os.path.basename(path)} includes {includes[first]} before common.cuh"

@@ -5,8 +5,8 @@ itself: one test per (domain, op, version range, provider, element type).
   row has none), on contiguous and non-contiguous inputs, leaving its inputs as they were.
 - test_gradient: central differences in float64 of every differentiable input, through the
   op's gradient builder and the gradient kernels it emits (minitrain.gradcheck).
-- test_cuda_against_cpu: each CUDA kernel against the CPU kernel (float16 against float32 on
-  the same rounded inputs), or the reference where the CPU has no kernel, on contiguous and
+- test_cuda_against_cpu: each CUDA kernel against the CPU kernel (float16 and bfloat16 against
+  float32 on the same rounded inputs), or the reference where the CPU has no kernel, on contiguous and
   non-contiguous inputs.  Without a usable CUDA provider its kernels cannot be listed: one
   placeholder case stands for them, skipped like every `cuda` test.
 - test_every_kernel_has_a_row: a kernel registered without a row fails, by name.
@@ -16,8 +16,9 @@ itself: one test per (domain, op, version range, provider, element type).
 import numpy as np
 import pytest
 
-from cuda_parity import TOLERANCE, noncontiguous
+from cuda_parity import HALF_TYPES, TOLERANCE, noncontiguous
 from minitrain import run_node
+from minitrain.bfloat16 import is_float
 from minitrain.errors import ProviderUnavailableError
 from minitrain.gradcheck import gradcheck
 from minitrain.ops import get_gradient_builder, get_schema
@@ -119,7 +120,7 @@ def assert_close(what, got, expected, dtype):
     magnitude), other values exactly and of the same dtype."""
     got, expected = np.asarray(got), np.asarray(expected)
     assert got.shape == expected.shape, f"{what}: shape {got.shape}, expected {expected.shape}"
-    if expected.dtype.kind == "f":
+    if is_float(expected.dtype):
         rtol, atol = TOLERANCE[np.dtype(dtype).name]
         scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol * scale,
@@ -139,7 +140,7 @@ def compare(what, got, expected, dtype, random):
     """Every expected output: float ones of `dtype`; values unless they were drawn at random."""
     for name, value in expected.items():
         assert name in got, f"{what}: no output {name!r}"
-        if np.asarray(value).dtype.kind == "f":
+        if is_float(np.asarray(value).dtype):
             assert got[name].dtype == dtype, f"{what} {name}: dtype {got[name].dtype}, expected {dtype}"
         if random:
             assert got[name].shape == np.shape(value), f"{what} {name}: shape {got[name].shape}"
@@ -151,7 +152,7 @@ def reference_outputs(row, case, opset, kdef, inputs):
     """The row's reference on float64 copies of `inputs` (their values as rounded), for the
     outputs the case asks for; {} without a reference."""
     schema = get_schema(kdef.op_type, kdef.domain, opset)
-    wide = [x.astype(np.float64) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x for x in inputs]
+    wide = [x.astype(np.float64) if isinstance(x, np.ndarray) and is_float(x.dtype) else x for x in inputs]
     found = (row.reference(wide, case.attrs) if row.reference else None) or {}
     return {k: v for k, v in found.items() if k in wanted_outputs(row, case, schema) or k.startswith("input ")}
 
@@ -228,12 +229,12 @@ def _cuda_params():
 @pytest.mark.cuda
 @pytest.mark.parametrize("kdef,dtype", _cuda_params())
 def test_cuda_against_cpu(kdef, dtype):
-    """float16 against the CPU's float32 on the same rounded inputs; the reference where the
-    CPU has no kernel (the copies between memories)."""
+    """float16 and bfloat16 against the CPU's float32 on the same rounded inputs; the reference
+    where the CPU has no kernel (the copies between memories)."""
     if kdef is None:
         pytest.skip(CUDA_MISSING)
     row = row_of(kdef)
-    cpu_dtype = np.dtype(np.float32) if dtype == np.float16 else dtype
+    cpu_dtype = np.dtype(np.float32) if dtype.name in HALF_TYPES else dtype
     for n, case, opset in runs(kdef, row):
         what = f"{kernel_id(kdef, dtype)} case {n} at opset {opset} {case.attrs}"
         inputs = cast(kdef, get_schema(kdef.op_type, kdef.domain, opset), case.build(np.random.default_rng(n)), dtype)

@@ -98,7 +98,7 @@ def test_resume_rewrites_the_log_from_the_checkpoint(tmp_path):
 
 def test_best_checkpoint_follows_the_monitored_metric(tmp_path, monkeypatch):
     accuracies = iter([0.5, 0.8, 0.6, 0.9, 0.7])
-    monkeypatch.setattr(loop, "evaluate", lambda *a, **k: {"test_loss": 1.0, "test_accuracy": next(accuracies)})
+    monkeypatch.setattr(loop, "_test_metrics", lambda *a, **k: {"test_loss": 1.0, "test_accuracy": next(accuracies)})
     session, loader, test = setup()
     quiet_fit(session, loader, epochs=5, test=test, out_dir=str(tmp_path))
     best = checkpoint.read(tmp_path / "checkpoint-best.mtc")[0]["extra"]

@@ -1,20 +1,25 @@
 """Comparisons (Equal, Greater, Less, GreaterOrEqual, LessOrEqual), And and Cast.  The gradients
 of ReduceMax (Equal, Cast) and Clip (Less, Greater) build their masks from them; the others
 serve graphs that use them (an imported model, a mask in a loss).  Comparisons broadcast and
-yield bool; none of these has a gradient (Cast's would only pass float to float, which the
-gradients here never need)."""
+yield bool and have no gradient.  Cast between float types is differentiable, as ONNX Runtime's
+Cast gradient: the gradient is cast back to the input's type (the autocast pass's casts hand
+float32 gradients to the float32 master weights this way)."""
 import numpy as np
 
+from ..bfloat16 import BFLOAT16_TYPES
+from .gradients import gradient
 from .schema import REQUIRED, Attr, Input, schema
 from .shape_utils import broadcast_shapes
 
 BOOL = (np.bool_,)
 
-# ONNX TensorProto.DataType codes of the element types minitrain serves.
+# ONNX TensorProto.DataType codes of the element types minitrain serves (bfloat16, 16, where
+# ml_dtypes gives NumPy one: only CUDA kernels serve it).
 ONNX_DTYPES = {1: np.dtype(np.float32), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
-               10: np.dtype(np.float16), 11: np.dtype(np.float64)}
+               10: np.dtype(np.float16), 11: np.dtype(np.float64), **{16: t for t in BFLOAT16_TYPES}}
 ONNX_CODE = {dtype: code for code, dtype in ONNX_DTYPES.items()}
 CAST_TYPES = tuple(ONNX_DTYPES.values())
+HOST_CAST_TYPES = tuple(t for t in CAST_TYPES if t not in BFLOAT16_TYPES)   # the CPU kernel's
 
 
 def infer_comparison(ctx):
@@ -44,3 +49,9 @@ for _v in (6, 9, 13):
            attrs={"to": Attr("int", REQUIRED)})(infer_cast)
 schema("Cast", since=19, inputs=[Input("input", types=CAST_TYPES)], outputs=["output"],
        attrs={"to": Attr("int", REQUIRED), "saturate": Attr("int", 1)})(infer_cast)
+
+
+@gradient("Cast", since=6, emits=("Cast",))
+def cast_grad(g):
+    """dX = Cast(dY) to the input's type."""
+    g.node("Cast", [g.GO(0)], [g.GI(0)], {"to": ONNX_CODE[g.type_of(g.I(0)).dtype]})

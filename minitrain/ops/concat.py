@@ -14,10 +14,9 @@ import numpy as np
 
 from ..errors import GraphError
 from .gradients import gradient
-from .schema import FLOAT_TYPES, REQUIRED, Attr, Input, schema
+from .schema import GRAPH_DATA_TYPES, REQUIRED, Attr, Input, schema
 from .shape_utils import normalize_axis
 
-DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)
 MAX_PIECES = 64
 PIECES = tuple(f"outputs_{i}" for i in range(MAX_PIECES))
 
@@ -49,10 +48,10 @@ def infer_concat(ctx):
 
 
 schema("Concat", since=1, inputs=[Input("inputs", variadic=True)], outputs=["concat_result"],
-       attrs={"axis": Attr("int", 1)}, float_types=DATA_TYPES)(infer_concat)
+       attrs={"axis": Attr("int", 1)}, float_types=GRAPH_DATA_TYPES)(infer_concat)
 for _v in (4, 11, 13):
     schema("Concat", since=_v, inputs=[Input("inputs", variadic=True)], outputs=["concat_result"],
-           attrs={"axis": Attr("int", REQUIRED)}, float_types=DATA_TYPES)(infer_concat)
+           attrs={"axis": Attr("int", REQUIRED)}, float_types=GRAPH_DATA_TYPES)(infer_concat)
 
 
 def axis_dims(g, names, axis):
@@ -156,12 +155,12 @@ def infer_split(ctx):
 
 for _v in (2, 11):
     schema("Split", since=_v, inputs=["input"], outputs=PIECES, optional_outputs=PIECES[1:],
-           attrs={"axis": Attr("int", 0), "split": Attr("ints")}, float_types=DATA_TYPES)(infer_split)
+           attrs={"axis": Attr("int", 0), "split": Attr("ints")}, float_types=GRAPH_DATA_TYPES)(infer_split)
 schema("Split", since=13, inputs=["input", Input("split", types=(np.int64,), optional=True)], outputs=PIECES,
-       optional_outputs=PIECES[1:], attrs={"axis": Attr("int", 0)}, float_types=DATA_TYPES)(infer_split)
+       optional_outputs=PIECES[1:], attrs={"axis": Attr("int", 0)}, float_types=GRAPH_DATA_TYPES)(infer_split)
 schema("Split", since=18, inputs=["input", Input("split", types=(np.int64,), optional=True)], outputs=PIECES,
        optional_outputs=PIECES[1:], attrs={"axis": Attr("int", 0), "num_outputs": Attr("int")},
-       float_types=DATA_TYPES)(infer_split)
+       float_types=GRAPH_DATA_TYPES)(infer_split)
 
 
 def piece_count(g):

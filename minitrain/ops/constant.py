@@ -4,7 +4,8 @@ Constant holds exactly one of its value attributes: `value` (a tensor), from ops
 `value_float(s)` (float32) and `value_int(s)` (int64); string and sparse values are refused.
 ConstantOfShape fills the shape its int64 input names with the one element of `value`
 (float32 0 by default).  Neither has a gradient; their small int64 results (shapes, axes)
-carry their values through inference, so the shape ops downstream know their shapes.
+and float results carry their values through inference, so the ops downstream know their
+shapes.
 """
 import numpy as np
 
@@ -33,9 +34,14 @@ def constant_array(fail, attrs):
 
 
 def known_value(array):
-    """A small 1-D int64 array's values as a tuple (what TensorType.value holds), else None."""
-    if array.dtype == np.int64 and array.ndim == 1 and array.size <= 16:
+    """The values of a small 1-D int64 or float array as a tuple (what TensorType.value holds:
+    shapes, axes, Resize's scales), else None."""
+    if array.ndim != 1 or array.size > 16:
+        return None
+    if array.dtype == np.int64:
         return tuple(int(v) for v in array)
+    if array.dtype.kind == "f":
+        return tuple(float(v) for v in array)
     return None
 
 

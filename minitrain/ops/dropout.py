@@ -11,9 +11,9 @@ a number drawn from the global generator): reproducible on the GPU, but not the 
 import numpy as np
 
 from .gradients import gradient
-from .schema import FLOAT_TYPES, MS_DOMAIN, Attr, Input, schema
+from .schema import GRAPH_FLOAT_TYPES, MS_DOMAIN, Attr, Input, schema
 
-RATIO_TYPES = FLOAT_TYPES
+RATIO_TYPES = GRAPH_FLOAT_TYPES
 MODE_TYPES = (np.bool_,)
 
 

@@ -4,7 +4,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from .gradients import gradient
-from .schema import MS_DOMAIN, Input, schema
+from .schema import GRAPH_FLOAT_TYPES, MS_DOMAIN, Input, schema
 from .shape_utils import broadcast_shapes
 
 
@@ -12,9 +12,12 @@ def broadcast_inference(ctx):
     return [ctx.out(broadcast_shapes(ctx, [t.shape for t in ctx.input_types]))]
 
 
+# Div also takes integers: ONNX Runtime's gradient of ReduceMean divides element counts.
+INTEGER_DIV_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 for _op, _versions in (("Add", (7, 13, 14)), ("Sub", (7, 13, 14)), ("Mul", (7, 13, 14)), ("Div", (7, 13, 14))):
+    _types = GRAPH_FLOAT_TYPES + INTEGER_DIV_TYPES if _op == "Div" else GRAPH_FLOAT_TYPES
     for _v in _versions:
-        schema(_op, since=_v, inputs=["A", "B"], outputs=["C"])(broadcast_inference)
+        schema(_op, since=_v, inputs=["A", "B"], outputs=["C"], float_types=_types)(broadcast_inference)
 for _v in (8, 13):
     schema("Sum", since=_v, inputs=[Input("data_0", variadic=True)], outputs=["sum"])(broadcast_inference)
 for _v in (6, 13):

@@ -13,7 +13,7 @@ import numpy as np
 
 from .elementwise import reduce_to_input
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, Input, schema
+from .schema import GRAPH_DATA_TYPES, MS_DOMAIN, Attr, Input, schema
 from .shape import reshape_back_gradient
 from .shape_utils import broadcast_shapes
 
@@ -50,9 +50,9 @@ def infer_unsqueeze(ctx):
 
 for _v in (1, 11):
     schema("Unsqueeze", since=_v, inputs=["data"], outputs=["expanded"],
-           attrs={"axes": Attr("ints")})(infer_unsqueeze)
+           attrs={"axes": Attr("ints")}, float_types=GRAPH_DATA_TYPES)(infer_unsqueeze)
 schema("Unsqueeze", since=13, inputs=["data", Input("axes", types=(np.int64,))],
-       outputs=["expanded"])(infer_unsqueeze)
+       outputs=["expanded"], float_types=GRAPH_DATA_TYPES)(infer_unsqueeze)
 gradient("Unsqueeze", since=1, emits=("Reshape", "Shape"))(reshape_back_gradient)
 
 
@@ -91,9 +91,10 @@ def infer_squeeze(ctx):
 
 
 for _v in (1, 11):
-    schema("Squeeze", since=_v, inputs=["data"], outputs=["squeezed"], attrs={"axes": Attr("ints")})(infer_squeeze)
+    schema("Squeeze", since=_v, inputs=["data"], outputs=["squeezed"], attrs={"axes": Attr("ints")},
+           float_types=GRAPH_DATA_TYPES)(infer_squeeze)
 schema("Squeeze", since=13, inputs=["data", Input("axes", types=(np.int64,), optional=True)],
-       outputs=["squeezed"])(infer_squeeze)
+       outputs=["squeezed"], float_types=GRAPH_DATA_TYPES)(infer_squeeze)
 gradient("Squeeze", since=1, emits=("Reshape", "Shape"))(reshape_back_gradient)
 
 
@@ -109,7 +110,8 @@ def infer_expand(ctx):
 
 
 for _v in (8, 13):
-    schema("Expand", since=_v, inputs=["input", Input("shape", types=(np.int64,))])(infer_expand)
+    schema("Expand", since=_v, inputs=["input", Input("shape", types=(np.int64,))],
+           float_types=GRAPH_DATA_TYPES)(infer_expand)
 
 
 @gradient("Expand", since=8, emits=("Identity", "Shape", "SumToShape"))
@@ -122,7 +124,7 @@ def infer_size(ctx):
 
 
 for _v in (1, 13, 19):
-    schema("Size", since=_v, inputs=["data"], outputs=["size"])(infer_size)
+    schema("Size", since=_v, inputs=["data"], outputs=["size"], float_types=GRAPH_DATA_TYPES)(infer_size)
 
 
 @schema("Scale", domain=MS_DOMAIN, inputs=["input", Input("scale", types=SCALE_TYPES)], outputs=["output"],

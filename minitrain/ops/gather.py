@@ -11,8 +11,7 @@ gathered positions: an index named twice receives both.
 import numpy as np
 
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, Input, schema
-from .concat import DATA_TYPES
+from .schema import GRAPH_DATA_TYPES, MS_DOMAIN, Attr, Input, schema
 from .shape_utils import normalize_axis
 
 INDICES = (np.int64, np.int32)
@@ -48,7 +47,7 @@ def infer_gather(ctx):
 
 for _v in (1, 11, 13):
     schema("Gather", since=_v, inputs=["data", Input("indices", types=INDICES)], outputs=["output"],
-           attrs={"axis": Attr("int", 0)}, float_types=DATA_TYPES)(infer_gather)
+           attrs={"axis": Attr("int", 0)}, float_types=GRAPH_DATA_TYPES)(infer_gather)
 
 
 @schema("GatherGrad", domain=MS_DOMAIN, inputs=[Input("shape", types=(np.int64,)), Input("indices", types=INDICES),

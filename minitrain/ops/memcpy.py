@@ -3,9 +3,9 @@ from one provider's memory to another's, as ONNX Runtime inserts them (same name
 domain, version 1).  They are never written by users and have no gradient."""
 import numpy as np
 
-from .schema import FLOAT_TYPES, INDEX_TYPES, Input, schema
+from .schema import GRAPH_FLOAT_TYPES, INDEX_TYPES, Input, schema
 
-ANY_TYPES = FLOAT_TYPES + INDEX_TYPES + (np.dtype(np.bool_),)
+ANY_TYPES = GRAPH_FLOAT_TYPES + INDEX_TYPES + (np.dtype(np.bool_),)
 
 
 def _same(ctx):

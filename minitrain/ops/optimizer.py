@@ -12,19 +12,28 @@ once; the sequences are flattened into one variadic input `tensors`:
 `weight_decays`, when given, holds one decay per parameter in place of `weight_decay`: so one
 node updates parameter groups with their own settings (torch.optim's param_groups).
 
-The update follows PyTorch's torch.optim (SGD, Adam, AdamW).  With max_norm > 0 the gradients
+The update follows PyTorch's torch.optim (SGD, Adam, AdamW); AdamOptimizer's `adam_mode` 1
+(with decoupled_weight_decay) is Hugging Face's AdamW instead, as ONNX Runtime's AdamWOptimizer
+names it: the bias corrections fold into the step, lr * sqrt(1 - beta2^t) / (1 - beta1^t),
+epsilon is added to sqrt(v) itself, and the decay w *= 1 - lr * weight_decay comes after the
+update.  With max_norm > 0 the gradients
 are first scaled by min(1, max_norm / (global L2 norm + 1e-6)), as clip_grad_norm_ does.  The
 one output is that global norm (before clipping), so a training loop can log it.  `step` is
 the 1-based count of updates including this one (Adam's bias correction).
+
+With skip_non_finite = 1 (float16 loss scaling) an update whose global gradient norm is inf or
+NaN, that is, whose gradients hold an inf or NaN, leaves parameters and state untouched (ONNX
+Runtime's update_signal, decided here on the device); the norm output still reports it.
 """
 import numpy as np
 
 from .schema import MS_DOMAIN, Attr, Input, schema
 
-_COMMON = {"weight_decay": Attr("float", 0.0), "weight_decays": Attr("floats"), "max_norm": Attr("float", 0.0)}
+_COMMON = {"weight_decay": Attr("float", 0.0), "weight_decays": Attr("floats"), "max_norm": Attr("float", 0.0),
+           "skip_non_finite": Attr("int", 0)}
 SGD_ATTRS = {"momentum": Attr("float", 0.0), "nesterov": Attr("int", 0), **_COMMON}
 ADAM_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999), "epsilon": Attr("float", 1e-8),
-              "decoupled_weight_decay": Attr("int", 0), **_COMMON}
+              "decoupled_weight_decay": Attr("int", 0), "adam_mode": Attr("int", 0), **_COMMON}
 
 
 def tensor_groups(num_tensors, groups):
@@ -90,5 +99,9 @@ def infer_adam(ctx):
             ctx.attr_fail(name, "must be in [0, 1)")
     if ctx.attrs["epsilon"] <= 0:
         ctx.attr_fail("epsilon", "must be > 0")
+    if ctx.attrs["adam_mode"] not in (0, 1):
+        ctx.attr_fail("adam_mode", "must be 0 (PyTorch's AdamW) or 1 (Hugging Face's)")
+    if ctx.attrs["adam_mode"] == 1 and not ctx.attrs["decoupled_weight_decay"]:
+        ctx.attr_fail("adam_mode", "1 (Hugging Face's AdamW) needs decoupled_weight_decay=1")
     ctx.require_scalar(1, "the count of updates")
     return _check_update(ctx, 2, 4)

@@ -11,9 +11,8 @@ position of dY back onto the input position it was copied from.
 """
 import numpy as np
 
-from .concat import DATA_TYPES
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, Input, schema
+from .schema import GRAPH_DATA_TYPES, MS_DOMAIN, Attr, Input, schema
 
 MODES = ("constant", "reflect", "edge")
 WRAP_MODES = MODES + ("wrap",)
@@ -104,13 +103,13 @@ def infer_pad(ctx):
     return [ctx.out(padded_shape(ctx.fail, shape, pairs, mode))]
 
 
-schema("Pad", since=2, inputs=["data"], outputs=["output"], float_types=DATA_TYPES,
+schema("Pad", since=2, inputs=["data"], outputs=["output"], float_types=GRAPH_DATA_TYPES,
        attrs={"pads": Attr("ints"), "mode": Attr("string", "constant"), "value": Attr("float", 0.0)})(infer_pad)
 for _v in (11, 13, 18, 19):
     _inputs = ["data", Input("pads", types=INDEX), Input("constant_value", optional=True)]
     if _v >= 18:
         _inputs.append(Input("axes", types=(np.int64, np.int32), optional=True))
-    schema("Pad", since=_v, inputs=_inputs, outputs=["output"], float_types=DATA_TYPES,
+    schema("Pad", since=_v, inputs=_inputs, outputs=["output"], float_types=GRAPH_DATA_TYPES,
            attrs={"mode": Attr("string", "constant")})(infer_pad)
 
 

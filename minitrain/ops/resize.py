@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import GraphError
 from .gradients import gradient
-from .schema import FLOAT_TYPES, MS_DOMAIN, REQUIRED, Attr, Input, schema
+from .schema import GRAPH_FLOAT_TYPES, MS_DOMAIN, REQUIRED, Attr, Input, schema
 
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -164,7 +164,9 @@ def scale_list(value):
     if value is None:
         return None
     flat = np.asarray(value).reshape(-1)
-    return None if flat.size == 0 else flat.tolist()
+    if flat.size == 0:
+        return None
+    return [int(v) for v in flat] if np.issubdtype(flat.dtype, np.integer) else [float(v) for v in flat]
 
 
 # --------------------------------------------------------------------------- schemas
@@ -196,19 +198,20 @@ def infer_resize(ctx):
     return [ctx.out(tuple(a.out for a in plan))]
 
 
-SCALES = Input("scales", types=FLOAT_TYPES)
+SCALES = Input("scales", types=GRAPH_FLOAT_TYPES)
 schema("Upsample", since=7, inputs=["X"], attrs={"mode": Attr("string", "nearest"),
                                                  "scales": Attr("floats", REQUIRED)})(infer_resize)
 schema("Upsample", since=9, inputs=["X", SCALES], attrs={"mode": Attr("string", "nearest")})(infer_resize)
 schema("Resize", since=10, inputs=["X", SCALES], attrs={"mode": Attr("string", "nearest")})(infer_resize)
-_RESIZE_INPUTS = ["X", Input("roi", types=FLOAT_TYPES, optional=True),
-                  Input("scales", types=FLOAT_TYPES, optional=True), Input("sizes", types=(np.int64,), optional=True)]
+_RESIZE_INPUTS = ["X", Input("roi", types=GRAPH_FLOAT_TYPES, optional=True),
+                  Input("scales", types=GRAPH_FLOAT_TYPES, optional=True),
+                  Input("sizes", types=(np.int64,), optional=True)]
 for _v, _attrs in ((11, RESIZE_11_ATTRS), (13, RESIZE_11_ATTRS), (18, RESIZE_18_ATTRS), (19, RESIZE_18_ATTRS)):
     schema("Resize", since=_v, inputs=_RESIZE_INPUTS, attrs=_attrs)(infer_resize)
 
 
-@schema("ResizeGrad", domain=MS_DOMAIN, inputs=["dY", "X", Input("roi", types=FLOAT_TYPES, optional=True),
-                                                Input("scales", types=FLOAT_TYPES, optional=True)],
+@schema("ResizeGrad", domain=MS_DOMAIN, inputs=["dY", "X", Input("roi", types=GRAPH_FLOAT_TYPES, optional=True),
+                                                Input("scales", types=GRAPH_FLOAT_TYPES, optional=True)],
         outputs=["dX"], attrs={**RESIZE_18_ATTRS, "nearest_mode": Attr("string", "round_prefer_floor")})
 def infer_resize_grad(ctx):
     """dX has X's shape.  Without scales, each axis's scale is dY's size over X's."""

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..bfloat16 import BFLOAT16_TYPES
 from ..errors import DTypeError, KernelNotFoundError, OpAttributeError, ShapeError
 from ..tensor_limit import check_tensor_bytes
 from .shape_utils import shapes_differ
@@ -21,7 +22,13 @@ from .shape_utils import shapes_differ
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
 
+# The float element types of NumPy, which the CPU kernels register from; GRAPH_FLOAT_TYPES adds
+# bfloat16 (with ml_dtypes installed), which a graph may hold and only CUDA kernels serve.
 FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+GRAPH_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
+# ops that move shape tensors take int64 too: in a graph (GRAPH_DATA_TYPES) and on the CPU (DATA_TYPES)
+DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)
+GRAPH_DATA_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 REQUIRED = object()
@@ -87,7 +94,7 @@ class OpSchema:
     outputs: tuple
     attrs: dict
     infer: Callable
-    float_types: tuple = FLOAT_TYPES
+    float_types: tuple = GRAPH_FLOAT_TYPES
     optional_outputs: frozenset = field(default_factory=frozenset)
     doc: str = ""
 
@@ -119,7 +126,7 @@ def in_force(versions, opset):
 
 
 def schema(op_type, *, domain=ONNX_DOMAIN, since=1, inputs=(), outputs=("Y",), attrs=None,
-           float_types=FLOAT_TYPES, optional_outputs=()):
+           float_types=GRAPH_FLOAT_TYPES, optional_outputs=()):
     """Decorator registering `infer(ctx) -> list[TensorType]` as the schema of an op version.
 
     `inputs` holds Input objects or plain names (a required "T" input)."""

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .gradients import gradient
-from .schema import Attr, Input, schema
+from .schema import GRAPH_DATA_TYPES, Attr, Input, schema
 from .shape_utils import normalize_axis, product
 
 
@@ -11,7 +11,7 @@ def infer_identity(ctx):
 
 
 for _v in (1, 13, 14, 16, 19):
-    schema("Identity", since=_v, inputs=["input"], outputs=["output"])(infer_identity)
+    schema("Identity", since=_v, inputs=["input"], outputs=["output"], float_types=GRAPH_DATA_TYPES)(infer_identity)
 
 
 @gradient("Identity", since=1, emits=("Identity",))
@@ -29,7 +29,8 @@ def infer_flatten(ctx):
 
 
 for _v in (1, 9, 11, 13):
-    schema("Flatten", since=_v, inputs=["input"], outputs=["output"], attrs={"axis": Attr("int", 1)})(infer_flatten)
+    schema("Flatten", since=_v, inputs=["input"], outputs=["output"], attrs={"axis": Attr("int", 1)},
+           float_types=GRAPH_DATA_TYPES)(infer_flatten)
 
 
 def reshape_back_gradient(g):
@@ -93,10 +94,10 @@ def infer_reshape(ctx):
 
 for _v in (5, 13):
     schema("Reshape", since=_v, inputs=["data", Input("shape", types=(np.int64,))],
-           outputs=["reshaped"])(infer_reshape)
+           outputs=["reshaped"], float_types=GRAPH_DATA_TYPES)(infer_reshape)
 for _v in (14, 19):
     schema("Reshape", since=_v, inputs=["data", Input("shape", types=(np.int64,))],
-           outputs=["reshaped"], attrs={"allowzero": Attr("int", 0)})(infer_reshape)
+           outputs=["reshaped"], attrs={"allowzero": Attr("int", 0)}, float_types=GRAPH_DATA_TYPES)(infer_reshape)
 
 
 def shape_slice(rank, start, end):
@@ -121,9 +122,9 @@ def infer_shape(ctx):
     return [ctx.out((len(dims),), np.int64, value)]
 
 
-schema("Shape", since=1, inputs=["data"], outputs=["shape"])(infer_shape)
+schema("Shape", since=1, inputs=["data"], outputs=["shape"], float_types=GRAPH_DATA_TYPES)(infer_shape)
 schema("Shape", since=15, inputs=["data"], outputs=["shape"],
-       attrs={"start": Attr("int", 0), "end": Attr("int")})(infer_shape)
+       attrs={"start": Attr("int", 0), "end": Attr("int")}, float_types=GRAPH_DATA_TYPES)(infer_shape)
 
 
 def infer_transpose(ctx):
@@ -140,7 +141,7 @@ def infer_transpose(ctx):
 
 for _v in (1, 13):
     schema("Transpose", since=_v, inputs=["data"], outputs=["transposed"],
-           attrs={"perm": Attr("ints")})(infer_transpose)
+           attrs={"perm": Attr("ints")}, float_types=GRAPH_DATA_TYPES)(infer_transpose)
 
 
 @gradient("Transpose", since=1, emits=("Transpose",))

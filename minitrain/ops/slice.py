@@ -9,7 +9,7 @@ axes?, steps?) writes dY into zeros of the input's shape at the sliced positions
 import numpy as np
 
 from .gradients import gradient
-from .schema import MS_DOMAIN, INDEX_TYPES, REQUIRED, Attr, Input, schema
+from .schema import GRAPH_DATA_TYPES, MS_DOMAIN, INDEX_TYPES, REQUIRED, Attr, Input, schema
 
 INDEX = tuple(INDEX_TYPES)
 
@@ -70,7 +70,7 @@ def _values(ctx, indices):
     return values
 
 
-@schema("Slice", since=1, inputs=["data"], outputs=["output"],
+@schema("Slice", since=1, inputs=["data"], outputs=["output"], float_types=GRAPH_DATA_TYPES,
         attrs={"starts": Attr("ints", REQUIRED), "ends": Attr("ints", REQUIRED), "axes": Attr("ints")})
 def infer_slice_attributes(ctx):
     shape = ctx.shape(0)
@@ -91,7 +91,7 @@ def infer_slice(ctx):
 SLICE_INPUTS = ["data", Input("starts", types=INDEX), Input("ends", types=INDEX),
                 Input("axes", types=INDEX, optional=True), Input("steps", types=INDEX, optional=True)]
 for _v in (10, 11, 13):
-    schema("Slice", since=_v, inputs=SLICE_INPUTS, outputs=["output"])(infer_slice)
+    schema("Slice", since=_v, inputs=SLICE_INPUTS, outputs=["output"], float_types=GRAPH_DATA_TYPES)(infer_slice)
 
 
 @schema("SliceGrad", domain=MS_DOMAIN, inputs=["dY", Input("shape", types=(np.int64,))] + SLICE_INPUTS[1:],

@@ -9,9 +9,8 @@ else it is gathered from the repeats and the input's shape on the host.
 import numpy as np
 
 from ..errors import GraphError
-from .concat import DATA_TYPES
 from .gradients import gradient
-from .schema import Input, schema
+from .schema import GRAPH_DATA_TYPES, Input, schema
 
 
 def check_repeats(fail, rank, repeats):
@@ -35,7 +34,7 @@ def infer_tile(ctx):
 
 
 for _v in (6, 13):
-    schema("Tile", since=_v, inputs=["input", Input("repeats", types=(np.int64,))], float_types=DATA_TYPES,
+    schema("Tile", since=_v, inputs=["input", Input("repeats", types=(np.int64,))], float_types=GRAPH_DATA_TYPES,
            outputs=["output"])(infer_tile)
 
 

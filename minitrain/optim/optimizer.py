@@ -216,10 +216,11 @@ class Optimizer:
         return [self.params[n] for n in names] + list(grads_in_order) + state
 
     # ------------------------------------------------------------------ in a graph
-    def add_to_graph(self, graph, grads):
+    def add_to_graph(self, graph, grads, *, skip_non_finite=False):
         """Append the update node to `graph`; `grads` maps each attached parameter to the name
         of its gradient value.  Returns the node's output name (the global gradient norm),
-        which must be fetched for the update to run."""
+        which must be fetched for the update to run.  skip_non_finite: the update leaves
+        everything as it is when a gradient holds inf or NaN (float16 loss scaling)."""
         missing = [n for n in self.params if not grads.get(n)]
         if missing:
             raise ValueError(f"{type(self).__name__}: no gradient for parameter(s) {missing}; "
@@ -234,7 +235,8 @@ class Optimizer:
             scalars.append(graph.add_input(STEP_INPUT, np.int64, ()))
         inputs = scalars + list(self.params) + [grads[n] for n in self.params] + state_names
         self._compiled_decays = self.per_parameter("weight_decay")
-        return graph.add_node(self.op_type, inputs, ["optimizer.grad_norm"], self.attrs(), MS_DOMAIN,
+        attrs = {**self.attrs(), **({"skip_non_finite": 1} if skip_non_finite else {})}
+        return graph.add_node(self.op_type, inputs, ["optimizer.grad_norm"], attrs, MS_DOMAIN,
                               name="optimizer_update")
 
     def feeds(self):
@@ -370,11 +372,23 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (Loshchilov & Hutter): w *= 1 - lr * weight_decay
-    before the Adam update, as torch.optim.AdamW does."""
+    """Adam with decoupled weight decay (Loshchilov & Hutter).
+
+    mode="torch" (ONNX Runtime's adam_mode 0): w *= 1 - lr * weight_decay before the Adam
+    update, as torch.optim.AdamW does.  mode="huggingface" (adam_mode 1, what
+    onnxruntime.training's generate_artifacts writes, with eps=1e-6): Hugging Face's AdamW,
+    the bias corrections folded into the step lr * sqrt(1 - beta2^t) / (1 - beta1^t), eps
+    added to sqrt(v) itself, and the decay applied after the update."""
     decoupled = True
+    MODES = {"torch": 0, "huggingface": 1}
 
     def __init__(self, params=None, lr=None, betas=(0.9, 0.999), eps=1e-8, *, weight_decay=0.01,
-                 max_grad_norm=None, schedule=None):
+                 max_grad_norm=None, schedule=None, mode="torch"):
         super().__init__(params, lr, betas, eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
                          schedule=schedule)
+        if mode not in self.MODES:
+            raise OptimizerArgumentError(f"AdamW: mode must be one of {sorted(self.MODES)}, got {mode!r}")
+        self.mode = mode
+
+    def attrs(self):
+        return {**super().attrs(), "adam_mode": self.MODES[self.mode]}

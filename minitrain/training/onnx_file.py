@@ -9,7 +9,8 @@ mean cross-entropy; see training/recipes.py).  Its first input takes a batch of 
 reshaped to the model's per-sample shape when the sizes agree (a model of flat (N, 64) inputs
 trains on the 8x8 digits); its first output holds the class scores.  The run folder is
 `fit`'s (metrics, checkpoint.mtc, checkpoint-best.mtc), and `<model stem>.onnx` beside the
-checkpoint is the model with the parameters of the last checkpoint.
+checkpoint is the model with the parameters of the last checkpoint (written by rank 0 alone in
+a data-parallel run).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 
 import numpy as np
 
+from .. import distributed
 from .. import random as mt_random
 from ..checkpoint import read
 from ..data import load_digits, load_mnist1d
@@ -50,10 +52,11 @@ def train_onnx(model, data, *, out, epochs=None, batch_size=None, lr=None, devic
         batch_size=batch_size or defaults["batch_size"], lr=lr or defaults["lr"], weight_decay=WEIGHT_DECAY,
         device=device, seed=seed, out=out, max_steps=max_steps, progress=progress, resume=resume,
         overwrite=overwrite)
-    _, trained, _ = read(os.path.join(out, CHECKPOINT))
-    path = os.path.join(out, os.path.splitext(os.path.basename(os.fspath(model)))[0] + ".onnx")
-    save(with_initializers(graph, trained), path)
-    print(f"wrote {path}")
+    if distributed.is_main():
+        _, trained, _ = read(os.path.join(out, CHECKPOINT))
+        path = os.path.join(out, os.path.splitext(os.path.basename(os.fspath(model)))[0] + ".onnx")
+        save(with_initializers(graph, trained), path)
+        print(f"wrote {path}")
     return accuracy
 
 

@@ -27,6 +27,16 @@ optimizer's parameter groups list (all by default), and that the loss depends on
 the loss does not depend on (a layer defined but unused, an auxiliary head) gets no gradient and
 no update, as in PyTorch, and the session says so once in a logging warning.
 
+Precision (`precision=`): "fp32" (the default) computes in the model's float type; "tf32" lets
+float32 GEMMs and convolutions use TF32 on CUDA (a no-op on the CPU, as PyTorch's allow_tf32);
+"bf16" and "fp16" (CUDA only) rewrite the forward graph with the autocast pass
+(minitrain/autocast.py) before the gradient graph is built: convolutions and GEMMs in low
+precision, softmax, losses, reductions and normalisations in float32, float32 master weights and
+optimizer state.  "fp16" adds dynamic loss scaling (training/loss_scale.py): an update whose
+gradients overflow is skipped on the device and the scale halved; `skipped_steps` counts them.
+Adam's step count (its bias correction) counts skipped updates too: the host never waits to
+learn that one was skipped.
+
 Devices: `device="cuda"` runs the plans on the provider list ["cuda", "cpu"] (each node on the
 first provider with a kernel for it; `plan_description()` shows where each landed).  The
 parameters, optimizer state, BatchNorm statistics and accumulated gradients live on the device
@@ -39,6 +49,14 @@ twice, and replayed after that (`capture=False` turns it off, for debugging; see
 providers/cuda/capture/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
 a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
 and `last_grad_norm` are fetched without waiting and read when asked for.
+
+Data parallelism: `data_parallel=True`, after minitrain.distributed.init() in every process that
+mpiexec launched, trains one model on all of them (training/data_parallel.py): rank 0's state
+is broadcast at start, and every update applies the gradients averaged over the ranks by one
+all-reduce node in the graph, so each rank feeds its share of the global batch.
+`average_batchnorm_statistics()` averages the BatchNorm running statistics before evaluation
+or a checkpoint; `broadcast_state()` sends rank 0's state to every rank (after rank 0 loaded a
+checkpoint).  Gradients read through `grads` are this rank's own, before the average.
 """
 from __future__ import annotations
 
@@ -46,6 +64,7 @@ import logging
 
 import numpy as np
 
+from ..autocast import autocast, default_precision, resolve_precision
 from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
@@ -59,6 +78,8 @@ from ..ops.schema import MS_DOMAIN
 from ..providers import get_provider, provider_list
 from ..providers.pending import PendingScalar, PendingValues
 from ..scheduler import schedule
+from . import data_parallel as data_parallelism
+from .loss_scale import FOUND_INF, SKIPPED, DynamicLossScale
 from .state import DeviceState
 from .targets import as_targets
 
@@ -84,15 +105,26 @@ class TrainingSession:
     (providers/cpu/step_arena.py).  Default on.
     fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
     (None: on).
+    data_parallel: train on every rank of the MPI world (see the module docstring); needs
+    minitrain.distributed.init() first.
+    precision: "fp32", "tf32", "bf16" or "fp16" (see the module docstring), or an
+    autocast.Precision; None: the one `with autocast.precision(...)` sets around the
+    session's construction, else "fp32" (as torch.autocast regions, but read once, when the
+    plans are compiled).  loss_scale: the DynamicLossScale of an "fp16" session (None: PyTorch
+    GradScaler's defaults).
     """
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
-                 conv_search=None):
+                 conv_search=None, data_parallel=False, precision=None, loss_scale=None):
+        self.world = data_parallelism.require_world() if data_parallel else None
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
-        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32, conv_search=conv_search)
+        self.precision = resolve_precision(precision or default_precision(), self.device)
+        self.loss_scale = (loss_scale or DynamicLossScale()) if self.precision.loss_scaling else None
+        self._provider = get_provider(self.device).for_session(use_tf32=use_tf32 or self.precision.tf32,
+                                                               conv_search=conv_search)
         self.capture = bool(capture)
         self.fuse = True if fuse is None else bool(fuse)
         self.state = DeviceState(self._provider)
@@ -111,8 +143,10 @@ class TrainingSession:
                              "or in none of the optimizer's parameter groups")
 
         forward, self.output_name, self.loss_name, self.state_updates = self._build(training=True)
-        self.grad_graph, grads = build_gradient_graph(forward, self.loss_name,
-                                                      [n for n in wanted if n in forward.initializers])
+        seed = self.loss_name if self.loss_scale is None else self.loss_scale.scale_loss(forward, self.loss_name)
+        self.grad_graph, grads = build_gradient_graph(forward, seed, [n for n in wanted if n in forward.initializers])
+        if self.world is not None:
+            data_parallelism.vary_dropout_seeds(self.grad_graph, self.world.rank)
         self.grad_names = {n: grads[n] for n in wanted if grads.get(n)}
         unused = [n for n in wanted if n not in self.grad_names]
         if unused:
@@ -120,12 +154,14 @@ class TrainingSession:
                            "and no update", unused)
         if not self.grad_names:
             raise GraphError(f"TrainingSession: the loss depends on none of the parameters to train {wanted}")
+        if self.loss_scale is not None:
+            self.grad_names = self.loss_scale.unscale(self.grad_graph, self.grad_names)
         self.trained = {n: self.params[n] for n in self.grad_names}
         optimizer.attach(self.trained, among=self.params)
         train_graph = self.grad_graph.copy()
-        self.norm_name = optimizer.add_to_graph(train_graph, self.grad_names)
+        self.norm_name = self._add_update(train_graph, self.grad_names)
         self.train_plan = self._schedule(train_graph, [self.loss_name, self.output_name, self.norm_name,
-                                                       *self.state_updates])
+                                                       *self._scaler_fetch, *self.state_updates])
         _check_update_runs_last(self.train_plan, set(self.trained))
         self._train = self._executor(self.train_plan)
         self._grad = None        # forward + backward + accumulation, for accumulate(); built on first use
@@ -134,6 +170,10 @@ class TrainingSession:
         self._profiled = None    # the training plan run node by node, timed
         self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
         self._last = None        # PendingValues of the last training run's output
+        self._batch_checked = self.world is None
+        if self.world is not None:
+            data_parallelism.check_world_agrees(data_parallelism.describe(self))
+            self.broadcast_state()
 
     @classmethod
     def from_graph(cls, graph, loss, optimizer, *, trainable=None, **kwargs):
@@ -153,6 +193,29 @@ class TrainingSession:
         """from_graph on an ONNX model (a path or a ModelProto; needs the `onnx` extra)."""
         return cls.from_graph(load_onnx(model), loss, optimizer, trainable=trainable, **kwargs)
 
+    @property
+    def _scaler_fetch(self):
+        """The loss scale's update, fetched so that a plan with an optimizer update runs it."""
+        return [] if self.loss_scale is None else [FOUND_INF]
+
+    def _add_update(self, graph, grads):
+        """Append the optimizer update (and the loss scale's update after it) to `graph`;
+        returns the name of the update's gradient norm."""
+        norm = self.optimizer.add_to_graph(graph, self._averaged(graph, grads),
+                                           skip_non_finite=self.loss_scale is not None)
+        if self.loss_scale is not None:
+            self.loss_scale.add_update(graph, norm)
+        return norm
+
+    @property
+    def skipped_steps(self):
+        """Updates skipped for an inf/NaN gradient (fp16 loss scaling; 0 otherwise).  Reading it
+        waits for the device."""
+        if self.loss_scale is None:
+            return 0
+        self.state.pull([SKIPPED])
+        return self.loss_scale.skipped
+
     def _executor(self, plan, profile=False):
         return Executor(plan, profile=profile, state=self.state, providers={self.device: self._provider},
                         capture=self.capture, write_back={out: buf for out, buf in self.state_updates.items() if out in plan.fetch})
@@ -167,6 +230,35 @@ class TrainingSession:
         """The training plan, one line per node with the provider it runs on (a fused node is
         named after the nodes it replaces, joined by '+')."""
         return self.train_plan.describe()
+
+    def _averaged(self, graph, grads):
+        """`grads` (parameter -> gradient value) as the update reads them: in a data-parallel
+        session, averaged over the ranks by the all-reduce added to `graph` (summed for a loss
+        with reduction "sum"), the gradient of the loss on the global batch."""
+        if self.world is None:
+            return grads
+        shapes = {param: self.params[param].shape for param in grads}
+        mean = getattr(self.loss, "reduction", "mean") == "mean"
+        return data_parallelism.all_reduce_gradients(graph, grads, shapes, 1.0 / self.world.size if mean else 1.0)
+
+    def broadcast_state(self):
+        """Data-parallel: copy rank 0's parameters, optimizer state and BatchNorm statistics
+        into every rank's (done at start; again after rank 0 alone loaded a checkpoint)."""
+        if self.world is not None:
+            data_parallelism.broadcast_state(self)
+
+    def average_batchnorm_statistics(self):
+        """Data-parallel: set every rank's BatchNorm running statistics to their mean over the
+        ranks (before evaluating or saving); nothing to do in one process."""
+        if self.world is not None:
+            data_parallelism.average_batchnorm_statistics(self, sorted(set(self.state_updates.values())))
+
+    def _check_batch(self, inputs, targets):
+        """Data-parallel: at the first training step, check that every rank feeds batches of
+        one shape."""
+        if not self._batch_checked:
+            data_parallelism.check_world_agrees(data_parallelism.batch_facts(inputs, targets), "the first batch")
+            self._batch_checked = True
 
     def pull(self):
         """Copy parameters, optimizer state and BatchNorm statistics from the device into the
@@ -191,7 +283,10 @@ class TrainingSession:
                                  "use reduction 'mean' or 'sum'")
             loss_name = loss.name
         builder.graph.outputs = [output.name] + ([loss_name] if loss_name else [])
-        return builder.graph, output.name, loss_name, dict(builder.state_updates)
+        graph = builder.graph
+        if self.precision.low is not None:
+            graph = autocast(graph, self.precision.low, keep=[*graph.outputs, *builder.state_updates])
+        return graph, output.name, loss_name, dict(builder.state_updates)
 
     def _target_spec(self, output):
         shape = self._target_shape
@@ -239,6 +334,8 @@ class TrainingSession:
         values = {"loss": results[loss_name], "output": results[output_name]}
         if norm_name is not None:
             values["norm"] = results[norm_name]
+        if FOUND_INF in results:
+            values["found_inf"] = results[FOUND_INF]
         self._last = self._provider.fetch_async(values)
         if norm_name is not None:
             self.optimizer.updated(PendingScalar(self._last, "norm"))
@@ -258,10 +355,12 @@ class TrainingSession:
         wait=False (one micro-batch) returns at once with a PendingScalar: float() of it
         waits for the step."""
         self._check_requires_grad()
+        self._check_batch(inputs, targets)
         self.zero_grad()
         if micro_batches == 1:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                      [self.loss_name, self.output_name, self.norm_name], to_host=False)
+                                      [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
+                                      to_host=False)
             loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
             return float(loss) if wait else loss
         n = len(inputs)
@@ -288,7 +387,8 @@ class TrainingSession:
         self._check_requires_grad()
         self.zero_grad()
         results = self._profiled.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
-                                     [self.loss_name, self.output_name, self.norm_name], to_host=False)
+                                     [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
+                                     to_host=False)
         loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
         if path:
             self._profiled.profiler.write_chrome_trace(path)
@@ -316,13 +416,14 @@ class TrainingSession:
         self._grad = self._executor(self._schedule(graph, fetch))
         update = Graph(initializers={**self.trained, **{buffers[p]: self._grad_buffers[p] for p in buffers}},
                        name="update")
-        norm = self.optimizer.add_to_graph(update, buffers)
-        self._update = (self._executor(self._schedule(update, [norm])), norm)
+        norm = self._add_update(update, buffers)
+        self._update = (self._executor(self._schedule(update, [norm, *self._scaler_fetch])), norm)
 
     def accumulate(self, inputs, targets, scale=1.0):
         """Forward and backward on a batch; add scale * gradients into the gradient buffers
         (`self.grads`) on the device.  Returns the loss."""
         self._check_requires_grad()
+        self._check_batch(inputs, targets)
         if self._grad is None:
             self._build_accumulation()
         feeds = {**self._feeds(inputs, targets), SCALE_INPUT: np.array(scale, dtype=self.input_spec[0])}

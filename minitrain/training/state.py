@@ -27,6 +27,10 @@ class DeviceState:
             value = self._native[name] = self.provider.from_numpy(array)
         return value
 
+    def host(self, name):
+        """The host array that `name` mirrors (current after pull())."""
+        return self._host[name]
+
     def __contains__(self, name):
         return name in self._native
 

@@ -1,7 +1,7 @@
 """CPU kernels of the comparisons, And and Cast (NumPy)."""
 import numpy as np
 
-from ...ops.compare import CAST_TYPES, ONNX_DTYPES
+from ...ops.compare import HOST_CAST_TYPES, ONNX_DTYPES
 from ...registry import register_kernel
 
 
@@ -19,6 +19,6 @@ register_kernel("LessOrEqual", since=12)(_compare(np.less_equal))
 register_kernel("And", since=7, dtypes=(np.bool_,))(_compare(np.logical_and))
 
 
-@register_kernel("Cast", since=6, dtypes=CAST_TYPES)
+@register_kernel("Cast", since=6, dtypes=HOST_CAST_TYPES)
 def cast(ctx):
     return {"output": np.asarray(ctx.inputs[0]).astype(ONNX_DTYPES[ctx.attrs["to"]])}

@@ -1,7 +1,8 @@
 """CPU kernels of Concat and Split (NumPy), for float and integer tensors."""
 import numpy as np
 
-from ...ops.concat import DATA_TYPES, PIECES, split_count, split_sizes
+from ...ops.concat import PIECES, split_count, split_sizes
+from ...ops.schema import DATA_TYPES
 from ...registry import register_kernel
 
 

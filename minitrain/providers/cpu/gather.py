@@ -1,9 +1,8 @@
 """CPU kernels of Gather and GatherGrad (NumPy take and add.at)."""
 import numpy as np
 
-from ...ops.concat import DATA_TYPES
 from ...ops.gather import check_indices
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import DATA_TYPES, FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 
 

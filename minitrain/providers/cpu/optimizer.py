@@ -1,13 +1,16 @@
-"""CPU kernels of SGDOptimizer and AdamOptimizer: in-place multi-tensor updates (Cython)."""
+"""CPU kernels of SGDOptimizer and AdamOptimizer: in-place multi-tensor updates (Cython; Hugging
+Face's AdamW, adam_mode 1, in NumPy)."""
 import math
 
 import numpy as np
 
 from ..._ext import optimizer as _opt
 from ...ops.optimizer import per_parameter, tensor_groups
+from ...ops.ort_optimizer import bias_corrections
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .ort_optimizer import adamw_update
 
 
 def global_norm(grads, threads):
@@ -20,6 +23,11 @@ def clip_scale(norm, max_norm):
     return min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
 
 
+def skipped(norm, attrs):
+    """Whether skip_non_finite drops this update: a gradient holds inf or NaN."""
+    return bool(attrs["skip_non_finite"]) and not math.isfinite(norm)
+
+
 @register_kernel("SGDOptimizer", domain=MS_DOMAIN)
 def sgd(ctx):
     a = ctx.attrs
@@ -30,6 +38,8 @@ def sgd(ctx):
     buffers = tensors[2 * count:] if momentum else [np.empty(0, ctx.dtype)] * count
     threads = kernel_threads()
     norm = global_norm(grads, threads)
+    if skipped(norm, a):
+        return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)
     for w, g, buf, lr, decay in zip(params, grads, buffers, rates, decays):
@@ -50,11 +60,26 @@ def adam(ctx):
         ctx.fail(f"input 'step' is {step}; it counts updates from 1")
     threads = kernel_threads()
     norm = global_norm(grads, threads)
+    if skipped(norm, a):
+        return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     scale = clip_scale(norm, a["max_norm"])
     rates, decays = per_parameter(ctx.inputs[0], a, count)
+    if a["adam_mode"] == 1:
+        _huggingface_adamw(ctx, params, grads, m, v, rates, decays, scale, step)
+        return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     bias1, bias2 = 1 - a["beta1"] ** step, 1 - a["beta2"] ** step
     for k in range(count):
         _opt.adam_update(params[k].reshape(-1), grads[k].reshape(-1), m[k].reshape(-1), v[k].reshape(-1),
                          rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k],
                          bool(a["decoupled_weight_decay"]), scale, bias1, bias2, threads)
     return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
+
+
+def _huggingface_adamw(ctx, params, grads, m, v, rates, decays, scale, step):
+    """adam_mode 1: Hugging Face's AdamW, through AdamWOptimizer's NumPy update (the gradients
+    clipped first, into a scaled copy)."""
+    a, dtype = ctx.attrs, np.dtype(ctx.dtype)
+    corrections = bias_corrections(a["beta1"], a["beta2"], step, True, dtype)
+    for k, (w, g) in enumerate(zip(params, grads)):
+        g = g * dtype.type(scale) if scale < 1 else g
+        adamw_update(w, g, m[k], v[k], rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k], 1, *corrections)

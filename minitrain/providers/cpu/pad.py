@@ -2,9 +2,8 @@
 (ops.pad.source_positions); PadGrad adds dY back along those maps, one padded axis at a time."""
 import numpy as np
 
-from ...ops.concat import DATA_TYPES
 from ...ops.pad import MODES, WRAP_MODES, full_pads, padded_shape, source_positions
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import DATA_TYPES, FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 
 

@@ -1,17 +1,17 @@
 """CPU kernels of the re-layout ops; they return views where NumPy can (no copy)."""
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES
+from ...ops.schema import DATA_TYPES
 from ...ops.shape import reshape_target, shape_slice
 from ...registry import register_kernel
 
 
-@register_kernel("Identity", since=1)
+@register_kernel("Identity", since=1, dtypes=DATA_TYPES)
 def identity(ctx):
     return {"output": ctx.inputs[0]}
 
 
-@register_kernel("Flatten", since=1)
+@register_kernel("Flatten", since=1, dtypes=DATA_TYPES)
 def flatten(ctx):
     x = ctx.inputs[0]
     axis = ctx.attrs["axis"] + x.ndim if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
@@ -26,7 +26,7 @@ class _ReshapeContext:
         self.fail = ctx.fail
 
 
-@register_kernel("Reshape", since=5)
+@register_kernel("Reshape", since=5, dtypes=DATA_TYPES)
 def reshape(ctx):
     x, target = ctx.inputs[0], ctx.inputs[1]
     shape = reshape_target(_ReshapeContext(ctx), x.shape, [int(d) for d in target],
@@ -34,13 +34,13 @@ def reshape(ctx):
     return {"reshaped": x.reshape(shape)}
 
 
-@register_kernel("Shape", since=1, dtypes=FLOAT_TYPES)
+@register_kernel("Shape", since=1, dtypes=DATA_TYPES)
 def shape(ctx):
     dims = ctx.inputs[0].shape
     begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))
     return {"shape": np.array(dims[begin:stop], dtype=np.int64)}
 
 
-@register_kernel("Transpose", since=1)
+@register_kernel("Transpose", since=1, dtypes=DATA_TYPES)
 def transpose(ctx):
     return {"transposed": np.ascontiguousarray(np.transpose(ctx.inputs[0], ctx.attrs["perm"]))}

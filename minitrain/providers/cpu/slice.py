@@ -1,7 +1,7 @@
 """CPU kernels of Slice (attribute and input forms) and SliceGrad (NumPy basic indexing)."""
 import numpy as np
 
-from ...ops.schema import MS_DOMAIN
+from ...ops.schema import DATA_TYPES, MS_DOMAIN
 from ...ops.slice import slice_ranges
 from ...registry import register_kernel
 
@@ -11,14 +11,14 @@ def _index_inputs(inputs):
     return [None if v is None else [int(a) for a in v.reshape(-1)] for v in (list(inputs) + [None] * 4)[:4]]
 
 
-@register_kernel("Slice", since=1, end=9)
+@register_kernel("Slice", since=1, end=9, dtypes=DATA_TYPES)
 def slice_attributes(ctx):
     x = ctx.inputs[0]
     ranges = slice_ranges(ctx.fail, x.shape, ctx.attrs["starts"], ctx.attrs["ends"], ctx.attrs["axes"])
     return {"output": np.ascontiguousarray(x[ranges])}
 
 
-@register_kernel("Slice", since=10, host_inputs=(1, 2, 3, 4))
+@register_kernel("Slice", since=10, dtypes=DATA_TYPES, host_inputs=(1, 2, 3, 4))
 def slice_(ctx):
     x = ctx.inputs[0]
     ranges = slice_ranges(ctx.fail, x.shape, *_index_inputs(ctx.inputs[1:]))

@@ -1,8 +1,8 @@
 """CPU kernel of Tile (NumPy)."""
 import numpy as np
 
-from ...ops.concat import DATA_TYPES
 from ...ops.tile import check_repeats
+from ...ops.schema import DATA_TYPES
 from ...registry import register_kernel
 
 

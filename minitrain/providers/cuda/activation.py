@@ -1,8 +1,8 @@
 """CUDA kernels of the elementwise activations and their com.microsoft gradients
 (cuda/activation.cu), registered as the CPU's are (providers/cpu/activation.py)."""
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .elementwise import packs
 
 
@@ -31,8 +31,8 @@ def binary_grad_kernel(name):
 
 
 def register(op, since, domain, name, output="Y"):
-    register_kernel(op, domain=domain, since=since, provider="cuda", dtypes=FLOAT_TYPES)(unary_kernel(name, output))
-    register_kernel(f"{op}Grad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(binary_grad_kernel(name))
+    register_kernel(op, domain=domain, since=since, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(unary_kernel(name, output))
+    register_kernel(f"{op}Grad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(binary_grad_kernel(name))
 
 
 register("Relu", 6, "", "relu")

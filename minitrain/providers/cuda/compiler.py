@@ -1,8 +1,9 @@
 """Kernels from cuda/*.cu, compiled on first use and cached per process (and on disk, by
 pycuda's compiler cache, keyed by source and options), with launch.py's DEFINES as -D flags.
 
-Every .cu file instantiates its kernels for the three element types as extern "C" functions
-named `<kernel>_f16`, `<kernel>_f32` and `<kernel>_f64` (cuda/common.cuh's MT_FOR_FLOATS).
+Every .cu file instantiates its kernels for the four element types of CUDA_FLOAT_TYPES as
+extern "C" functions named `<kernel>_f16`, `<kernel>_bf16`, `<kernel>_f32` and `<kernel>_f64`
+(cuda/common.cuh's MT_FOR_FLOATS).
 A `Kernel` names one of them and its argument signature, and launches it on a provider's
 stream with a launch configuration computed from the element count (grid-stride loops).
 """
@@ -15,12 +16,17 @@ import pycuda.driver as driver
 from pycuda.compiler import SourceModule
 from pycuda.gpuarray import GPUArray
 
+from ...bfloat16 import BFLOAT16_TYPES
+from ...ops.schema import FLOAT_TYPES
 from .driver import device_ptr
 from .launch import BLOCK, DEFINES, grid_stride_blocks
 
-SUFFIX = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-# the struct code of a scalar argument "T" (the element type's scalar: float for half)
-SCALAR_CODE = {np.dtype(np.float16): "f", np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
+# The element types of the CUDA float kernels: NumPy's three and bfloat16 (with ml_dtypes).
+CUDA_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
+SUFFIX = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
+          **{dtype: "bf16" for dtype in BFLOAT16_TYPES}}
+# the struct code of a scalar argument "T" (the accumulation type's scalar: float for the 16-bit types)
+SCALAR_CODE = {dtype: "d" if dtype == np.float64 else "f" for dtype in CUDA_FLOAT_TYPES}
 _modules = {}
 
 
@@ -53,7 +59,7 @@ class Kernel:
 
     `signature` has one struct code per argument: "P" a device pointer (pass a GPUArray),
     "q" int64, "i" int32, "T" a scalar of the element type's accumulation type (float for
-    float16 and float32, double for float64), "f"/"d" float/double whatever the type.
+    float16, bfloat16 and float32, double for float64), "f"/"d" float/double whatever the type.
     """
 
     def __init__(self, family, name, signature):

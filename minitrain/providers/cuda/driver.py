@@ -7,6 +7,7 @@ import gc
 import os
 import weakref
 
+from ...distributed.world import world
 from ...errors import ProviderUnavailableError
 
 _context = None
@@ -46,8 +47,10 @@ def check_available():
 
 
 def device_index():
-    """The device sessions run on: MINITRAIN_CUDA_DEVICE, else 0."""
-    return int(os.environ.get("MINITRAIN_CUDA_DEVICE", "0"))
+    """The device sessions run on: MINITRAIN_CUDA_DEVICE, else the local rank of a distributed
+    run (one GPU per rank of a host), else 0."""
+    current = world()
+    return int(os.environ.get("MINITRAIN_CUDA_DEVICE", current.local_rank if current is not None else 0))
 
 
 def primary_context():

@@ -14,9 +14,9 @@ import pycuda.driver as driver
 
 from ... import random as mt_random
 from ...ops.dropout import dropout_settings
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 
 _dropout = Kernel("dropout", "dropout", "PPPqTPI")
 _dropout_grad = Kernel("dropout", "dropout_grad", "PPPqT")
@@ -41,7 +41,7 @@ def _copy(provider, x):
     return y
 
 
-@register_kernel("Dropout", since=12, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1, 2))
+@register_kernel("Dropout", since=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2))
 def dropout(ctx):
     x, ratio, training_mode = (ctx.inputs + [None, None])[:3]
     r, training = dropout_settings(ctx, ratio, training_mode)
@@ -60,7 +60,7 @@ def dropout(ctx):
     return {"output": y, "mask": mask}
 
 
-@register_kernel("DropoutGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(2, 3))
+@register_kernel("DropoutGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(2, 3))
 def dropout_grad(ctx):
     dy, mask, ratio, training_mode = (ctx.inputs + [None, None])[:4]
     r, training = dropout_settings(ctx, ratio, training_mode)

@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from ...ops.elementwise import broadcast_axes
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import SUM_COLS_SPLIT
 from .layout import collapse, plan_args, plan_signature
 from .shape import view
@@ -61,10 +61,10 @@ def _binary_kernel(op):
 
 
 for _op in ("Add", "Sub", "Mul", "Div"):
-    register_kernel(_op, since=7, provider="cuda", dtypes=FLOAT_TYPES)(_binary_kernel(_op.lower()))
+    register_kernel(_op, since=7, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_binary_kernel(_op.lower()))
 
 
-@register_kernel("Neg", since=6, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Neg", since=6, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def neg(ctx):
     x = ctx.inputs[0]
     y = ctx.provider.empty(x.shape, x.dtype)
@@ -73,7 +73,7 @@ def neg(ctx):
     return {"Y": y}
 
 
-@register_kernel("Sum", since=8, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Sum", since=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def sum_(ctx):
     """Pairwise from the left, in place once the running sum has the output's shape."""
     arrays = [x for x in ctx.inputs if x is not None]
@@ -88,7 +88,7 @@ def sum_(ctx):
     return {"sum": total}
 
 
-@register_kernel("SumToShape", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("SumToShape", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def sum_to_shape(ctx):
     x, shape = ctx.inputs[0], tuple(int(d) for d in ctx.inputs[1])
     axes = broadcast_axes(x.shape, shape)

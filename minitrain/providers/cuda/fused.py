@@ -21,11 +21,11 @@ import numpy as np
 
 from ...ops.conv_geometry import geometry_for
 from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha, max_pool_tiles
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .conv.kernels import run_primitive
 from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
@@ -47,7 +47,7 @@ def bias_activation(ctx, y, bias, beta, layout):
                                     beta, ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
 
 
-@register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def fused_gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
     ta, tb = bool(ctx.attrs["transA"]), bool(ctx.attrs["transB"])
@@ -69,7 +69,7 @@ def fused_gemm(ctx):
     return {"Y": y}
 
 
-@register_kernel("FusedConv", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("FusedConv", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def fused_conv(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
@@ -103,7 +103,7 @@ def gradient_outputs(ctx, dx, db):
     return {"dX": dx, "dB": db} if ctx.wants("dB") else {"dX": dx}
 
 
-@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def activation_grad_bias(ctx):
     dy, v = ctx.inputs
     prov = ctx.provider
@@ -122,7 +122,7 @@ def activation_grad_bias(ctx):
     return gradient_outputs(ctx, dx, db)
 
 
-@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def max_pool_activation_grad(ctx):
     dy, x = ctx.inputs
     prov = ctx.provider
@@ -148,7 +148,7 @@ def max_pool_activation_grad(ctx):
     return gradient_outputs(ctx, dx, db)
 
 
-@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def softmax_cross_entropy_with_grad(ctx):
     scores, labels, dy, weights = (ctx.inputs + [None])[:4]
     prov = ctx.provider

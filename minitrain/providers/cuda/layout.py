@@ -1,10 +1,9 @@
 """Strided device views made dense: make_contiguous (what CudaProvider.contiguous calls for a
-non-contiguous GPUArray) and Transpose, both one gather kernel (cuda/layout.cu).  Also the
-dimension collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares."""
+non-contiguous GPUArray), one gather kernel (cuda/layout.cu).  Also the dimension collapsing and
+plan packing that every strided kernel (cuda/strided.cuh) shares; Transpose is a strided copy
+of structural.py."""
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES
-from ...registry import register_kernel
 from .compiler import Kernel, module
 from .launch import MAX_RANK
 
@@ -81,14 +80,3 @@ def make_contiguous(provider, value):
         sizes, strides = collapse(value.shape, element_strides(value))
         _gather.launch_elements(provider, value.dtype, out.size, value, out, out.size, *plan_args(sizes, strides))
     return out
-
-
-@register_kernel("Transpose", since=1, provider="cuda", dtypes=FLOAT_TYPES)
-def transpose(ctx):
-    x = ctx.inputs[0]
-    perm = ctx.attrs["perm"]
-    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(perm)
-    if x.size == 0:
-        return {"transposed": ctx.provider.empty(tuple(x.shape[p] for p in perm), x.dtype)}
-    # an identity-like perm leaves a contiguous view, returned as is (the CPU returns a view too)
-    return {"transposed": ctx.provider.contiguous(x.transpose(perm))}

@@ -1,12 +1,10 @@
-"""CUDA kernels of the comparisons, And, Where and Cast (cuda/logic.cu), so that the masks of
+"""CUDA kernels of the comparisons, And and Where (cuda/logic.cu), so that the masks of
 the gradients (Clip's, ReduceMax's, Max/Min's, PRelu's) stay on the device.  Broadcasting is
 planned here as for Add (elementwise.py); each kernel walks the plan."""
 import numpy as np
 
-from ...ops.compare import ONNX_DTYPES
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .elementwise import broadcast_strides
 from .layout import collapse, plan_args, plan_signature
 
@@ -16,7 +14,6 @@ _COMPARE = {op: Kernel("logic", name, "PPPq" + plan_signature(2)) for op, name i
     ("GreaterOrEqual", "greater_equal"))}
 _AND = Kernel("logic", "logical_and", "PPPq" + plan_signature(2))
 _WHERE = Kernel("logic", "where", "PPPPq" + plan_signature(3))
-_CAST = Kernel("logic", "cast", "PPqi")
 _CAST_MASK = Kernel("logic", "cast_mask", "PPq")
 
 
@@ -39,7 +36,7 @@ def _comparison(op):
 
 
 for _op, _since in (("Equal", 7), ("Less", 7), ("Greater", 7), ("LessOrEqual", 12), ("GreaterOrEqual", 12)):
-    register_kernel(_op, since=_since, provider="cuda", dtypes=FLOAT_TYPES)(_comparison(_op))
+    register_kernel(_op, since=_since, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_comparison(_op))
 
 
 @register_kernel("And", since=7, provider="cuda", dtypes=(np.bool_,))
@@ -47,7 +44,7 @@ def logical_and(ctx):
     return {"C": strided(ctx.provider, _AND, np.float32, BOOL, list(ctx.inputs))}
 
 
-@register_kernel("Where", since=9, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Where", since=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def where(ctx):
     condition, x, y = ctx.inputs
     return {"Y": strided(ctx.provider, _WHERE, x.dtype, x.dtype, [condition, x, y])}
@@ -58,22 +55,3 @@ def cast_mask(provider, mask, dtype):
     out = provider.empty(mask.shape, dtype)
     _CAST_MASK.launch_elements(provider, dtype, out.size, mask, out, out.size)
     return out
-
-
-@register_kernel("Cast", since=6, provider="cuda", dtypes=FLOAT_TYPES + (np.bool_,))
-def cast(ctx):
-    """Floats convert directly; bool becomes a float mask, then (for int32 and int64) converts
-    from float64, where 0 and 1 are exact."""
-    x, to = ctx.inputs[0], ctx.attrs["to"]
-    target = ONNX_DTYPES[to]
-    if x.dtype == BOOL:
-        if target == BOOL:
-            out = ctx.provider.empty(x.shape, BOOL)
-            ctx.provider.copy_into(out, x)
-            return {"output": out}
-        if target in FLOAT_TYPES:
-            return {"output": cast_mask(ctx.provider, x, target)}
-        x = cast_mask(ctx.provider, x, np.float64)
-    out = ctx.provider.empty(x.shape, target)
-    _CAST.launch_elements(ctx.provider, x.dtype, out.size, x, out, out.size, to)
-    return {"output": out}

@@ -18,9 +18,9 @@ import numpy as np
 import pycuda.driver as driver
 
 from ...errors import ShapeError
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import BLOCK, MAX_BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 LABEL_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
@@ -113,7 +113,7 @@ def _label_args(ctx):
     return (0 if ignore is None else ignore), int(ignore is not None)
 
 
-@register_kernel("SoftmaxCrossEntropyLoss", since=12, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SoftmaxCrossEntropyLoss", since=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def softmax_cross_entropy(ctx):
     scores, labels, weights = (ctx.inputs + [None])[:3]
     prov = ctx.provider
@@ -146,7 +146,7 @@ def softmax_cross_entropy(ctx):
     return out
 
 
-@register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def softmax_cross_entropy_grad(ctx):
     dy, log_prob, labels, weights = (ctx.inputs + [None])[:4]
     prov = ctx.provider

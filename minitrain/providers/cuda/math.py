@@ -2,9 +2,8 @@
 broadcast by a kernel of cuda/math.cu; the same registrations as providers/cpu/math.py."""
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .layout import collapse
 
 GEMM_BIAS = Kernel("math", "gemm_bias", "PPqqqqT")
@@ -20,7 +19,7 @@ def broadcast_bias(provider, c, y, scale):
     GEMM_BIAS.launch_elements(provider, y.dtype, m * n, c, y, m, n, 0 if cm == 1 else cn, 0 if cn == 1 else 1, scale)
 
 
-@register_kernel("Gemm", since=9, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Gemm", since=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
     ta, tb = bool(ctx.attrs["transA"]), bool(ctx.attrs["transB"])
@@ -66,7 +65,7 @@ def batched_matmul(blas, a, b, y, batch):
         blas.gemm_strided_batched(a, b, y, sizes[-1], (sa[-1], sb[-1], sy[-1]), offsets=offsets)
 
 
-@register_kernel("MatMul", since=13, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("MatMul", since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def matmul(ctx):
     a, b = ctx.inputs[0], ctx.inputs[1]
     a2 = a.reshape((1,) + a.shape) if a.ndim == 1 else a

@@ -5,9 +5,9 @@ the optional inputs (11+), so a step holding it stays on the device and capturab
 com.microsoft Scale, its factor from host memory as on the CPU."""
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .elementwise import broadcast_strides, packs
 from .layout import collapse, plan_args, plan_signature
 
@@ -64,22 +64,22 @@ def _fold(name, output):
 
 
 for _op, _since in (("Abs", 6), ("Sign", 9), ("Log", 6), ("Exp", 6), ("Sqrt", 6), ("Erf", 9), ("Reciprocal", 6)):
-    register_kernel(_op, since=_since, provider="cuda", dtypes=FLOAT_TYPES)(_unary_kernel(_op.lower()))
-register_kernel("Max", since=8, provider="cuda", dtypes=FLOAT_TYPES)(_fold("max", "max"))
-register_kernel("Min", since=8, provider="cuda", dtypes=FLOAT_TYPES)(_fold("min", "min"))
+    register_kernel(_op, since=_since, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_unary_kernel(_op.lower()))
+register_kernel("Max", since=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_fold("max", "max"))
+register_kernel("Min", since=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_fold("min", "min"))
 
 
-@register_kernel("Pow", since=7, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Pow", since=7, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def power(ctx):
     return {"Z": binary(ctx.provider, "pow", ctx.inputs[0], ctx.inputs[1])}
 
 
-@register_kernel("PRelu", since=7, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("PRelu", since=7, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def prelu(ctx):
     return {"Y": binary(ctx.provider, "prelu", ctx.inputs[0], ctx.inputs[1])}
 
 
-@register_kernel("Clip", since=6, end=10, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Clip", since=6, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def clip_attributes(ctx):
     x = ctx.inputs[0]
     y = ctx.provider.empty(x.shape, x.dtype)
@@ -87,7 +87,7 @@ def clip_attributes(ctx):
     return {"output": y}
 
 
-@register_kernel("Clip", since=11, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("Clip", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def clip(ctx):
     """An absent bound is a null pointer: it clips nothing."""
     x, low, high = (ctx.inputs + [None, None])[:3]
@@ -97,7 +97,7 @@ def clip(ctx):
     return {"output": y}
 
 
-@register_kernel("Scale", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Scale", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def scale(ctx):
     x = ctx.inputs[0]
     factor = float(np.asarray(ctx.inputs[1]).reshape(()))

@@ -7,9 +7,9 @@ mean and sum are reduced in double in a fixed order: per-chunk partial sums, the
 """
 import numpy as np
 
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import BLOCK, MAX_BLOCK
 
 NONE = Kernel("loss", "mse_none", "PPPq")
@@ -19,7 +19,7 @@ GRAD = Kernel("loss", "mse_grad", "PPPPqT")
 MIN_CHUNK, MAX_PARTIALS = 4096, 1024
 
 
-@register_kernel("MSELoss", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("MSELoss", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def mse(ctx):
     prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size
@@ -42,7 +42,7 @@ def mse(ctx):
     return {"loss": loss}
 
 
-@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(0,))
+@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0,))
 def mse_grad(ctx):
     dy, prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size

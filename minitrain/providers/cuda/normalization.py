@@ -13,9 +13,9 @@ import math
 import numpy as np
 
 from ...ops.normalization import is_training
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import BLOCK
 
 
@@ -59,8 +59,8 @@ def _ptr(value):
     return 0 if value is None else value
 
 
-@register_kernel("BatchNormalization", since=9, end=13, provider="cuda", dtypes=FLOAT_TYPES)
-@register_kernel("BatchNormalization", since=14, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("BatchNormalization", since=9, end=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+@register_kernel("BatchNormalization", since=14, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
@@ -86,7 +86,7 @@ def batch_normalization(ctx):
     return {k: v for k, v in out.items() if v is not None}
 
 
-@register_kernel("BatchNormalizationGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("BatchNormalizationGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def batch_normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
     provider = ctx.provider

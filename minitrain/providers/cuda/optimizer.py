@@ -19,9 +19,9 @@ import collections
 import numpy as np
 
 from ...ops.optimizer import tensor_groups
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .launch import BLOCK, MAX_BLOCK, TABLE_COLS
 
@@ -29,9 +29,9 @@ MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor la
 BLOCKS_PER_SM = 4
 CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
-NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPd")
+NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPdi")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPqPTTi")
-ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqP")
+ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqPi")
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -84,21 +84,23 @@ def group_settings(ctx):
 
 
 def global_norm(ctx, table, tensors, blocks, chunk):
-    """Queue the global gradient norm (into the `grad_norm` output when wanted) and the
-    clipping scale; returns (outputs, the device scale or 0 when the update needs none)."""
-    prov, max_norm = ctx.provider, ctx.attrs["max_norm"]
-    if not ctx.wants("grad_norm") and max_norm == 0:
+    """Queue the global gradient norm (into the `grad_norm` output when wanted), the clipping
+    scale and the update's go-ahead (0 under skip_non_finite when the norm is inf or NaN);
+    returns (outputs, the device scale or 0 when the update needs none)."""
+    prov, max_norm, skip = ctx.provider, ctx.attrs["max_norm"], int(bool(ctx.attrs["skip_non_finite"]))
+    if not ctx.wants("grad_norm") and max_norm == 0 and not skip:
         return {}, 0
     partial = prov.empty((blocks,), np.float64)
     if blocks:
         SQ_NORM.launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, tensors, chunk, partial)
     grad_norm = prov.empty((), ctx.dtype)
-    scale = prov.empty((1,), np.float64)
-    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, grad_norm, scale, max_norm)
-    return {"grad_norm": grad_norm}, (scale if max_norm > 0 else 0)
+    scale = prov.empty((2,), np.float64)
+    NORM_FINISH.launch(prov, ctx.dtype, (1, 1, 1), (MAX_BLOCK, 1, 1), partial, blocks, grad_norm, scale, max_norm,
+                       skip)
+    return {"grad_norm": grad_norm}, (scale if max_norm > 0 or skip else 0)
 
 
-@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("SGDOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def sgd(ctx):
     a = ctx.attrs
     tensors = ctx.inputs[1:]
@@ -115,7 +117,7 @@ def sgd(ctx):
     return outputs
 
 
-@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("AdamOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def adam(ctx):
     """The step count (from 1) is read on the device; the CPU kernel checks its range."""
     a = ctx.attrs
@@ -127,5 +129,5 @@ def adam(ctx):
         lr_stride, decays = group_settings(ctx)
         ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
                     a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"], int(bool(a["decoupled_weight_decay"])),
-                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays)
+                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays, int(a["adam_mode"]))
     return outputs

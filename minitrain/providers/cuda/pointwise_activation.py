@@ -1,9 +1,9 @@
 """CUDA kernels of the pointwise activations of ops/pointwise_activation.py and their gradient
 ops (cuda/pointwise_activation.cu), registered as the CPU's are; FastGelu's optional bias is
 added first by the broadcasting Add (elementwise.py)."""
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .elementwise import binary, packs
 
 # op: (kernel name, the attributes passed as the kernel's two parameters a and b)
@@ -47,7 +47,7 @@ def gradient_kernel(op):
     return kernel
 
 
-@register_kernel("FastGelu", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
+@register_kernel("FastGelu", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def fast_gelu(ctx):
     x, bias = (ctx.inputs + [None])[:2]
     shifted = x if bias is None else binary(ctx.provider, "add", x, bias)
@@ -55,9 +55,9 @@ def fast_gelu(ctx):
 
 
 for _op, _since in (("HardSigmoid", 6), ("HardSwish", 14), ("Softplus", 1), ("Elu", 6), ("Selu", 6)):
-    register_kernel(_op, since=_since, provider="cuda", dtypes=FLOAT_TYPES)(forward_kernel(_op))
-    register_kernel(f"{_op}Grad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(gradient_kernel(_op))
-register_kernel("Gelu", since=20, provider="cuda", dtypes=FLOAT_TYPES)(forward_kernel("Gelu"))
-register_kernel("Gelu", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(forward_kernel("Gelu"))
-register_kernel("GeluGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(gradient_kernel("Gelu"))
-register_kernel("FastGeluGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(gradient_kernel("FastGelu"))
+    register_kernel(_op, since=_since, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(forward_kernel(_op))
+    register_kernel(f"{_op}Grad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(gradient_kernel(_op))
+register_kernel("Gelu", since=20, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(forward_kernel("Gelu"))
+register_kernel("Gelu", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(forward_kernel("Gelu"))
+register_kernel("GeluGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(gradient_kernel("Gelu"))
+register_kernel("FastGeluGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(gradient_kernel("FastGelu"))

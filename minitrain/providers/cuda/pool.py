@@ -17,12 +17,12 @@ import numpy as np
 
 from ...ops.pool import check_global_grad_shape
 from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN, describe_op
+from ...ops.schema import MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
 from ...tensor_limit import check_tensor_bytes
 from ..plan_cache import cached_plan as _plan
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import MAX_GRID_X
 
 GEOM = "i" * 21     # struct PoolGeom: size, out, kernel, stride, dilation, pad, pad_end per axis
@@ -235,7 +235,7 @@ def global_max_pool_grad(ctx):
 
 def _register(op, ranges, fn, **kwargs):
     for since, end in ranges:
-        register_kernel(op, since=since, end=end, provider="cuda", dtypes=FLOAT_TYPES, **kwargs)(fn)
+        register_kernel(op, since=since, end=end, provider="cuda", dtypes=CUDA_FLOAT_TYPES, **kwargs)(fn)
 
 
 # the CPU's version ranges (the attributes each version accepts are the schema's business)

@@ -2,9 +2,8 @@
 (up to opset 13) or the input (18+, read from host memory as on the CPU).  A block per output
 walks the reduced dims; nothing reduced (noop_with_empty_axes) is one element per output."""
 from ...ops.reduce import reduced_axes, reduced_shape
-from ...ops.schema import FLOAT_TYPES
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .elementwise import broadcast_strides
 from .layout import collapse, plan_args, plan_signature
 from .shape import view
@@ -33,11 +32,11 @@ def _reduce(ctx, axes, noop_with_empty_axes, root):
 
 
 def _register(op_type, root):
-    @register_kernel(op_type, since=1, end=17, provider="cuda", dtypes=FLOAT_TYPES)
+    @register_kernel(op_type, since=1, end=17, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
     def attribute_axes(ctx):
         return _reduce(ctx, ctx.attrs["axes"], 0, root)
 
-    @register_kernel(op_type, since=18, provider="cuda", dtypes=FLOAT_TYPES, host_inputs=(1,))
+    @register_kernel(op_type, since=18, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
     def input_axes(ctx):
         axes = ctx.inputs[1] if len(ctx.inputs) > 1 else None
         return _reduce(ctx, None if axes is None else [int(a) for a in axes.reshape(-1)],

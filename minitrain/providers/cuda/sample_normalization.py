@@ -3,9 +3,9 @@ gradients (cuda/sample_norm.cu), with the CPU kernels' outputs (providers/cpu/sa
 a block per row for Y and dX, a block per affine entry for dscale and dbias, sums in float32
 for float16 data.  Nothing is synchronised with the host."""
 from ...ops.sample_normalization import layout, stats_shape
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import BLOCK
 
 _forward = Kernel("sample_norm", "sn_forward", "PPPPPPqqqqT")
@@ -63,6 +63,6 @@ def normalization_grad(ctx):
 
 for _domain, _since, _op in (("", 17, "LayerNormalization"), (MS_DOMAIN, 1, "LayerNormalization"),
                              ("", 6, "InstanceNormalization"), ("", 18, "GroupNormalization")):
-    register_kernel(_op, domain=_domain, since=_since, provider="cuda", dtypes=FLOAT_TYPES)(normalization)
+    register_kernel(_op, domain=_domain, since=_since, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(normalization)
 for _op in ("LayerNormalizationGrad", "InstanceNormalizationGrad", "GroupNormalizationGrad"):
-    register_kernel(_op, domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(normalization_grad)
+    register_kernel(_op, domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(normalization_grad)

@@ -1,10 +1,10 @@
 """CUDA kernels of Softmax/LogSoftmax and their gradients in both ONNX forms (cuda/softmax.cu),
 registered as the CPU's are (providers/cpu/softmax.py); ops/softmax.py's axis_layout gives the
 (outer, n, inner) view of the normalised axis."""
-from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ...ops.schema import MS_DOMAIN
 from ...ops.softmax import axis_layout
 from ...registry import register_kernel
-from .compiler import Kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
 
 WARP_ELEMS = (1, 2, 4, 8, 16, 32)          # the softmax_warp<E> instantiations: rows up to 1024
 ROWS_PER_BLOCK = 4                          # warps (rows) per block of the warp kernels
@@ -60,9 +60,9 @@ def _backward(log_softmax, coerce_2d):
 
 
 for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
-    register_kernel(_op, since=1, end=12, provider="cuda", dtypes=FLOAT_TYPES)(_forward(_log, coerce_2d=True))
-    register_kernel(_op, since=13, provider="cuda", dtypes=FLOAT_TYPES)(_forward(_log, coerce_2d=False))
+    register_kernel(_op, since=1, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_forward(_log, coerce_2d=True))
+    register_kernel(_op, since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(_forward(_log, coerce_2d=False))
     register_kernel(f"{_op}Grad", domain=MS_DOMAIN, provider="cuda",
-                    dtypes=FLOAT_TYPES)(_backward(_log, coerce_2d=True))
+                    dtypes=CUDA_FLOAT_TYPES)(_backward(_log, coerce_2d=True))
     register_kernel(f"{_op}Grad_13", domain=MS_DOMAIN, provider="cuda",
-                    dtypes=FLOAT_TYPES)(_backward(_log, coerce_2d=False))
+                    dtypes=CUDA_FLOAT_TYPES)(_backward(_log, coerce_2d=False))

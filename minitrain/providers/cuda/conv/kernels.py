@@ -26,10 +26,10 @@ from functools import lru_cache
 import numpy as np
 
 from ....ops.conv_geometry import geometry_for, packed_geometry
-from ....ops.schema import FLOAT_TYPES, MS_DOMAIN
+from ....ops.schema import MS_DOMAIN
 from ....ops.shape_utils import numel
 from ....registry import register_kernel
-from ..compiler import Kernel
+from ..compiler import CUDA_FLOAT_TYPES, Kernel
 from ..driver import device_ptr
 from ..launch import BLOCK, MAX_GRID_Y
 from . import search as conv_search
@@ -328,9 +328,9 @@ def conv_transpose_grad_kernel(ctx):
     return out
 
 
-register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=FLOAT_TYPES)(conv_kernel)
-register_kernel("Conv", since=11, provider="cuda", dtypes=FLOAT_TYPES)(conv_kernel)
-register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_kernel)
-register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_kernel)
-register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(conv_grad_kernel)
-register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)(conv_transpose_grad_kernel)
+register_kernel("Conv", since=1, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(conv_kernel)
+register_kernel("Conv", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(conv_kernel)
+register_kernel("ConvTranspose", since=1, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(conv_transpose_kernel)
+register_kernel("ConvTranspose", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(conv_transpose_kernel)
+register_kernel("ConvGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(conv_grad_kernel)
+register_kernel("ConvTransposeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(conv_transpose_grad_kernel)

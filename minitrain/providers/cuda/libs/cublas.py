@@ -2,9 +2,9 @@
 
 The library is found by cuda-pathfinder and loaded once per process (loader.py).  Every
 product goes through cublasGemmEx or cublasGemmStridedBatchedEx with an explicit compute type:
-float16 data accumulate in float32 (CUBLAS_COMPUTE_32F), float32 is strict FP32 unless the
-provider opted into TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, ONNX Runtime's use_tf32), float64 uses
-CUBLAS_COMPUTE_64F.
+float16 and bfloat16 data accumulate in float32 (CUBLAS_COMPUTE_32F, on the tensor cores, with
+float alpha and beta), float32 is strict FP32 unless the provider opted into TF32
+(CUBLAS_COMPUTE_32F_FAST_TF32, ONNX Runtime's use_tf32), float64 uses CUBLAS_COMPUTE_64F.
 
 cuBLAS is column-major; a C-contiguous matrix read column-major is its transpose, so the
 row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T with the
@@ -16,16 +16,18 @@ import ctypes
 
 import numpy as np
 
+from ....bfloat16 import BFLOAT16_TYPES
 from ....errors import MinitrainError
 from .loader import SharedLibrary, nvidia_library_path
 
 # cublas_api.h / library_types.h
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 70, 77
-CUDA_R_32F, CUDA_R_64F, CUDA_R_16F = 0, 1, 2
+CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF = 0, 1, 2, 14
 CUBLAS_GEMM_DEFAULT = -1
 
-DATA_TYPE = {np.dtype(np.float16): CUDA_R_16F, np.dtype(np.float32): CUDA_R_32F, np.dtype(np.float64): CUDA_R_64F}
+DATA_TYPE = {np.dtype(np.float16): CUDA_R_16F, np.dtype(np.float32): CUDA_R_32F, np.dtype(np.float64): CUDA_R_64F,
+             **{dtype: CUDA_R_16BF for dtype in BFLOAT16_TYPES}}
 INT_MAX = 2 ** 31 - 1
 
 _p, _i, _ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong

@@ -18,7 +18,8 @@ engine configurations, cudnn_backend.py and conv/cudnn_engines.py, which reach t
 these legacy calls do not).  cuDNN takes symmetric pads only: other keys stay on minitrain's
 kernels.
 
-Math types: float16 data compute in float32 (PSEUDO_HALF) with tensor ops allowed; float32
+Math types: float16 and bfloat16 data compute in float32 (PSEUDO_HALF, PSEUDO_BFLOAT16) with
+tensor ops allowed; float32
 runs CUDNN_FMA_MATH unless the provider allows TF32 (CUDNN_DEFAULT_MATH would allow TF32 on
 Ampere and later, so strict FP32 needs FMA_MATH); float64 computes in double.
 """
@@ -39,7 +40,7 @@ log = logging.getLogger("minitrain.cuda.cudnn")
 
 # cudnn_graph.h / cudnn_ops.h / cudnn_cnn.h (cuDNN 9)
 CUDNN_STATUS_SUCCESS = 0
-CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF = 0, 1, 2
+CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16 = 0, 1, 2, 9
 CUDNN_TENSOR_NCHW = 0
 CUDNN_CROSS_CORRELATION = 1
 CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH = 0, 1, 2, 3
@@ -57,8 +58,9 @@ ALGORITHM_NAMES = {
 PREFIX = {"forward": "cudnn_fwd_", "data": "cudnn_bwd_data_", "weight": "cudnn_bwd_filter_"}
 
 # (data type, compute type) per element type
-DATA_TYPES = {"float16": (CUDNN_DATA_HALF, CUDNN_DATA_FLOAT), "float32": (CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT),
-              "float64": (CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE)}
+DATA_TYPES = {"float16": (CUDNN_DATA_HALF, CUDNN_DATA_FLOAT), "bfloat16": (CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT),
+              "float32": (CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT), "float64": (CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE)}
+HALF_TYPES = ("float16", "bfloat16")
 
 # Sub-libraries, loaded before the shim needs them (dependencies first); others beside
 # libcudnn (newer releases add some) follow in name order.
@@ -327,7 +329,7 @@ def supports(key):
 def math_types(key):
     """(math type set on the descriptor for the query, math types an answer may run with, the
     math type to run an allowed answer with or None for its own)."""
-    if key.dtype == "float16":
+    if key.dtype in HALF_TYPES:
         return CUDNN_TENSOR_OP_MATH, {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
                                       CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION}, None
     if key.dtype == "float32" and key.tf32:

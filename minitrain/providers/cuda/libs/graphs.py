@@ -8,6 +8,7 @@ run, until the graph is launched.
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 from ....errors import MinitrainError
 from .loader import SharedLibrary, driver_library_path
@@ -39,8 +40,20 @@ def _check(status, call):
         raise CudaGraphError(f"{call} failed: {(name.value or b'unknown error').decode()} ({status})")
 
 
+_live_graphs = weakref.WeakSet()
+
+
+def destroy_all_graphs():
+    """Destroy every live captured graph now.  A graph that recorded NCCL collectives holds
+    resources of their communicator, whose destruction waits for them: the communicator's
+    teardown calls this first.  A destroyed graph refuses to launch."""
+    for graph in list(_live_graphs):
+        graph.destroy()
+
+
 class CapturedGraph:
-    """One captured and instantiated graph; launched on a stream, destroyed with the object."""
+    """One captured and instantiated graph; launched on a stream, destroyed with the object
+    (or by destroy())."""
 
     def __init__(self, graph):
         self._lib = library()
@@ -48,6 +61,7 @@ class CapturedGraph:
         self._exec = _p()
         _check(self._lib.cuGraphInstantiateWithFlags(ctypes.byref(self._exec), graph, 0),
                "cuGraphInstantiateWithFlags")
+        _live_graphs.add(self)
 
     @property
     def node_count(self):
@@ -57,13 +71,21 @@ class CapturedGraph:
         return count.value
 
     def launch(self, stream):
+        if not self._exec:
+            raise CudaGraphError("cuGraphLaunch: the graph was destroyed (its NCCL communicator was shut down)")
         _check(self._lib.cuGraphLaunch(self._exec, _p(stream.handle)), "cuGraphLaunch")
 
-    def __del__(self):
+    def destroy(self):
+        """Release the executable graph and the graph (once)."""
         if self._exec:
             self._lib.cuGraphExecDestroy(self._exec)
+            self._exec = _p()
         if self._graph:
             self._lib.cuGraphDestroy(self._graph)
+            self._graph = None
+
+    def __del__(self):
+        self.destroy()
 
 
 class StreamCapture:

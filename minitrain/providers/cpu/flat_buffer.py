@@ -1,0 +1,28 @@
+"""CPU kernels of ConcatFlat (one scaled copy into a flat buffer) and SliceFlat (a view of it),
+ops/flat_buffer.py."""
+import numpy as np
+
+from ...ops.flat_buffer import MINITRAIN_DOMAIN, slice_bounds
+from ...ops.schema import FLOAT_TYPES
+from ...registry import register_kernel
+
+
+@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, dtypes=FLOAT_TYPES)
+def concat_flat(ctx):
+    flat = np.empty(sum(x.size for x in ctx.inputs), ctx.dtype)
+    scale, offset = ctx.attrs["scale"], 0
+    for x in ctx.inputs:
+        part = flat[offset:offset + x.size]
+        if scale == 1.0:
+            np.copyto(part, x.reshape(-1))
+        else:
+            np.multiply(x.reshape(-1), ctx.dtype.type(scale), out=part)
+        offset += x.size
+    return {"flat": flat}
+
+
+@register_kernel("SliceFlat", domain=MINITRAIN_DOMAIN, dtypes=FLOAT_TYPES)
+def slice_flat(ctx):
+    flat = ctx.inputs[0]
+    offset, end, shape = slice_bounds(ctx, flat.shape[0])
+    return {"output": flat[offset:end].reshape(shape)}

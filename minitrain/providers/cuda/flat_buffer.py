@@ -1,0 +1,34 @@
+"""CUDA kernels of ConcatFlat (each input copied, or scaled by cuda/flat_buffer.cu, into its
+place of the flat buffer) and SliceFlat (a view of it), registered as the CPU's are
+(providers/cpu/flat_buffer.py)."""
+import pycuda.driver as driver
+
+from ...ops.flat_buffer import MINITRAIN_DOMAIN, slice_bounds
+from ...registry import register_kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
+from .shape import view
+
+SCALE_COPY = Kernel("flat_buffer", "scale_copy", "PPqT")
+
+
+@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def concat_flat(ctx):
+    provider, scale = ctx.provider, ctx.attrs["scale"]
+    flat = provider.empty((sum(x.size for x in ctx.inputs),), ctx.dtype)
+    address = int(flat.gpudata) if flat.size else 0
+    for x in ctx.inputs:
+        if not x.size:
+            continue
+        if scale == 1.0:
+            driver.memcpy_dtod_async(address, x.gpudata, x.nbytes, provider.stream)
+        else:
+            SCALE_COPY.launch_elements(provider, ctx.dtype, x.size, address, x, x.size, scale)
+        address += x.nbytes
+    return {"flat": flat}
+
+
+@register_kernel("SliceFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def slice_flat(ctx):
+    flat = ctx.inputs[0]
+    offset, end, shape = slice_bounds(ctx, flat.shape[0])
+    return {"output": view(ctx.provider, flat[offset:end], shape)}

@@ -1,0 +1,478 @@
+"""CUDA kernels of the structural ops (cuda/structural.cu), registered as the CPU's are, for
+the float types (int64 shape arithmetic stays on the host, where the CPU kernels serve it):
+Transpose, Concat, Split, Slice, SliceGrad, Expand, Squeeze, Unsqueeze, Tile, Pad, PadGrad, Gather,
+GatherGrad, Resize, Upsample and ResizeGrad.
+
+Layouts are planned here, as the validation is: every copy is one strided copy (a StridedPlan
+of source and destination element strides, pointers offset to the first element), Squeeze and
+Unsqueeze are views, Pad's reflect/edge/wrap maps and Resize's coordinates are computed on the
+device from per-axis sizes passed by value.  No kernel waits for the host, so a captured step
+stays whole; Gather's indices, read from host memory and checked there, reach the device
+through provider.uploaded.
+"""
+import math
+
+import numpy as np
+
+from ...ops.concat import PIECES, split_count, split_sizes
+from ...ops.expand import squeezed_shape, unsqueezed_shape
+from ...ops.gather import check_indices
+from ...ops.pad import MODES, WRAP_MODES, full_pads, padded_shape
+from ...ops.resize import (LEGACY_NEAREST, NEAREST_MODES, check_settings, is_identity, resize_plan, resized_axes,
+                           scale_list, settings)
+from ...ops.schema import MS_DOMAIN
+from ...ops.slice import slice_ranges
+from ...ops.tile import check_repeats
+from ...registry import register_kernel
+from .compiler import CUDA_FLOAT_TYPES, Kernel
+from .driver import device_ptr
+from .elementwise import broadcast_strides
+from .launch import MAX_RANK
+from .layout import collapse, plan_args, plan_signature
+from .shape import view
+
+_COPY = Kernel("structural", "copy_strided", "PPq" + plan_signature(2))
+_FILL = Kernel("structural", "fill", "PqT")
+_PAD_MAP = Kernel("structural", "pad_map", "PPqi" + "q" * (4 * MAX_RANK) + "i")
+_PAD_FOLD = Kernel("structural", "pad_fold", "PPqqqqqi")
+_GATHER = Kernel("structural", "gather", "PPPqqqq")
+_GATHER_GRAD = Kernel("structural", "gather_grad", "PPPqqqq")
+AXIS = "qqdqqq"     # struct ResizeAxis: size, out, scale, coordinates, nearest, linear
+_RESIZE = Kernel("structural", "resize_axis", "PPqq" + AXIS)
+_RESIZE_GRAD = Kernel("structural", "resize_axis_grad", "PPqq" + AXIS)
+
+PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
+COORDINATES = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3,
+               "half_pixel_symmetric": 4}
+ROUNDING = {mode: i for i, mode in enumerate(NEAREST_MODES)}
+
+
+def dense_strides(shape):
+    """Element strides of a C-contiguous array of `shape`."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= int(d)
+    return strides[::-1]
+
+
+def address(value, elements=0):
+    """The device address of `value`'s element `elements` (a flat offset)."""
+    return device_ptr(value) + int(elements) * value.dtype.itemsize
+
+
+def copy_strided(provider, dtype, src, src_strides, dst, dst_strides, shape):
+    """dst[index * dst_strides] = src[index * src_strides] over the index space `shape` (src and
+    dst device addresses).  Beyond MAX_RANK dims once collapsed, one launch per leading index."""
+    n = math.prod(shape)
+    if n == 0:
+        return
+    sizes, (s, d) = collapse(shape, src_strides, dst_strides)
+    if len(sizes) <= MAX_RANK:
+        _COPY.launch_elements(provider, dtype, n, src, dst, n, *plan_args(sizes, [s, d]))
+        return
+    item = np.dtype(dtype).itemsize
+    for i in range(shape[0]):
+        copy_strided(provider, dtype, src + i * src_strides[0] * item, src_strides[1:],
+                     dst + i * dst_strides[0] * item, dst_strides[1:], shape[1:])
+
+
+def gathered(provider, x, offset, strides, shape):
+    """A new dense array of `shape` holding x's elements from flat `offset` along `strides`."""
+    out = provider.empty(shape, x.dtype)
+    copy_strided(provider, x.dtype, address(x, offset), strides, address(out), dense_strides(shape), shape)
+    return out
+
+
+def fill(provider, value, number):
+    if value.size == 0:
+        return
+    if number == 0:
+        provider.fill_zero(value)
+    else:
+        _FILL.launch_elements(provider, value.dtype, value.size, value, value.size, float(number))
+
+
+def _axis(ctx, rank):
+    axis = ctx.attrs["axis"]
+    if not -rank <= axis < rank:
+        ctx.fail(f"attribute 'axis'={axis} is out of range for inputs of rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _ints(value):
+    return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+# --------------------------------------------------------------------------- Transpose, Concat, Split
+@register_kernel("Transpose", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def transpose(ctx):
+    """One strided copy, whatever the rank (beyond MAX_RANK merged dims, a launch per leading
+    index)."""
+    x = ctx.inputs[0]
+    perm = ctx.attrs["perm"]
+    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(perm)
+    strides = dense_strides(x.shape)
+    return {"transposed": gathered(ctx.provider, x, 0, [strides[p] for p in perm], tuple(x.shape[p] for p in perm))}
+
+
+
+@register_kernel("Concat", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def concat(ctx):
+    inputs = ctx.inputs
+    rank = inputs[0].ndim
+    if rank == 0 or any(x.ndim != rank for x in inputs):
+        ctx.fail(f"inputs have shapes {[x.shape for x in inputs]}; they need one rank of at least 1")
+    axis = _axis(ctx, rank)
+    if any(x.shape[:axis] + x.shape[axis + 1:] != inputs[0].shape[:axis] + inputs[0].shape[axis + 1:]
+           for x in inputs):
+        ctx.fail(f"inputs {[x.shape for x in inputs]} differ in a dim other than the axis {axis}")
+    shape = list(inputs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in inputs)
+    out = ctx.provider.empty(shape, inputs[0].dtype)
+    strides, start = dense_strides(shape), 0
+    for x in inputs:
+        copy_strided(ctx.provider, x.dtype, address(x), dense_strides(x.shape), address(out, start * strides[axis]),
+                     strides, x.shape)
+        start += x.shape[axis]
+    return {"concat_result": out}
+
+
+def _split(ctx, split, version):
+    x = ctx.inputs[0]
+    if x.ndim == 0:
+        ctx.fail("input is 0-d; Split needs an axis")
+    axis = _axis(ctx, x.ndim)
+    count = split_count(version, ctx.attrs, split, ctx.wanted)
+    beyond = [w for w in ctx.wanted if PIECES.index(w) >= count]
+    if beyond:
+        ctx.fail(f"makes {count} pieces; output {beyond[0]!r} is beyond them")
+    sizes = split_sizes(ctx.fail, x.shape[axis], split, count)
+    strides, start, out = dense_strides(x.shape), 0, {}
+    for name, size in zip(PIECES, sizes):
+        if ctx.wants(name):
+            shape = x.shape[:axis] + (size,) + x.shape[axis + 1:]
+            out[name] = gathered(ctx.provider, x, start * strides[axis], strides, shape)
+        start += size
+    return out
+
+
+@register_kernel("Split", since=2, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def split_attribute(ctx):
+    return _split(ctx, ctx.attrs["split"], 2)
+
+
+@register_kernel("Split", since=13, end=17, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def split_13(ctx):
+    return _split(ctx, _ints(ctx.inputs[1]) if len(ctx.inputs) > 1 else None, 13)
+
+
+@register_kernel("Split", since=18, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def split(ctx):
+    return _split(ctx, _ints(ctx.inputs[1]) if len(ctx.inputs) > 1 else None, 18)
+
+
+# --------------------------------------------------------------------------- Slice, SliceGrad
+def slice_layout(shape, ranges):
+    """(flat offset of the first element, element strides, shape) of x[ranges] for a dense x."""
+    strides, offset, steps, dims = dense_strides(shape), 0, [], []
+    for d, r, stride in zip(shape, ranges, strides):
+        start, stop, step = r.indices(d)
+        length = len(range(start, stop, step))
+        offset += start * stride if length else 0
+        steps.append(step * stride)
+        dims.append(length)
+    return offset, steps, tuple(dims)
+
+
+def _index_inputs(inputs):
+    return [_ints(v) for v in (list(inputs) + [None] * 4)[:4]]
+
+
+@register_kernel("Slice", since=1, end=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def slice_attributes(ctx):
+    x = ctx.inputs[0]
+    ranges = slice_ranges(ctx.fail, x.shape, ctx.attrs["starts"], ctx.attrs["ends"], ctx.attrs["axes"])
+    return {"output": gathered(ctx.provider, x, *slice_layout(x.shape, ranges))}
+
+
+@register_kernel("Slice", since=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3, 4))
+def slice_(ctx):
+    x = ctx.inputs[0]
+    ranges = slice_ranges(ctx.fail, x.shape, *_index_inputs(ctx.inputs[1:]))
+    return {"output": gathered(ctx.provider, x, *slice_layout(x.shape, ranges))}
+
+
+@register_kernel("SliceGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3, 4, 5))
+def slice_grad(ctx):
+    dy, shape = ctx.inputs[0], tuple(_ints(ctx.inputs[1]))
+    if any(d < 0 for d in shape):
+        ctx.fail(f"input 'shape' {shape} holds a negative dim")
+    offset, steps, dims = slice_layout(shape, slice_ranges(ctx.fail, shape, *_index_inputs(ctx.inputs[2:])))
+    if dims != dy.shape:
+        ctx.fail(f"input 'dY' has shape {dy.shape}; expected {dims} (the slice of an input of shape {shape})")
+    dx = ctx.provider.empty(shape, dy.dtype)
+    ctx.provider.fill_zero(dx)
+    copy_strided(ctx.provider, dy.dtype, address(dy), dense_strides(dims), address(dx, offset), steps, dims)
+    return {"dX": dx}
+
+
+# --------------------------------------------------------------------------- Expand, Squeeze, Unsqueeze, Tile
+@register_kernel("Expand", since=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def expand(ctx):
+    x, target = ctx.inputs[0], tuple(_ints(ctx.inputs[1]))
+    if any(d < 0 for d in target):
+        ctx.fail(f"input 'shape' {target} holds a negative dim")
+    try:
+        shape = np.broadcast_shapes(x.shape, target)
+    except ValueError:
+        ctx.fail(f"input 'input' {x.shape} does not broadcast with input 'shape' {target}")
+    return {"Y": gathered(ctx.provider, x, 0, broadcast_strides(x.shape, len(shape)), shape)}
+
+
+@register_kernel("Unsqueeze", since=1, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def unsqueeze_attribute_axes(ctx):
+    x = ctx.inputs[0]
+    return {"expanded": view(ctx.provider, x, unsqueezed_shape(ctx.fail, x.shape, ctx.attrs["axes"]))}
+
+
+@register_kernel("Unsqueeze", since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def unsqueeze(ctx):
+    x = ctx.inputs[0]
+    return {"expanded": view(ctx.provider, x, unsqueezed_shape(ctx.fail, x.shape, _ints(ctx.inputs[1])))}
+
+
+@register_kernel("Squeeze", since=1, end=12, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def squeeze_attribute_axes(ctx):
+    x = ctx.inputs[0]
+    return {"squeezed": view(ctx.provider, x, squeezed_shape(ctx.fail, x.shape, ctx.attrs["axes"]))}
+
+
+@register_kernel("Squeeze", since=13, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def squeeze(ctx):
+    x = ctx.inputs[0]
+    axes = _ints(ctx.inputs[1]) if len(ctx.inputs) > 1 else None
+    return {"squeezed": view(ctx.provider, x, squeezed_shape(ctx.fail, x.shape, axes))}
+
+
+@register_kernel("Tile", since=6, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def tile(ctx):
+    """A copy over (r0, d0, r1, d1, ...) that steps 0 along each repeat axis."""
+    x, repeats = ctx.inputs
+    if repeats.ndim != 1:
+        ctx.fail(f"input 'repeats' has shape {repeats.shape}; expected a 1-D tensor")
+    repeats = check_repeats(ctx.fail, x.ndim, repeats)
+    interleaved, strides = [], []
+    for d, r, stride in zip(x.shape, repeats, dense_strides(x.shape)):
+        interleaved += [r, d]
+        strides += [0, stride]
+    out = gathered(ctx.provider, x, 0, strides, tuple(interleaved))
+    return {"output": view(ctx.provider, out, tuple(d * r for d, r in zip(x.shape, repeats)))}
+
+
+# --------------------------------------------------------------------------- Pad, PadGrad
+def _pad(ctx, pads, axes, value, modes):
+    x, mode = ctx.inputs[0], ctx.attrs["mode"]
+    if mode not in modes:
+        ctx.fail(f"attribute 'mode'={mode!r} is not one of {list(modes)}")
+    pairs = full_pads(ctx.fail, x.ndim, pads, axes)
+    shape = padded_shape(ctx.fail, x.shape, pairs, mode)
+    y = ctx.provider.empty(shape, x.dtype)
+    if y.size == 0:
+        return {"output": y}
+    if mode == "constant":
+        fill(ctx.provider, y, value)
+        kept = tuple(d - max(-b, 0) - max(-e, 0) for d, (b, e) in zip(x.shape, pairs))
+        if min(kept, default=1) > 0:
+            x_strides, y_strides = dense_strides(x.shape), dense_strides(shape)
+            source = sum(max(-b, 0) * s for (b, _), s in zip(pairs, x_strides))
+            target = sum(max(b, 0) * s for (b, _), s in zip(pairs, y_strides))
+            copy_strided(ctx.provider, x.dtype, address(x, source), x_strides, address(y, target), y_strides, kept)
+        return {"output": y}
+    if x.ndim > MAX_RANK:
+        ctx.fail(f"mode {mode!r} pads at most {MAX_RANK} axes on CUDA, not {x.ndim}")
+    fill_rank = [0] * (MAX_RANK - x.ndim)
+    plan = (list(shape) + fill_rank + list(x.shape) + fill_rank + [b for b, _ in pairs] + fill_rank +
+            dense_strides(x.shape) + fill_rank)
+    _PAD_MAP.launch_elements(ctx.provider, x.dtype, y.size, x, y, y.size, x.ndim, *plan, PAD_MODES[mode])
+    return {"output": y}
+
+
+@register_kernel("Pad", since=2, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def pad_attributes(ctx):
+    if ctx.attrs["pads"] is None:
+        ctx.fail("attribute 'pads' is required")
+    return _pad(ctx, ctx.attrs["pads"], None, ctx.attrs["value"], MODES)
+
+
+def _pad_inputs(ctx, modes):
+    inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
+    value = inputs[2]
+    if value is not None:
+        if value.size != 1:
+            ctx.fail(f"input 'constant_value' has shape {value.shape}; expected one number")
+    return _pad(ctx, _ints(inputs[1]), _ints(inputs[3]), 0 if value is None else float(value.reshape(())), modes)
+
+
+@register_kernel("Pad", since=11, end=18, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
+def pad_11(ctx):
+    return _pad_inputs(ctx, MODES)
+
+
+@register_kernel("Pad", since=19, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
+def pad(ctx):
+    return _pad_inputs(ctx, WRAP_MODES)
+
+
+@register_kernel("PadGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2))
+def pad_grad(ctx):
+    """dY folded back one padded axis at a time."""
+    dy, mode = ctx.inputs[0], ctx.attrs["mode"]
+    axes = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    pairs = full_pads(ctx.fail, dy.ndim, _ints(ctx.inputs[1]), _ints(axes))
+    dx = dy
+    for axis, (begin, end) in enumerate(pairs):
+        if begin == end == 0:
+            continue
+        length = dx.shape[axis]
+        size = length - begin - end
+        if size < 0 or size == 0 and mode != "constant":
+            ctx.fail(f"input 'dY' of shape {dy.shape} is too narrow for the pads ({begin}, {end}) of axis {axis} "
+                     f"in mode {mode!r}")
+        folded = ctx.provider.empty(dx.shape[:axis] + (size,) + dx.shape[axis + 1:], dy.dtype)
+        if folded.size:
+            _PAD_FOLD.launch_elements(ctx.provider, dy.dtype, folded.size, dx, folded, folded.size,
+                                      math.prod(dx.shape[axis + 1:]), length, size, begin, PAD_MODES[mode])
+        dx = folded
+    if dx is dy:
+        dx = ctx.provider.empty(dy.shape, dy.dtype)
+        ctx.provider.copy_into(dx, dy)
+    return {"dX": dx}
+
+
+# --------------------------------------------------------------------------- Gather, GatherGrad
+def _gather_geometry(shape, axis, count):
+    """(inner, count, dim) of a gather along `axis` of data of `shape`."""
+    return math.prod(shape[axis + 1:]), count, shape[axis]
+
+
+@register_kernel("Gather", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def gather(ctx):
+    data, indices = ctx.inputs
+    if data.ndim == 0:
+        ctx.fail("input 'data' is 0-d; Gather needs an axis")
+    axis = _axis(ctx, data.ndim)
+    index = check_indices(ctx.fail, indices, data.shape[axis])
+    y = ctx.provider.empty(data.shape[:axis] + index.shape + data.shape[axis + 1:], data.dtype)
+    if y.size:
+        on_device = ctx.provider.uploaded(lambda: index, index.shape, np.int64)
+        _GATHER.launch_elements(ctx.provider, data.dtype, y.size, data, on_device, y, y.size,
+                                *_gather_geometry(data.shape, axis, index.size))
+    return {"output": y}
+
+
+@register_kernel("GatherGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0, 1))
+def gather_grad(ctx):
+    shape, indices, dy = ctx.inputs
+    shape = tuple(_ints(shape))
+    if not shape or any(d < 0 for d in shape):
+        ctx.fail(f"input 'shape' {shape} is not the shape of a Gather's data")
+    axis = _axis(ctx, len(shape))
+    index = check_indices(ctx.fail, indices, shape[axis])
+    expected = shape[:axis] + index.shape + shape[axis + 1:]
+    if tuple(dy.shape) != expected:
+        ctx.fail(f"input 'dY' has shape {dy.shape}; expected {expected} (the gather of data of shape {shape})")
+    dx = ctx.provider.empty(shape, dy.dtype)
+    if dx.size:
+        if index.size == 0:
+            ctx.provider.fill_zero(dx)
+        else:
+            on_device = ctx.provider.uploaded(lambda: index, index.shape, np.int64)
+            _GATHER_GRAD.launch_elements(ctx.provider, dy.dtype, dx.size, dy, on_device, dx, dx.size,
+                                         *_gather_geometry(shape, axis, index.size))
+    return {"dX": dx}
+
+
+# --------------------------------------------------------------------------- Resize, Upsample, ResizeGrad
+def _axis_args(resize, mode, coordinates, nearest):
+    """The ResizeAxis struct of one axis; nearest_mode "simple" settles per axis here."""
+    if nearest == LEGACY_NEAREST:
+        nearest = "floor" if resize.scale >= 1 else "ceil"
+    return (resize.size, resize.out, resize.scale, COORDINATES[coordinates], ROUNDING[nearest],
+            int(mode == "linear"))
+
+
+def resize_device(provider, x, plan, mode, coordinates, nearest):
+    y = x
+    for axis, resize in enumerate(plan):
+        if is_identity(mode, coordinates, resize):
+            continue
+        out = provider.empty(y.shape[:axis] + (resize.out,) + y.shape[axis + 1:], x.dtype)
+        if out.size:
+            _RESIZE.launch_elements(provider, x.dtype, out.size, y, out, out.size, math.prod(y.shape[axis + 1:]),
+                                    *_axis_args(resize, mode, coordinates, nearest))
+        y = out
+    return y
+
+
+def resize_grad_device(provider, dy, plan, mode, coordinates, nearest):
+    dx = dy
+    for axis in reversed(range(len(plan))):
+        resize = plan[axis]
+        if is_identity(mode, coordinates, resize):
+            continue
+        folded = provider.empty(dx.shape[:axis] + (resize.size,) + dx.shape[axis + 1:], dy.dtype)
+        if folded.size:
+            _RESIZE_GRAD.launch_elements(provider, dy.dtype, folded.size, dx, folded, folded.size,
+                                         math.prod(dx.shape[axis + 1:]),
+                                         *_axis_args(resize, mode, coordinates, nearest))
+        dx = folded
+    if dx is dy:
+        dx = provider.empty(dy.shape, dy.dtype)
+        provider.copy_into(dx, dy)
+    return dx
+
+
+def _node_plan(ctx, version, shape, scales, sizes):
+    check_settings(ctx.fail, version, ctx.attrs)
+    return (resize_plan(ctx.fail, ctx.attrs, shape, scales, sizes),) + settings(version, ctx.attrs)
+
+
+@register_kernel("Upsample", since=7, end=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def upsample_7(ctx):
+    x = ctx.inputs[0]
+    return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 7, x.shape, list(ctx.attrs["scales"]), None))}
+
+
+@register_kernel("Upsample", since=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+@register_kernel("Resize", since=10, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
+def upsample(ctx):
+    x, scales = ctx.inputs
+    return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 10, x.shape, scale_list(scales), None))}
+
+
+@register_kernel("Resize", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
+def resize(ctx):
+    inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
+    x = inputs[0]
+    return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 19, x.shape, scale_list(inputs[2]),
+                                                             scale_list(inputs[3])))}
+
+
+@register_kernel("ResizeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(2, 3))
+def resize_grad(ctx):
+    inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
+    dy, x, scales = inputs[0], inputs[1], scale_list(inputs[3])
+    check_settings(ctx.fail, 19, ctx.attrs, legacy_rounding=True)
+    if dy.ndim != x.ndim:
+        ctx.fail(f"input 'dY' has rank {dy.ndim}; X has rank {x.ndim}")
+    if scales is None:
+        axes = resized_axes(ctx.fail, ctx.attrs, x.ndim)
+        plan = resize_plan(ctx.fail, {**ctx.attrs, "keep_aspect_ratio_policy": "stretch"}, x.shape, None,
+                           [dy.shape[a] for a in axes])
+    else:
+        plan = resize_plan(ctx.fail, ctx.attrs, x.shape, scales, None)
+    expected = tuple(a.out for a in plan)
+    if tuple(dy.shape) != expected:
+        ctx.fail(f"input 'dY' has shape {dy.shape}; expected {expected} (X of shape {x.shape} resized)")
+    return {"dX": resize_grad_device(ctx.provider, dy, plan, *settings(19, ctx.attrs))}
