@@ -39,6 +39,11 @@ CASES = {
     "LogSoftmaxGrad": (MS, {}, [f(3, 4), f(3, 4)], None),
     "LogSoftmaxGrad_13": (MS, {}, [f(3, 4), f(3, 4)], None),
     "BatchNormalizationGrad": (MS, {}, [f(2, 3, 4), f(2, 3, 4), f(3), f(3), f(3) ** 2 + 1], None),
+    # per-sample normalisations
+    "LayerNormalizationGrad": (MS, {"axis": 1}, [f(2, 3, 4), f(2, 3, 4), f(3, 4), f(2, 1, 1), f(2, 1, 1) ** 2 + 1],
+                               None),
+    "InstanceNormalizationGrad": (MS, {}, [f(2, 3, 4), f(2, 3, 4), f(3), f(2, 3), f(2, 3) ** 2 + 1], None),
+    "GroupNormalizationGrad": (MS, {"num_groups": 2}, [f(2, 4, 3), f(2, 4, 3), f(4), f(2, 2), f(2, 2) ** 2 + 1], None),
     "GlobalAveragePoolGrad": (MS, {}, [f(2, 3, 1, 1), np.array([2, 3, 4, 5])], None),
     "GlobalMaxPoolGrad": (MS, {}, [f(2, 3, 1), f(2, 3, 6)], None),
     "MSELossGrad": (MS, {"reduction": "none"}, [f(3, 4), f(3, 4), f(3, 4)], None),
