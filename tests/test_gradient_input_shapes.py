@@ -34,6 +34,9 @@ CASES = {
     "TanhGrad": (MS, {}, [f(3, 4), f(3, 4)], None),
     "LeakyReluGrad": (MS, {}, [f(3, 4), f(3, 4)], None),
     "QuickGeluGrad": (MS, {}, [f(3, 4), f(3, 4)], None),
+    # gradient ops of the pointwise activations of exported models
+    **{op: (MS, {}, [f(3, 4), f(3, 4)], None) for op in ("HardSigmoidGrad", "HardSwishGrad", "SoftplusGrad", "EluGrad",
+                                                         "SeluGrad", "GeluGrad", "FastGeluGrad")},
     "SoftmaxGrad": (MS, {}, [f(3, 4), f(3, 4)], None),
     "SoftmaxGrad_13": (MS, {}, [f(3, 4), f(3, 4)], None),
     "LogSoftmaxGrad": (MS, {}, [f(3, 4), f(3, 4)], None),
