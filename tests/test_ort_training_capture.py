@@ -118,3 +118,14 @@ def test_cuda_state_stays_on_the_device(folders):
     for name, _ in state.parameters:
         assert not isinstance(state.values[name], np.ndarray)
         assert module._train_step.executor.constants[name] is state.values[name]
+
+
+def test_a_state_bound_to_one_device_is_refused_on_another(folders):
+    """A second Module on another device would move the tensors that the first one's steps read."""
+    folder, _ = folders(CASES[1])
+    state = training.CheckpointState.load_checkpoint(folder / "checkpoint")
+    training.Module(folder / "training_model.onnx", state)
+    training.Module(folder / "training_model.onnx", state)      # the same device shares the tensors
+    with pytest.raises(ValueError, match="a Module on cpu trains this CheckpointState; load the checkpoint again "
+                                         "for a Module on cuda"):
+        training.Module(folder / "training_model.onnx", state, device="cuda")

@@ -62,7 +62,12 @@ class Module:
         internal = set(state_inputs) | {p + BUFFER_SUFFIX for p in self._trainable} | {RESET_INPUT}
         self._train_inputs = [n for n in names if n not in internal]
         self._train_outputs = [n for n in self._train_graph.outputs if not n.endswith(ACCUMULATED_SUFFIX)]
-        state.move_to(state.provider if state.provider.name == device else get_provider(device).for_session())
+        if state.provider.name != device:
+            if state.compiled:      # moving the tensors would leave that Module's steps on stale ones
+                raise ValueError(f"Module: a Module on {state.provider.name} trains this CheckpointState; load the "
+                                 f"checkpoint again for a Module on {device}")
+            state.move_to(get_provider(device).for_session())
+        state.compiled = True
         for p in self._trainable:
             if p not in state.grads:
                 value = state.values[p]
