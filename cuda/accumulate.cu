@@ -1,5 +1,7 @@
 // InPlaceAccumulator: buffer += scale * value, written in place (gradient accumulation).  The
 // scale is read from device memory (1 when absent), so a captured step follows it.
+// InPlaceAccumulatorV2: buffer = value where the overwrite flag (device memory, false when
+// absent) is true, buffer += value otherwise: a captured step follows lazy_reset_grad.
 #include "common.cuh"
 
 template <typename T> __device__ void accumulate_impl(T* buffer, const T* value, int64_t n, const T* scale) {
@@ -12,3 +14,14 @@ template <typename T> __device__ void accumulate_impl(T* buffer, const T* value,
         accumulate_impl<T>(buffer, value, n, scale);                                                  \
     }
 MT_FOR_FLOATS(ACCUMULATE)
+
+template <typename T> __device__ void accumulate_v2_impl(T* buffer, const T* value, int64_t n, const bool* overwrite) {
+    const bool replace = overwrite && overwrite[0];
+    GRID_STRIDE_LOOP(i, n) buffer[i] = replace ? value[i] : from_acc<T>(to_acc<T>(buffer[i]) + to_acc<T>(value[i]));
+}
+
+#define ACCUMULATE_V2(T, S)                                                                                 \
+    extern "C" __global__ void accumulate_v2_##S(T* buffer, const T* value, int64_t n, const bool* overwrite) { \
+        accumulate_v2_impl<T>(buffer, value, n, overwrite);                                                 \
+    }
+MT_FOR_FLOATS(ACCUMULATE_V2)

@@ -1,8 +1,9 @@
 // ONNX Runtime's training optimizers, AdamWOptimizer and SGDOptimizerV2 (com.microsoft), over
 // every parameter in one multi-tensor launch (multi_tensor.cuh's table), updating parameters
 // and moments in place.  The formulas and their order follow ONNX Runtime's CPU kernels
-// (minitrain/ops/ort_optimizer.py); the scalars (learning rate, bias corrections) are worked
-// out by the host in the accumulation type, as the CPU kernel does in the parameters' type.
+// (minitrain/ops/ort_optimizer.py).  The learning rate and the step are read from device memory
+// and the bias corrections worked out there (the powers in double, as ONNX Runtime's
+// std::pow(float, int64)), so that a captured optimizer step follows both.
 #include "common.cuh"
 #include "multi_tensor.cuh"
 
@@ -10,11 +11,14 @@
 // adam_mode 1 (Hugging Face's): moments; w -= lr_corrected*m / (sqrt(v) + eps); w -= lr*wd*w,
 // with lr_corrected = lr * sqrt(c2) / c1 and c1, c2 the bias corrections (1 without them).
 template <typename T>
-__device__ void ort_adamw_impl(const int64_t* table, int64_t tensors, int64_t chunk, acc_t<T> lr,
-                               acc_t<T> lr_corrected, acc_t<T> alpha, acc_t<T> beta, acc_t<T> eps,
-                               acc_t<T> weight_decay, acc_t<T> alpha_correction, acc_t<T> beta_correction,
-                               int adam_mode) {
+__device__ void ort_adamw_impl(const int64_t* table, int64_t tensors, int64_t chunk, const T* learning_rate,
+                               const int64_t* step, acc_t<T> alpha, acc_t<T> beta, acc_t<T> eps,
+                               acc_t<T> weight_decay, int correct_bias, int adam_mode) {
     typedef acc_t<T> A;
+    const A lr = to_acc<T>(learning_rate[0]);
+    const A alpha_correction = correct_bias ? A(1) - (A)pow((double)alpha, (double)step[0]) : A(1);
+    const A beta_correction = correct_bias ? A(1) - (A)pow((double)beta, (double)step[0]) : A(1);
+    const A lr_corrected = lr * (sqrt(beta_correction) / alpha_correction);
     const Chunk c = block_chunk(table, tensors, chunk);
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
@@ -40,8 +44,9 @@ __device__ void ort_adamw_impl(const int64_t* table, int64_t tensors, int64_t ch
 
 // w -= lr * g.
 template <typename T>
-__device__ void ort_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk, acc_t<T> lr) {
+__device__ void ort_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk, const T* learning_rate) {
     typedef acc_t<T> A;
+    const A lr = to_acc<T>(learning_rate[0]);
     const Chunk c = block_chunk(table, tensors, chunk);
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
@@ -52,15 +57,14 @@ __device__ void ort_sgd_impl(const int64_t* table, int64_t tensors, int64_t chun
 
 #define ORT_OPTIMIZER(T, S)                                                                              \
     extern "C" __global__ void ort_adamw_##S(const int64_t* table, int64_t tensors, int64_t chunk,       \
-                                             acc_t<T> lr, acc_t<T> lr_corrected, acc_t<T> alpha,         \
+                                             const T* lr, const int64_t* step, acc_t<T> alpha,           \
                                              acc_t<T> beta, acc_t<T> eps, acc_t<T> weight_decay,         \
-                                             acc_t<T> alpha_correction, acc_t<T> beta_correction,        \
-                                             int adam_mode) {                                            \
-        ort_adamw_impl<T>(table, tensors, chunk, lr, lr_corrected, alpha, beta, eps, weight_decay,       \
-                          alpha_correction, beta_correction, adam_mode);                                 \
+                                             int correct_bias, int adam_mode) {                          \
+        ort_adamw_impl<T>(table, tensors, chunk, lr, step, alpha, beta, eps, weight_decay, correct_bias, \
+                          adam_mode);                                                                    \
     }                                                                                                    \
     extern "C" __global__ void ort_sgd_##S(const int64_t* table, int64_t tensors, int64_t chunk,         \
-                                           acc_t<T> lr) {                                                \
+                                           const T* lr) {                                                \
         ort_sgd_impl<T>(table, tensors, chunk, lr);                                                      \
     }
 MT_FOR_FLOATS(ORT_OPTIMIZER)

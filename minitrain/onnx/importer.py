@@ -5,7 +5,10 @@ through onnx's own loader), node attributes as Python values, graph inputs and o
 their dtypes and shapes (symbolic dims as str) and value infos, completed by ONNX's shape
 inference.  Every node is then checked against minitrain's schemas, and all the nodes that
 fail are reported in one OnnxImportError rather than the first only.  Shape subgraphs (see
-shape_folding.py) are evaluated instead, as tracing the graph later folds them.
+shape_folding.py) are evaluated instead, as tracing the graph later folds them; one whose value
+holds a symbolic dim that its consumer cannot take as a constant (Expand to a batch-sized shape,
+as onnxruntime-training's gradient graphs do) is checked as the int64 tensor that its Shape
+nodes compute on the host at run time.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import os
 
 import numpy as np
 
-from ..errors import MinitrainError, OnnxImportError
+from ..errors import GraphError, MinitrainError, OnnxImportError
 from ..graph import Graph, Node, Value
 from ..inference import check_graph_node, initializer_type, topological_order
 from ..ops.schema import ONNX_DOMAIN, TensorType, get_schema
@@ -126,7 +129,11 @@ def _check(graph):
         try:
             for i, name in enumerate(node.inputs):
                 if shapes.is_shape_value(name):
-                    types[name] = initializer_type(shapes.constant_for(name, node, i, dims_of(node.inputs[0])))
+                    try:
+                        types[name] = initializer_type(shapes.constant_for(name, node, i, dims_of(node.inputs[0])))
+                    except GraphError:      # computed at run time (see the module docstring)
+                        value = shapes.values[name]
+                        types[name] = TensorType(np.dtype(np.int64), () if value.scalar else (len(value.entries),))
             get_schema(node.op_type, node.domain, version)
             if all(not name or name in types for name in node.inputs):
                 out_types = check_graph_node(graph, node, types).out_types

@@ -119,6 +119,7 @@ class CheckpointState:
         self.optimizer_groups = contents.optimizer_groups           # name -> OptimizerGroupState
         self.property_values = dict(contents.properties)
         self.provider = get_provider("cpu")
+        self.compiled = False       # whether a Module's compiled steps are bound to the tensors
         self._parameters, self._properties = Parameters(self), Properties(self)
 
     @classmethod

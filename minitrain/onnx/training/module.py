@@ -7,7 +7,13 @@ parameter, one gradient accumulation buffer per trainable parameter
 any additional outputs), and its InPlaceAccumulatorV2 nodes write each gradient into its buffer
 (overwriting it after `lazy_reset_grad()`, adding to it otherwise).  The eval model takes the
 user's inputs and the parameters.  The parameters, their gradients and the optimizer's moments
-live in the CheckpointState, on the Module's device.
+live in the CheckpointState, on the Module's device, and stay there across steps: each model is
+compiled once into a step bound to those tensors (compiled_step.py), which a CUDA device
+captures into a CUDA Graph and replays after warm-up (the CPU serves the step from its arena).
+`lazy_reset_grad` and the user's inputs are fed to the captured step on every run; parameters
+are pulled to the host when read (get_contiguous_parameters, `state.parameters[...].data`,
+checkpoints) and pushed when written (copy_buffer_to_parameters).  `capture=False` runs every
+step node by node, for debugging.
 """
 from __future__ import annotations
 
@@ -15,10 +21,10 @@ import os
 
 import numpy as np
 
-from ...executor import Executor
-from ...scheduler import schedule
+from ...providers import get_provider
 from .._backend import require_onnx
 from ..importer import load
+from .compiled_step import CompiledStep
 
 BUFFER_SUFFIX = "_grad.accumulation.buffer"
 ACCUMULATED_SUFFIX = "_grad.accumulation.out"
@@ -28,13 +34,15 @@ DEVICES = ("cpu", "cuda")
 
 class Module:
     """training_model.onnx (train_model_uri) and eval_model.onnx (eval_model_uri, optional)
-    run on `device` ("cpu" or "cuda") with the parameters of `state` (a CheckpointState)."""
+    run on `device` ("cpu" or "cuda") with the parameters of `state` (a CheckpointState).
+    capture: capture each step (see the module docstring); off runs it node by node."""
 
-    def __init__(self, train_model_uri, state, eval_model_uri=None, device="cpu"):
+    def __init__(self, train_model_uri, state, eval_model_uri=None, device="cpu", *, capture=True):
         if device not in DEVICES:
             raise ValueError(f"Module: device must be one of {DEVICES}, got {device!r}")
         self.training = True
         self.device = device
+        self.capture = bool(capture)
         self._state = state
         self._train_graph = load(os.fspath(train_model_uri))
         names = self._train_graph.input_names
@@ -54,27 +62,36 @@ class Module:
         internal = set(state_inputs) | {p + BUFFER_SUFFIX for p in self._trainable} | {RESET_INPUT}
         self._train_inputs = [n for n in names if n not in internal]
         self._train_outputs = [n for n in self._train_graph.outputs if not n.endswith(ACCUMULATED_SUFFIX)]
-        state.move_to(device)
+        if state.provider.name != device:
+            if state.compiled:      # moving the tensors would leave that Module's steps on stale ones
+                raise ValueError(f"Module: a Module on {state.provider.name} trains this CheckpointState; load the "
+                                 f"checkpoint again for a Module on {device}")
+            state.move_to(get_provider(device).for_session())
+        state.compiled = True
         for p in self._trainable:
             if p not in state.grads:
                 value = state.values[p]
                 state.grads[p] = state.provider.zeros(tuple(value.shape), value.dtype)
-        self._accumulated = self._expose_accumulated()
-        self._running_stats = self._adapt_batch_norms()
-        fetch = self._train_outputs + list(self._accumulated.values()) + list(self._running_stats)
-        self._train_executor = Executor(schedule(self._train_graph, fetch, providers=device))
+        accumulated = self._expose_accumulated()
+        running_stats = self._adapt_batch_norms()
+        tensors = {p: state.values[p] for p in self._parameter_names}
+        tensors.update((p + BUFFER_SUFFIX, state.grads[p]) for p in self._trainable)
+        self._train_step = CompiledStep(self._train_graph, self._train_outputs + accumulated + list(running_stats),
+                                        state.provider, tensors, write_back=running_stats, capture=self.capture)
         self._eval_model_uri = None if eval_model_uri is None else os.fspath(eval_model_uri)
-        self._eval_graph = self._eval_executor = None
+        self._eval_graph = self._eval_step = None
         if eval_model_uri is not None:
             self._eval_graph = load(self._eval_model_uri)
             eval_state = [n for n in self._eval_graph.input_names if n in state.values]
             self._eval_inputs = [n for n in self._eval_graph.input_names if n not in eval_state]
-            self._eval_executor = Executor(schedule(self._eval_graph, providers=device))
+            self._eval_step = CompiledStep(self._eval_graph, list(self._eval_graph.outputs), state.provider,
+                                           {p: state.values[p] for p in eval_state}, capture=self.capture)
         self._reset = True
 
     def _expose_accumulated(self):
-        """Each trainable parameter -> the value its accumulator writes (the buffer after the
-        update), giving InPlaceAccumulatorV2 its optional second output where it has none."""
+        """The values the accumulators write (each buffer, updated in place), fetched so that
+        every training step runs them; gives InPlaceAccumulatorV2 its optional second output
+        where it has none."""
         buffers = {p + BUFFER_SUFFIX: p for p in self._trainable}
         outputs = {}
         for node in self._train_graph.nodes:
@@ -85,7 +102,7 @@ class Module:
         missing = sorted(set(self._trainable) - set(outputs))
         if missing:
             raise ValueError(f"Module: no InPlaceAccumulatorV2 node writes the gradient of {missing}")
-        return outputs
+        return list(outputs.values())
 
     def _adapt_batch_norms(self):
         """What ONNX Runtime's BatchNormInternal nodes mean beyond their attributes: their
@@ -120,26 +137,17 @@ class Module:
             raise TypeError(f"Module takes {len(names)} inputs {names} in {'training' if self.training else 'eval'} "
                             f"mode, got {len(user_inputs)}")
         feeds = dict(zip(names, user_inputs))
-        state = self._state
         if self.training:
-            feeds.update((p, state.values[p]) for p in self._parameter_names)
-            feeds.update((p + BUFFER_SUFFIX, state.grads[p]) for p in self._trainable)
             feeds[RESET_INPUT] = np.array([self._reset])
-            results = self._train_executor.run(feeds, to_host=False)
-            for param, name in self._accumulated.items():
-                if results[name] is not state.grads[param]:
-                    state.provider.copy_into(state.grads[param], results[name])
-            for name, target in self._running_stats.items():
-                state.provider.copy_into(state.values[target], results[name])
+            results = self._train_step.run(feeds)
             self._reset = False
             outputs = self._train_outputs
         else:
-            if self._eval_executor is None:
+            if self._eval_step is None:
                 raise RuntimeError("Module: eval mode needs the eval model; pass eval_model_uri")
-            feeds.update((p, state.values[p]) for p in self._eval_graph.input_names if p in state.values)
-            results = self._eval_executor.run(feeds, to_host=False)
+            results = self._eval_step.run(feeds)
             outputs = self._eval_graph.outputs
-        values = [state.host(results[name]).copy() for name in outputs]
+        values = [np.array(self._state.host(results[name])) for name in outputs]
         return values[0] if len(values) == 1 else tuple(values)
 
     def train(self, mode=True):

@@ -4,9 +4,11 @@ minitrain's kernels as onnxruntime.training.api.Optimizer runs it; LinearLRSched
 That model is one com.microsoft node, AdamWOptimizer or SGDOptimizerV2, over the graph inputs
 `learning_rate`, `step`, `params`, `gradients` and the moments (`first_order_moments`, and
 `second_order_moments` for AdamW), the last ones sequences of tensors.  minitrain turns it into
-a graph of the same node over one input per parameter and per sequence (ops/ort_optimizer.py
-flattens the sequences), scheduled on the Module's device; each step feeds the state's
-parameters, gradients and moments, which the node updates in place.
+a graph of the same node over one tensor per parameter and per sequence (ops/ort_optimizer.py
+flattens the sequences), compiled like the Module's steps (compiled_step.py): the tensors are the
+state's parameters, gradient buffers and moments, which the node updates in place on the
+Module's device, and the step is captured there (a CUDA Graph after warm-up).  Only the learning
+rate and the step count are fed per step, so a new learning rate needs no new capture.
 
 The optimizer state is the state's group "group0": its step count, its initial learning rate
 and each trainable parameter's moments ("momentum0", "momentum1"), zeros unless the checkpoint
@@ -20,13 +22,13 @@ import os
 import numpy as np
 
 from ...errors import GraphError
-from ...executor import Executor
 from ...graph import Graph
 from ...ops.schema import MS_DOMAIN
-from ...scheduler import schedule
 from .._backend import require_onnx
 from ..ort_checkpoint_format import OptimizerGroupState
 from .checkpoint_state import DEFAULT_LEARNING_RATE
+from .compiled_step import CompiledStep
+from .module import BUFFER_SUFFIX
 
 GROUP = "group0"
 # op type -> (graph inputs in order, the moments' names in the checkpoint)
@@ -61,15 +63,21 @@ class Optimizer:
         if "step" in node_inputs:
             graph.add_input("step", np.int64, (1,))
             scalars.append("step")
-        tensors = []
-        for sequence in node_inputs[len(scalars):]:
-            for p in params:
-                value = state.values[p]
-                tensors.append(graph.add_input(f"{sequence}/{p}", value.dtype, tuple(value.shape)))
-        graph.outputs = [graph.add_node(self._op_type, scalars + tensors, ["updated_flag"], dict(self._attrs),
-                                        MS_DOMAIN, name=self._op_type)]
         self._sequences = node_inputs[len(scalars):]
-        self._executor = Executor(schedule(graph, providers=module.device))
+        sources = {"params": state.values, "gradients": state.grads}
+        sources.update((sequence, {p: group.states[p][moment] for p in params})
+                       for sequence, moment in zip((s for s in self._sequences if s not in sources), self._moment_names))
+        tensors = {}
+        for sequence in self._sequences:
+            for p in params:
+                name = _tensor_name(sequence, p)
+                value = state.values[p]
+                graph.add_input(name, value.dtype, tuple(value.shape))
+                tensors[name] = sources[sequence][p]
+        self._flag = graph.add_node(self._op_type, scalars + list(tensors), ["updated_flag"], dict(self._attrs),
+                                    MS_DOMAIN, name=self._op_type)
+        graph.outputs = [self._flag]
+        self._update = CompiledStep(graph, [self._flag], state.provider, tensors, capture=module.capture)
 
     def _read_model(self):
         """(op type, attributes, the node's inputs) of the optimizer model, checked to be what
@@ -109,16 +117,9 @@ class Optimizer:
 
     def step(self):
         """Update the trainable parameters with their gradients (and the moments), in place."""
-        state, params = self._state, self._module._trainable
-        feeds = {"learning_rate": np.array([self.learning_rate], np.float32),
-                 "step": np.array([self._group.step + 1], np.int64)}
-        sources = {"params": state.values, "gradients": state.grads}
-        for index, sequence in enumerate(s for s in self._sequences if s not in sources):
-            sources[sequence] = {p: self._group.states[p][self._moment_names[index]] for p in params}
-        for sequence in self._sequences:
-            feeds.update((f"{sequence}/{p}", sources[sequence][p]) for p in params)
-        flag = self._executor.run(feeds)["updated_flag"]
-        if bool(np.asarray(flag).reshape(-1)[0]):
+        flag = self._update.run({"learning_rate": np.array([self.learning_rate], np.float32),
+                               "step": np.array([self._group.step + 1], np.int64)})[self._flag]
+        if bool(self._state.host(flag).reshape(-1)[0]):
             self._group.step += 1
 
     def set_learning_rate(self, learning_rate):
@@ -133,6 +134,12 @@ class Optimizer:
         """The group's initial learning rate (saved in checkpoints), and the learning rate."""
         self._group.initial_learning_rate = float(np.float32(initial_lr))
         self.set_learning_rate(initial_lr)
+
+
+def _tensor_name(sequence, param):
+    """The name of `param`'s tensor of `sequence` in the optimizer's graph: the parameter and
+    gradient buffer are named as in the training model, the moments after their sequence."""
+    return {"params": param, "gradients": param + BUFFER_SUFFIX}.get(sequence, f"{sequence}/{param}")
 
 
 class LinearLRScheduler:
