@@ -47,7 +47,7 @@ def run(folder, shape, case, device, capture=True):
     module = training.Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", device=device,
                              capture=capture)
     optimizer = training.Optimizer(folder / "optimizer_model.onnx", module)
-    scheduler = training.LinearLRScheduler(optimizer, 2, STEPS, 0.05)
+    scheduler = training.LinearLRScheduler(optimizer, 2, STEPS, 0.01)
     losses = []
     for step, (x, y) in enumerate(data):
         if step == STEPS // 2:      # a host write between captured steps

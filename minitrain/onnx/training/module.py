@@ -67,7 +67,6 @@ class Module:
                 raise ValueError(f"Module: a Module on {state.provider.name} trains this CheckpointState; load the "
                                  f"checkpoint again for a Module on {device}")
             state.move_to(get_provider(device).for_session())
-        state.compiled = True
         for p in self._trainable:
             if p not in state.grads:
                 value = state.values[p]
@@ -78,6 +77,7 @@ class Module:
         tensors.update((p + BUFFER_SUFFIX, state.grads[p]) for p in self._trainable)
         self._train_step = CompiledStep(self._train_graph, self._train_outputs + accumulated + list(running_stats),
                                         state.provider, tensors, write_back=running_stats, capture=self.capture)
+        state.compiled = True
         self._eval_model_uri = None if eval_model_uri is None else os.fspath(eval_model_uri)
         self._eval_graph = self._eval_step = None
         if eval_model_uri is not None:
