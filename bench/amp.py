@@ -122,7 +122,8 @@ def torch_step(torch, case, model, precision, device):
 # --------------------------------------------------------------------------- CPU checks
 def check_on_cpu(torch, case):
     """minitrain's float32 CPU step against PyTorch's: first losses and weights after two
-    steps; then PyTorch's bf16 and fp16 steps once each.  Returns a line of findings."""
+    steps; then one bf16 and one fp16 step of each side (minitrain's emulated in float64), whose
+    losses must be finite.  Returns a line of findings."""
     model, session = minitrain_session(case, "fp32", "cpu")
     tmodel, tstep = torch_step(torch, case, model, "fp32", "cpu")
     data = make_inputs(case)
