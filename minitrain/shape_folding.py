@@ -56,7 +56,10 @@ def _binary(op, a, b):
     if isinstance(a, str) or isinstance(b, str):
         return f"({a} {op} {b})"
     if op == "/":
-        return int(a / b) if b else 0      # ONNX's integer Div truncates
+        if b == 0:
+            raise GraphError(f"integer Div by zero in a shape computation: {a} / 0")
+        quotient = abs(a) // abs(b)         # ONNX's integer Div truncates toward zero
+        return quotient if (a < 0) == (b < 0) else -quotient
     return {"+": a + b, "-": a - b, "*": a * b}[op]
 
 

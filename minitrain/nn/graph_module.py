@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..bfloat16 import is_float
 from ..inference import topological_order
 from ..ops.gradients import get_gradient_builder
 from ..ops.normalization import BN_OUTPUTS, RUNNING_OUTPUTS, is_training
@@ -37,7 +38,7 @@ def trainable_initializers(graph):
         indices = range(len(node.inputs)) if builder.differentiable is None else builder.differentiable
         differentiated.update(node.inputs[i] for i in indices if i < len(node.inputs))
     return [n for n, a in graph.initializers.items()
-            if n in differentiated and np.issubdtype(np.asarray(a).dtype, np.floating)]
+            if n in differentiated and is_float(np.asarray(a).dtype)]
 
 
 class GraphModule(Module):
@@ -46,7 +47,7 @@ class GraphModule(Module):
 
     def __init__(self, graph, trainable=None):
         super().__init__()
-        floats = [n for n, a in graph.initializers.items() if np.issubdtype(np.asarray(a).dtype, np.floating)]
+        floats = [n for n, a in graph.initializers.items() if is_float(np.asarray(a).dtype)]
         trainable = trainable_initializers(graph) if trainable is None else list(trainable)
         unknown = sorted(set(trainable) - set(floats))
         if unknown:

@@ -13,7 +13,7 @@ com.microsoft gradient op that reads dY and the input X and carries the forward 
 Gelu (com.microsoft) and GeluGrad, FastGelu and FastGeluGrad are ONNX Runtime's own ops, built
 as its gradient builders build them; ONNX Runtime builds no gradient for the others, and the
 gradient ops named here follow its naming (dY, X -> dX) and PyTorch's backward formulas, the
-kinks included (HardSwish's gradient at -3 is 0 and at 3 is 3/2 dY, as PyTorch's).  FastGelu
+kinks included (HardSwish's gradient at -3 is -dY/2 and at 3 is 3/2 dY, as PyTorch's).  FastGelu
 with a bias differentiates as FastGelu(X + bias): FastGeluGrad at X + bias, summed over the
 broadcast axes for the bias.
 """

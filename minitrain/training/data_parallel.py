@@ -78,7 +78,7 @@ def broadcast_state(session):
     (pulled from its device) into every rank's, on the host and then on the device."""
     session.pull()
     for array in _state_arrays(session):
-        broadcast_array(array)
+        np.copyto(array, broadcast_array(array))        # a no-op where broadcast_array wrote in place
     session.optimizer.step_count = broadcast_object(session.optimizer.step_count)
     session.push()
 

@@ -56,7 +56,7 @@ class Module:
         missing = [p for p in self._trainable if p not in state.values]
         untrained = [p for p in self._trainable if p in state.values and p not in state.trainable]
         if missing or untrained:
-            raise ValueError(f"Module: the checkpoint state " + (f"has no parameter(s) {missing}" if missing else
+            raise ValueError("Module: the checkpoint state " + (f"has no parameter(s) {missing}" if missing else
                              f"holds {untrained} as frozen, but the training model trains them") +
                              f" (its parameters: {sorted(state.values)})")
         internal = set(state_inputs) | {p + BUFFER_SUFFIX for p in self._trainable} | {RESET_INPUT}
