@@ -141,13 +141,18 @@ def dropout_streams(world, device):
 
 
 def mismatch():
-    """Rank 1 builds a wider model than rank 0: every rank must raise WorldMismatchError."""
+    """Rank 1 builds a wider model than rank 0: every rank must raise WorldMismatchError.  Rank 0
+    prints every rank's message as one JSON list (lines of two ranks may interleave)."""
     world = distributed.init()
     model = nn.Sequential(nn.Flatten(), nn.Linear(36, 3 + world.rank))
+    error = None
     try:
         TrainingSession(model, nn.CrossEntropyLoss(), SGD(0.1), input_shape=(1, 6, 6), data_parallel=True)
     except minitrain.errors.WorldMismatchError as e:
-        print(json.dumps({"rank": world.rank, "error": str(e)}), flush=True)
+        error = {"rank": world.rank, "error": str(e)}
+    errors = distributed.collectives.allgather_object(error)
+    if world.rank == 0:
+        print(json.dumps([e for e in errors if e is not None]), flush=True)
 
 
 SCENARIOS = {"collectives": collectives, "raise": raise_on, "equivalence": equivalence, "mismatch": mismatch}
