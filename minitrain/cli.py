@@ -439,6 +439,9 @@ def call_distributed(run, args):
     except DistributedUnavailableError as e:
         raise UsageError(f"--distributed: {e}") from None
     try:
+        if args.batch_size and args.batch_size % world.size:
+            raise UsageError(f"--batch-size {args.batch_size} is the global batch and must split evenly over the "
+                             f"{world.size} ranks")
         if args.device == "cuda":
             _check_device_on_every_rank(args.device)
         with contextlib.ExitStack() as quiet:

@@ -55,9 +55,12 @@ def test_cli_prints_once_writes_one_run_folder_and_reports_global_metrics(tmp_pa
     assert records[0]["test_loss"] == pytest.approx(expected["test_loss"], rel=1e-5)
     assert abs(records[0]["test_accuracy"] - expected["test_accuracy"]) <= 1 / len(data.y_test)
 
-    # a run folder refused on rank 0 stops both ranks, with one error line
+    # a run folder refused on rank 0, or a global batch that does not split over the ranks, stops
+    # both ranks with one error line
     refused = on_two_ranks(*train, status=2)
     assert refused.stderr.count("already holds a run") == 1, refused.stderr
+    refused = on_two_ranks(*train[:-2], "--batch-size", "33", status=2)
+    assert refused.stderr.count("must split evenly over the 2 ranks") == 1, refused.stderr
 
 
 def run_worker_on_two_ranks(out_dir, epochs, mode, result_path, *flags):
