@@ -13,6 +13,7 @@ optimizer model, which onnxblock builds itself, is rewritten with IR version 8 a
 generation.
 """
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -142,3 +143,17 @@ def batch(rng, n, x_shape, classes, loss):
     if loss == "BCEWithLogitsLoss":
         return x, rng.integers(0, 2, (n, classes)).astype(np.float32)
     return x, rng.standard_normal((n, classes)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Artifacts per (model, loss, optimizer), generated once per test module that imports this
+    fixture: folders(case) -> (folder, what generate() returned)."""
+    made = {}
+
+    def folder(case):
+        if case not in made:
+            path = tmp_path_factory.mktemp("_".join(case))
+            made[case] = path, generate(case[0], path, case[1], case[2])
+        return made[case]
+    return folder

@@ -27,6 +27,7 @@ import onnxruntime  # noqa: E402
 from onnxruntime.training import api as ort_api  # noqa: E402
 
 import ort_models  # noqa: E402
+folders = ort_models.folders     # the artifacts fixture, shared with the other ORT tests
 from minitrain.onnx import training  # noqa: E402
 from minitrain.onnx.ort_checkpoint_format import read_checkpoint  # noqa: E402
 
@@ -38,19 +39,6 @@ CASES = [("conv1d_global_avg", "CrossEntropyLoss", "AdamW"), ("conv1d_mean", "MS
          ("conv2d_bn", "MSELoss", "AdamW"), ("conv2d_bn", "BCEWithLogitsLoss", "SGD"),
          ("conv3d", "CrossEntropyLoss", "SGD"), ("conv3d", "MSELoss", "AdamW")]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Artifacts per (model, loss, optimizer), generated once."""
-    made = {}
-
-    def folder(case):
-        if case not in made:
-            path = tmp_path_factory.mktemp("_".join(case))
-            made[case] = path, ort_models.generate(case[0], path, case[1], case[2])
-        return made[case]
-    return folder
 
 
 def batches(case, shape, count=STEPS, seed=1):

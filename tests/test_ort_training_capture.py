@@ -15,6 +15,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime.training.artifacts", reason="needs onnxruntime-training")
 
 import ort_models  # noqa: E402
+folders = ort_models.folders     # the artifacts fixture, shared with the other ORT tests
 from minitrain.onnx import training  # noqa: E402
 
 STEPS = 10
@@ -23,19 +24,6 @@ TRAIN_RUNS = STEPS + len(DOUBLE_BATCH_STEPS)
 EVAL_RUNS = 4
 CASES = [("conv2d_bn", "MSELoss", "AdamW"), ("conv3d", "CrossEntropyLoss", "SGD"),
          ("conv1d_global_avg", "CrossEntropyLoss", "AdamW")]
-
-
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """Artifacts per (model, loss, optimizer), generated once."""
-    made = {}
-
-    def folder(case):
-        if case not in made:
-            path = tmp_path_factory.mktemp("_".join(case))
-            made[case] = path, ort_models.generate(case[0], path, case[1], case[2])
-        return made[case]
-    return folder
 
 
 def run(folder, shape, case, device, capture=True):
