@@ -30,6 +30,12 @@ GRAPH_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
 DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)
 GRAPH_DATA_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
+# ONNX's TensorProto.DataType codes and their NumPy element types (bfloat16, 16, where ml_dtypes
+# gives NumPy one); Cast, the checkpoint format and shape folding each take the codes they serve.
+TENSOR_PROTO_DTYPES = {code: np.dtype(t) for code, t in (
+    (1, np.float32), (2, np.uint8), (3, np.int8), (4, np.uint16), (5, np.int16), (6, np.int32), (7, np.int64),
+    (9, np.bool_), (10, np.float16), (11, np.float64), (12, np.uint32), (13, np.uint64))}
+TENSOR_PROTO_DTYPES.update({16: t for t in BFLOAT16_TYPES})
 
 REQUIRED = object()
 
