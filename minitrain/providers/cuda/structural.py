@@ -27,7 +27,7 @@ from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .elementwise import broadcast_strides
 from .launch import MAX_RANK
-from .layout import collapse, plan_args, plan_signature
+from .layout import collapse, dense_strides, plan_args, plan_signature
 from .shape import view
 
 _COPY = Kernel("structural", "copy_strided", "PPq" + plan_signature(2))
@@ -44,15 +44,6 @@ PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
 COORDINATES = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3,
                "half_pixel_symmetric": 4}
 ROUNDING = {mode: i for i, mode in enumerate(NEAREST_MODES)}
-
-
-def dense_strides(shape):
-    """Element strides of a C-contiguous array of `shape`."""
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= int(d)
-    return strides[::-1]
 
 
 def address(value, elements=0):
