@@ -21,6 +21,10 @@ from .shape_utils import shapes_differ
 
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
+# minitrain's own ops: the data-parallel flat buffer (ConcatFlat, SliceFlat), and the fused ops
+# the fusion pass writes where ONNX Runtime has none
+MINITRAIN_DOMAIN = "ai.minitrain"
+FUSED_DOMAIN = "ai.minitrain.fused"
 
 # The float element types of NumPy, which the CPU kernels register from; GRAPH_FLOAT_TYPES adds
 # bfloat16 (with ml_dtypes installed), which a graph may hold and only CUDA kernels serve.

@@ -20,8 +20,8 @@ import math
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
-from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha, max_pool_tiles
-from ...ops.schema import MS_DOMAIN
+from ...ops.fused import ACTIVATIONS, activation_alpha, max_pool_tiles
+from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
