@@ -21,6 +21,7 @@ import numpy as np
 from ..bfloat16 import BFLOAT16_TYPES
 from ..errors import CheckpointError
 from ..ops.schema import TENSOR_PROTO_DTYPES
+from ._backend import require_flatbuffers
 
 FILE_IDENTIFIER = b"ODTC"
 SUPPORTED_VERSIONS = (1, 2)     # 2 adds ModuleState.is_nominal_state; 1 reads the same
@@ -226,8 +227,7 @@ def _read_tensor(table):
 def write_checkpoint(contents, path):
     """Write `contents` (a CheckpointContents) to `path` in ONNX Runtime's format, tensors and
     names sorted as ONNX Runtime writes them."""
-    import flatbuffers
-    builder = flatbuffers.Builder(1024)
+    builder = require_flatbuffers().Builder(1024)
     trainable = _tensor_vector(builder, contents.trainable)
     frozen = _tensor_vector(builder, contents.frozen)
     builder.StartObject(len(MODULE_STATE))
