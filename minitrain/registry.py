@@ -21,7 +21,7 @@ import numpy as np
 from .bfloat16 import BFLOAT16_TYPES
 from .caches import freeze
 from .errors import KernelNotFoundError, ShapeError
-from .ops.schema import ONNX_DOMAIN
+from .ops.schema import ONNX_DOMAIN, describe_op
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,13 @@ class KernelContext:
         be hashed): the bound node's, made once, else made now."""
         return self.attrs_key if self.attrs_key is not None else freeze(self.attrs)
 
+    @property
+    def who(self):
+        """The op and node name, as errors name them."""
+        return describe_op(self.op_type, self.node_name)
+
     def fail(self, message, error=ShapeError):
-        who = f"{self.op_type} (node {self.node_name!r})" if self.node_name else self.op_type
-        raise error(f"{who}: {message}")
+        raise error(f"{self.who}: {message}")
 
 
 _KERNELS: dict = {}

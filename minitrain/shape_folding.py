@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import GraphError
+from .ops.schema import TENSOR_PROTO_DTYPES
 
 SHAPE_OPS = frozenset({"Shape", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add", "Sub",
                        "Mul", "Div", "Cast", "Identity"})
@@ -107,7 +108,7 @@ class ShapeFolder:
             return None
         data = inputs[0]
         if op in ("Identity", "Cast"):
-            return data if op == "Identity" or np.dtype(_cast_dtype(attrs)) in INT_TYPES else None
+            return data if op == "Identity" or TENSOR_PROTO_DTYPES.get(attrs.get("to")) in INT_TYPES else None
         if op == "Gather":
             index = inputs[1]
             if data.scalar or not index.known or attrs.get("axis", 0) != 0:
@@ -174,8 +175,3 @@ class ShapeFolder:
         raise GraphError(f"node {consumer.name!r} ({consumer.op_type}) takes input {name!r} = {list(value.entries)}, "
                          "computed from symbolic dims: only Reshape's target shape can hold them (as 0 or -1); "
                          "export the model with static shapes there")
-
-
-def _cast_dtype(attrs):
-    from_onnx = {1: np.float32, 6: np.int32, 7: np.int64, 10: np.float16, 11: np.float64}
-    return from_onnx.get(attrs.get("to"), np.float32)

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 import minitrain
-from minitrain import distributed, nn
+from minitrain import distributed, nn, providers
 from minitrain.optim import SGD
 from minitrain.training import TrainingSession
 
@@ -23,7 +23,8 @@ def collectives():
     """Every host collective once; rank 0 prints what every rank saw, as JSON."""
     world = distributed.init()
     assert distributed.init() is world
-    seen = {"world": [world.rank, world.size, world.local_rank], "main": distributed.is_main()}
+    seen = {"world": [world.rank, world.size, world.local_rank], "main": distributed.is_main(),
+            "device": providers.device_index()}
     seen["object"] = distributed.broadcast_object({"from": world.rank}, root=1)
     buffer = np.full(3, world.rank, np.float32)
     same = distributed.broadcast_array(buffer)
@@ -42,7 +43,8 @@ def collectives():
     except minitrain.errors.DistributedUnavailableError as e:
         restart = str(e)
     if main:
-        print(json.dumps({"ranks": everyone, "after_shutdown": [distributed.world(), restart]}))
+        print(json.dumps({"ranks": everyone, "after_shutdown": [distributed.world(), restart,
+                                                                providers.device_index()]}))
 
 
 def raise_on(rank):

@@ -37,10 +37,11 @@ def test_world_collectives_and_shutdown_on_two_ranks():
     result = launch(2, "collectives")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    world, restart = report["after_shutdown"]
-    assert world is None and "already finalised" in restart
+    world, restart, device = report["after_shutdown"]
+    assert world is None and "already finalised" in restart and device is None
     for rank, seen in enumerate(report["ranks"]):
         assert seen["world"] == [rank, 2, rank]          # one host: local rank = rank
+        assert seen["device"] == rank                    # the GPU a CUDA provider would take
         assert seen["main"] == (rank == 0)
         assert seen["object"] == {"from": 1}
         assert seen["array_in_place"] == [True, [0.0, 0.0, 0.0]]

@@ -4,7 +4,7 @@ of its host it takes.
 mpi4py is imported by `init()` alone, so `import minitrain` never starts MPI.  Processes are
 launched by MPI (`mpiexec -n N python ...`); a script run without mpiexec is a world of one.
 The ranks of one host are found with MPI's shared-memory split, and a rank's local rank is the
-GPU it drives.  `shutdown()` (also run at exit) first runs the hooks that release what lives on
+GPU it drives (init() hands it to the providers: providers.set_device_index).  `shutdown()` (also run at exit) first runs the hooks that release what lives on
 top of MPI (NCCL communicators, which must go while the CUDA context lives), then finalises MPI.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import atexit
 from dataclasses import dataclass
 
 from ..errors import DistributedUnavailableError
+from ..providers import set_device_index
 from .failure import abort_on_uncaught_exception
 
 INSTALL_HINT = 'pip install -e ".[distributed]" (mpi4py and the mpich wheel, which puts mpiexec in the venv)'
@@ -53,6 +54,7 @@ def init():
     host = _comm.Split_type(MPI.COMM_TYPE_SHARED)
     _world = World(rank=_comm.Get_rank(), size=_comm.Get_size(), local_rank=host.Get_rank())
     host.Free()
+    set_device_index(_world.local_rank)
     abort_on_uncaught_exception(_world.rank, _comm)
     atexit.register(shutdown)
     return _world
@@ -99,3 +101,4 @@ def shutdown():
     if not _mpi.Is_finalized():
         _mpi.Finalize()
     _world, _comm, _finalised = None, None, True
+    set_device_index(None)

@@ -6,8 +6,8 @@ or the dB output of a ConvGrad reading dX as its dY (the ConvGrad then computes 
 only).  dX stays available to its other readers."""
 import numpy as np
 
-from ..ops.fused import ACTIVATIONS, FUSED_DOMAIN, LEAKY_DEFAULT
-from ..ops.schema import MS_DOMAIN
+from ..ops.fused import ACTIVATIONS, LEAKY_DEFAULT
+from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from .rewrite import fused_node
 
 FUSED = "ActivationGradBias"

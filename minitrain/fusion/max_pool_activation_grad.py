@@ -10,8 +10,7 @@ else reads the MaxPool's Indices, the MaxPool stops writing them.
 The rule applies where the provider running the nodes has a MaxPoolActivationGrad kernel that
 is not a reference kernel (CUDA's): the CPU's runs the unfused kernels in turn, the MaxPool
 again for its Indices, and would cost about what it saves."""
-from ..ops.fused import FUSED_DOMAIN
-from ..ops.schema import MS_DOMAIN, ONNX_DOMAIN
+from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN, ONNX_DOMAIN
 from .activation_grad_bias import GRADIENTS, bias_reader, gradient_attrs, take_over_bias
 from .rewrite import fused_node
 

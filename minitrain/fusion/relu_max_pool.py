@@ -17,8 +17,7 @@ MaxPoolActivationGrad (max_pool_activation_grad.py, the later rule): where it wo
 gradient pair is that rule's, and the step keeps its measured plan.
 """
 from ..graph import Node
-from ..ops.fused import FUSED_DOMAIN
-from ..ops.schema import MS_DOMAIN, ONNX_DOMAIN
+from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN, ONNX_DOMAIN
 from .max_pool_activation_grad import FUSED as MAX_POOL_GRADIENT_FUSED
 
 

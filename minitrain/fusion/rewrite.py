@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..graph import Node
 from ..inference import check_graph_node, infer_types
-from ..ops.fused import FUSED_DOMAIN
+from ..ops.schema import FUSED_DOMAIN
 from ..providers import provider_list
 from ..registry import find
 

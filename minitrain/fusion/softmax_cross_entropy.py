@@ -3,8 +3,7 @@
 The gradient node reads the loss node's log_prob, labels and weights with the same attributes,
 and a seed dY that no node computes (the constant 1 of the training graph, or a fed scale):
 the fused node yields the loss and d_logits in one pass, and log_prob is never stored."""
-from ..ops.fused import FUSED_DOMAIN
-from ..ops.schema import MS_DOMAIN, ONNX_DOMAIN
+from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN, ONNX_DOMAIN
 from .rewrite import fused_node
 
 FUSED = "SoftmaxCrossEntropyLossWithGrad"

@@ -18,7 +18,10 @@ import struct
 
 import numpy as np
 
+from ..bfloat16 import BFLOAT16_TYPES
 from ..errors import CheckpointError
+from ..ops.schema import TENSOR_PROTO_DTYPES
+from ._backend import require_flatbuffers
 
 FILE_IDENTIFIER = b"ODTC"
 SUPPORTED_VERSIONS = (1, 2)     # 2 adds ModuleState.is_nominal_state; 1 reads the same
@@ -34,10 +37,9 @@ PROPERTY = {"name": 0, "value": 1}
 TENSOR = {"name": 0, "doc_string": 1, "dims": 2, "data_type": 3, "raw_data": 4, "string_data": 5,
           "external_data_offset": 6}
 
-# ort.fbs TensorDataType (the numbering of ONNX's TensorProto.DataType).
-DTYPE_OF_CODE = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
-                 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
-CODE_OF_DTYPE = {np.dtype(t): code for code, t in DTYPE_OF_CODE.items()}
+# ort.fbs TensorDataType (the numbering of ONNX's TensorProto.DataType), bfloat16 aside.
+DTYPE_OF_CODE = {code: dtype for code, dtype in TENSOR_PROTO_DTYPES.items() if dtype not in BFLOAT16_TYPES}
+CODE_OF_DTYPE = {dtype: code for code, dtype in DTYPE_OF_CODE.items()}
 
 
 @dataclasses.dataclass
@@ -225,8 +227,7 @@ def _read_tensor(table):
 def write_checkpoint(contents, path):
     """Write `contents` (a CheckpointContents) to `path` in ONNX Runtime's format, tensors and
     names sorted as ONNX Runtime writes them."""
-    import flatbuffers
-    builder = flatbuffers.Builder(1024)
+    builder = require_flatbuffers().Builder(1024)
     trainable = _tensor_vector(builder, contents.trainable)
     frozen = _tensor_vector(builder, contents.frozen)
     builder.StartObject(len(MODULE_STATE))

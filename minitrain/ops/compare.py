@@ -8,15 +8,15 @@ import numpy as np
 
 from ..bfloat16 import BFLOAT16_TYPES
 from .gradients import gradient
-from .schema import REQUIRED, Attr, Input, schema
+from .schema import GRAPH_FLOAT_TYPES, INDEX_TYPES, REQUIRED, TENSOR_PROTO_DTYPES, Attr, Input, schema
 from .shape_utils import broadcast_shapes
 
 BOOL = (np.bool_,)
 
-# ONNX TensorProto.DataType codes of the element types minitrain serves (bfloat16, 16, where
-# ml_dtypes gives NumPy one: only CUDA kernels serve it).
-ONNX_DTYPES = {1: np.dtype(np.float32), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
-               10: np.dtype(np.float16), 11: np.dtype(np.float64), **{16: t for t in BFLOAT16_TYPES}}
+# The ONNX TensorProto.DataType codes of the element types minitrain serves: the graph's float
+# types (bfloat16 only on CUDA), int32, int64 and bool.
+ONNX_DTYPES = {code: dtype for code, dtype in TENSOR_PROTO_DTYPES.items()
+               if dtype in GRAPH_FLOAT_TYPES + INDEX_TYPES + (np.dtype(np.bool_),)}
 ONNX_CODE = {dtype: code for code, dtype in ONNX_DTYPES.items()}
 CAST_TYPES = tuple(ONNX_DTYPES.values())
 HOST_CAST_TYPES = tuple(t for t in CAST_TYPES if t not in BFLOAT16_TYPES)   # the CPU kernel's

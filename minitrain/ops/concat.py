@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import GraphError
 from .gradients import gradient
 from .schema import GRAPH_DATA_TYPES, REQUIRED, Attr, Input, schema
-from .shape_utils import normalize_axis
+from .shape_utils import kernel_axis, normalize_axis
 
 MAX_PIECES = 64
 PIECES = tuple(f"outputs_{i}" for i in range(MAX_PIECES))
@@ -121,6 +121,32 @@ def split_count(schema_version, attrs, split, wanted):
     if schema_version >= 18 and attrs.get("num_outputs") is not None:
         return attrs["num_outputs"]
     return max(PIECES.index(w) for w in wanted) + 1
+
+
+def concat_axis(fail, axis, shapes):
+    """The axis a Concat kernel joins the input `shapes` along, checked: one rank of at least
+    1, and the same dims off the axis."""
+    rank = len(shapes[0])
+    if rank == 0 or any(len(s) != rank for s in shapes):
+        fail(f"inputs have shapes {[tuple(s) for s in shapes]}; they need one rank of at least 1")
+    axis = kernel_axis(fail, axis, rank)
+    off_axis = [tuple(s[:axis]) + tuple(s[axis + 1:]) for s in shapes]
+    if any(o != off_axis[0] for o in off_axis):
+        fail(f"inputs {[tuple(s) for s in shapes]} differ in a dim other than the axis {axis}")
+    return axis
+
+
+def split_plan(fail, version, attrs, shape, split, wanted):
+    """(axis, sizes) of a Split kernel of this schema version cutting an input of `shape`
+    (`split` the sizes given, or None) for the outputs `wanted`."""
+    if len(shape) == 0:
+        fail("input is 0-d; Split needs an axis")
+    axis = kernel_axis(fail, attrs["axis"], len(shape))
+    count = split_count(version, attrs, split, wanted)
+    beyond = [w for w in wanted if PIECES.index(w) >= count]
+    if beyond:
+        fail(f"makes {count} pieces; output {beyond[0]!r} is beyond them")
+    return axis, split_sizes(fail, shape[axis], split, count)
 
 
 def infer_split(ctx):

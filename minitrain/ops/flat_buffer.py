@@ -14,9 +14,7 @@ memory, nothing copied.  Neither op has a gradient.
 """
 import math
 
-from .schema import REQUIRED, Attr, Input, schema
-
-MINITRAIN_DOMAIN = "ai.minitrain"
+from .schema import MINITRAIN_DOMAIN, REQUIRED, Attr, Input, schema
 
 
 @schema("ConcatFlat", domain=MINITRAIN_DOMAIN, inputs=[Input("input", variadic=True)], outputs=["flat"],

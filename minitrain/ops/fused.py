@@ -29,9 +29,8 @@ from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
 from .math import GEMM_ATTRS, infer_gemm
 from .pool import check_pool_input
 from .pool_geometry import output_spatial
-from .schema import MS_DOMAIN, REQUIRED, Attr, Input, schema
+from .schema import FUSED_DOMAIN, MS_DOMAIN, REQUIRED, Attr, Input, schema
 
-FUSED_DOMAIN = "ai.minitrain.fused"
 # activation -> its gradient op (com.microsoft), which the CPU and CUDA kernels name by the
 # activation's lower-case name
 ACTIVATIONS = {"Relu": "ReluGrad", "Sigmoid": "SigmoidGrad", "Tanh": "TanhGrad", "LeakyRelu": "LeakyReluGrad"}

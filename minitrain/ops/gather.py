@@ -12,7 +12,7 @@ import numpy as np
 
 from .gradients import gradient
 from .schema import GRAPH_DATA_TYPES, MS_DOMAIN, Attr, Input, schema
-from .shape_utils import normalize_axis
+from .shape_utils import kernel_axis, normalize_axis
 
 INDICES = (np.int64, np.int32)
 
@@ -29,6 +29,29 @@ def check_indices(fail, indices, dim):
         fail(f"input 'indices' holds {int(index[bad].reshape(-1)[0])}, out of range for a dim of {dim}: "
              f"expected [{-dim}, {dim - 1}]")
     return np.where(index < 0, index + dim, index)
+
+
+def gather_plan(fail, axis, data_shape, indices):
+    """(axis, index) of a Gather kernel: the axis checked against the data, the indices made
+    non-negative int64."""
+    if len(data_shape) == 0:
+        fail("input 'data' is 0-d; Gather needs an axis")
+    axis = kernel_axis(fail, axis, len(data_shape))
+    return axis, check_indices(fail, indices, data_shape[axis])
+
+
+def gather_grad_plan(fail, axis, shape, indices, dy_shape):
+    """(shape, axis, index) of a GatherGrad kernel: the data's shape (from the `shape` input)
+    as ints, its axis, the indices made non-negative, dY's shape checked as their gather."""
+    shape = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    if not shape or any(d < 0 for d in shape):
+        fail(f"input 'shape' {shape} is not the shape of a Gather's data")
+    axis = kernel_axis(fail, axis, len(shape))
+    index = check_indices(fail, indices, shape[axis])
+    expected = gathered_shape(shape, index.shape, axis)
+    if tuple(dy_shape) != expected:
+        fail(f"input 'dY' has shape {tuple(dy_shape)}; expected {expected} (the gather of data of shape {shape})")
+    return shape, axis, index
 
 
 def infer_gather(ctx):

@@ -169,6 +169,32 @@ def scale_list(value):
     return [int(v) for v in flat] if np.issubdtype(flat.dtype, np.integer) else [float(v) for v in flat]
 
 
+def node_plan(fail, version, attrs, shape, scales, sizes):
+    """(plan, mode, coordinates, nearest) of a Resize or Upsample node of this schema version,
+    its settings checked: what a kernel of either provider runs."""
+    check_settings(fail, version, attrs)
+    return (resize_plan(fail, attrs, shape, scales, sizes),) + settings(version, attrs)
+
+
+def grad_plan(fail, attrs, x_shape, dy_shape, scales):
+    """The plan of a ResizeGrad node (X's axes resized to dY's), dY's shape checked against it;
+    without scales, each axis's size is dY's."""
+    check_settings(fail, 19, attrs, legacy_rounding=True)
+    x_shape, dy_shape = tuple(x_shape), tuple(dy_shape)
+    if len(dy_shape) != len(x_shape):
+        fail(f"input 'dY' has rank {len(dy_shape)}; X has rank {len(x_shape)}")
+    if scales is None:
+        axes = resized_axes(fail, attrs, len(x_shape))
+        plan = resize_plan(fail, {**attrs, "keep_aspect_ratio_policy": "stretch"}, x_shape, None,
+                           [dy_shape[a] for a in axes])
+    else:
+        plan = resize_plan(fail, attrs, x_shape, scales, None)
+    expected = tuple(a.out for a in plan)
+    if dy_shape != expected:
+        fail(f"input 'dY' has shape {dy_shape}; expected {expected} (X of shape {x_shape} resized)")
+    return plan
+
+
 # --------------------------------------------------------------------------- schemas
 def _static_list(ctx, i):
     """A scales or sizes input's values when inference knows them: (known, list or None)."""

@@ -21,6 +21,10 @@ from .shape_utils import shapes_differ
 
 ONNX_DOMAIN = ""
 MS_DOMAIN = "com.microsoft"
+# minitrain's own ops: the data-parallel flat buffer (ConcatFlat, SliceFlat), and the fused ops
+# the fusion pass writes where ONNX Runtime has none
+MINITRAIN_DOMAIN = "ai.minitrain"
+FUSED_DOMAIN = "ai.minitrain.fused"
 
 # The float element types of NumPy, which the CPU kernels register from; GRAPH_FLOAT_TYPES adds
 # bfloat16 (with ml_dtypes installed), which a graph may hold and only CUDA kernels serve.
@@ -30,6 +34,12 @@ GRAPH_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
 DATA_TYPES = FLOAT_TYPES + (np.dtype(np.int64),)
 GRAPH_DATA_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)
 INDEX_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
+# ONNX's TensorProto.DataType codes and their NumPy element types (bfloat16, 16, where ml_dtypes
+# gives NumPy one); Cast, the checkpoint format and shape folding each take the codes they serve.
+TENSOR_PROTO_DTYPES = {code: np.dtype(t) for code, t in (
+    (1, np.float32), (2, np.uint8), (3, np.int8), (4, np.uint16), (5, np.int16), (6, np.int32), (7, np.int64),
+    (9, np.bool_), (10, np.float16), (11, np.float64), (12, np.uint32), (13, np.uint64))}
+TENSOR_PROTO_DTYPES.update({16: t for t in BFLOAT16_TYPES})
 
 REQUIRED = object()
 

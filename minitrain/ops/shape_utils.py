@@ -58,6 +58,13 @@ def normalize_axis(ctx, axis, rank, attr="axis", allow_end=False):
     return axis + rank if axis < 0 else axis
 
 
+def kernel_axis(fail, axis, rank):
+    """normalize_axis for a kernel, whose context has only `fail`: attribute 'axis' in
+    [-rank, rank) as a non-negative int."""
+    if not -rank <= axis < rank:
+        fail(f"attribute 'axis'={axis} is out of range for an input of rank {rank}: expected [{-rank}, {rank - 1}]")
+    return axis + rank if axis < 0 else axis
+
 def product(dims):
     """Product of dims; a symbolic name when any dim is symbolic (kept only if alone)."""
     result = 1

@@ -6,6 +6,19 @@ import importlib
 from .base import Provider
 
 _MODULES = {"cpu": "minitrain.providers.cpu", "cuda": "minitrain.providers.cuda"}
+_device_index = None
+
+
+def set_device_index(index):
+    """Choose the GPU of its host that a device provider made later in this process drives
+    (distributed.init() passes its local rank: one GPU per rank); None restores the default."""
+    global _device_index
+    _device_index = None if index is None else int(index)
+
+
+def device_index():
+    """The GPU chosen by set_device_index, or None."""
+    return _device_index
 
 
 def get_provider(name):

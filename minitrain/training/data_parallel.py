@@ -25,8 +25,7 @@ from .. import random as mt_random
 from ..distributed.collectives import allgather_object, allreduce_mean, broadcast_array, broadcast_object
 from ..distributed.world import world
 from ..errors import DistributedUnavailableError, WorldMismatchError
-from ..ops.flat_buffer import MINITRAIN_DOMAIN
-from ..ops.schema import MS_DOMAIN
+from ..ops.schema import MINITRAIN_DOMAIN, MS_DOMAIN
 
 FLAT_GRADIENTS = "data_parallel.gradients"
 REDUCED_GRADIENTS = "data_parallel.gradients_summed"

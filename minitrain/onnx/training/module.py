@@ -202,7 +202,6 @@ class Module:
         """Write the eval model with the current parameters as initializers, cut down to the
         nodes that produce `graph_output_names` and the inputs they read."""
         onnx = require_onnx()
-        from onnx import helper, numpy_helper
         if self._eval_model_uri is None:
             raise RuntimeError("Module.export_model_for_inferencing needs the eval model; pass eval_model_uri")
         model = onnx.shape_inference.infer_shapes(onnx.load(self._eval_model_uri))
@@ -218,11 +217,11 @@ class Module:
                 kept.append(node)
                 needed.update(i for i in node.input if i)
         inputs = [v for v in graph.input if v.name in needed and v.name not in self._state.values]
-        initializers = [numpy_helper.from_array(self._state.host(self._state.values[n]), n)
+        initializers = [onnx.numpy_helper.from_array(self._state.host(self._state.values[n]), n)
                         for n in sorted(needed) if n in self._state.values]
         initializers += [t for t in graph.initializer if t.name in needed]
-        inference = helper.make_graph(list(reversed(kept)), graph.name, inputs,
+        inference = onnx.helper.make_graph(list(reversed(kept)), graph.name, inputs,
                                       [known[n] for n in graph_output_names], initializers)
-        exported = helper.make_model(inference, opset_imports=model.opset_import, producer_name="minitrain")
+        exported = onnx.helper.make_model(inference, opset_imports=model.opset_import, producer_name="minitrain")
         exported.ir_version = model.ir_version
         onnx.save(exported, os.fspath(inference_model_uri))

@@ -83,7 +83,6 @@ class Optimizer:
         """(op type, attributes, the node's inputs) of the optimizer model, checked to be what
         generate_artifacts writes."""
         onnx = require_onnx()
-        from onnx import helper
         model = onnx.load(self._uri)
         nodes = [n for n in model.graph.node if n.domain == MS_DOMAIN and n.op_type in ALGORITHMS]
         if len(nodes) != 1 or len(model.graph.node) != 1:
@@ -101,7 +100,7 @@ class Optimizer:
         if inputs != allowed:
             raise GraphError(f"Optimizer: {self._uri}: node {node.op_type} reads {list(inputs)}; minitrain runs it "
                              f"on {list(allowed)} (no update_signal)")
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         return node.op_type, attrs, inputs
 
     def _check_moments(self, group):

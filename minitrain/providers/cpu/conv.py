@@ -653,32 +653,28 @@ def bias_grad(dy):
 
 
 # --------------------------------------------------------------------------- kernels
-def _who(ctx):
-    return f"{ctx.op_type} (node {ctx.node_name!r})" if ctx.node_name else ctx.op_type
-
-
 def conv_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
-    return {"Y": conv_forward(x, w, b, geom, _who(ctx))}
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
+    return {"Y": conv_forward(x, w, b, geom, ctx.who)}
 
 
 def conv_transpose_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
-    return {"Y": conv_data_grad(x, w, b, geom, _who(ctx))}
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
+    return {"Y": conv_data_grad(x, w, b, geom, ctx.who)}
 
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
     out = {}
     if ctx.wants("dX"):
-        out["dX"] = conv_data_grad(dy, w, None, geom, _who(ctx))
+        out["dX"] = conv_data_grad(dy, w, None, geom, ctx.who)
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(dy, x, w.shape, geom, _who(ctx))
+        out["dW"] = conv_weight_grad(dy, x, w.shape, geom, ctx.who)
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
     return out
@@ -686,12 +682,12 @@ def conv_grad_kernel(ctx):
 
 def conv_transpose_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
     out = {}
     if ctx.wants("dX"):
-        out["dX"] = conv_forward(dy, w, None, geom, _who(ctx))
+        out["dX"] = conv_forward(dy, w, None, geom, ctx.who)
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(x, dy, w.shape, geom, _who(ctx))
+        out["dW"] = conv_weight_grad(x, dy, w.shape, geom, ctx.who)
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
     return out

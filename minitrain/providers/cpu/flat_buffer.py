@@ -2,8 +2,8 @@
 ops/flat_buffer.py."""
 import numpy as np
 
-from ...ops.flat_buffer import MINITRAIN_DOMAIN, slice_bounds
-from ...ops.schema import FLOAT_TYPES
+from ...ops.flat_buffer import slice_bounds
+from ...ops.schema import FLOAT_TYPES, MINITRAIN_DOMAIN
 from ...registry import register_kernel
 
 

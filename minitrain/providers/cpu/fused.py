@@ -3,8 +3,8 @@ one call, the activation applied in place, so a fused plan gives the unfused pla
 import numpy as np
 
 from ..._ext import activation as _act
-from ...ops.fused import FUSED_DOMAIN, KERNEL_NAMES, activation_alpha, max_pool_tiles
-from ...ops.schema import MS_DOMAIN
+from ...ops.fused import KERNEL_NAMES, activation_alpha, max_pool_tiles
+from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import KernelContext, register_kernel
 from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel

@@ -3,8 +3,8 @@ mode takes entries along the axis, linear mode blends two; the gradient adds dY 
 same maps (np.add.at), the axes in reverse order."""
 import numpy as np
 
-from ...ops.resize import (check_settings, is_identity, linear_taps, nearest_positions, resize_plan, resized_axes,
-                           scale_list, settings, source_coordinates)
+from ...ops.resize import (grad_plan, is_identity, linear_taps, nearest_positions, node_plan, scale_list, settings,
+                           source_coordinates)
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 
@@ -51,31 +51,24 @@ def resize_gradient_array(dy, plan, mode, coordinates, nearest):
     return np.ascontiguousarray(dx, dtype=dy.dtype)
 
 
-def node_plan(ctx, version, x_shape, scales, sizes):
-    """(plan, mode, coordinates, nearest) of a Resize or Upsample node."""
-    check_settings(ctx.fail, version, ctx.attrs)
-    plan = resize_plan(ctx.fail, ctx.attrs, x_shape, scales, sizes)
-    return (plan,) + settings(version, ctx.attrs)
-
-
 @register_kernel("Upsample", since=7, end=8, dtypes=FLOAT_TYPES)
 def upsample_7(ctx):
     x = ctx.inputs[0]
-    return {"Y": resize_array(x, *node_plan(ctx, 7, x.shape, list(ctx.attrs["scales"]), None))}
+    return {"Y": resize_array(x, *node_plan(ctx.fail, 7, ctx.attrs, x.shape, list(ctx.attrs["scales"]), None))}
 
 
 @register_kernel("Upsample", since=9, dtypes=FLOAT_TYPES, host_inputs=(1,))
 @register_kernel("Resize", since=10, end=10, dtypes=FLOAT_TYPES, host_inputs=(1,))
 def upsample(ctx):
     x, scales = ctx.inputs
-    return {"Y": resize_array(x, *node_plan(ctx, 10, x.shape, scale_list(scales), None))}
+    return {"Y": resize_array(x, *node_plan(ctx.fail, 10, ctx.attrs, x.shape, scale_list(scales), None))}
 
 
 @register_kernel("Resize", since=11, dtypes=FLOAT_TYPES, host_inputs=(1, 2, 3))
 def resize(ctx):
     inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
     x = inputs[0]
-    plan = node_plan(ctx, 19, x.shape, scale_list(inputs[2]), scale_list(inputs[3]))
+    plan = node_plan(ctx.fail, 19, ctx.attrs, x.shape, scale_list(inputs[2]), scale_list(inputs[3]))
     return {"Y": resize_array(x, *plan)}
 
 
@@ -83,16 +76,5 @@ def resize(ctx):
 def resize_grad(ctx):
     inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
     dy, x, scales = inputs[0], inputs[1], scale_list(inputs[3])
-    check_settings(ctx.fail, 19, ctx.attrs, legacy_rounding=True)
-    if dy.ndim != x.ndim:
-        ctx.fail(f"input 'dY' has rank {dy.ndim}; X has rank {x.ndim}")
-    if scales is None:
-        axes = resized_axes(ctx.fail, ctx.attrs, x.ndim)
-        plan = resize_plan(ctx.fail, {**ctx.attrs, "keep_aspect_ratio_policy": "stretch"}, x.shape, None,
-                           [dy.shape[a] for a in axes])
-    else:
-        plan = resize_plan(ctx.fail, ctx.attrs, x.shape, scales, None)
-    expected = tuple(a.out for a in plan)
-    if dy.shape != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; expected {expected} (X of shape {x.shape} resized)")
+    plan = grad_plan(ctx.fail, ctx.attrs, x.shape, dy.shape, scales)
     return {"dX": resize_gradient_array(dy, plan, *settings(19, ctx.attrs))}

@@ -17,12 +17,13 @@ from pycuda.compiler import SourceModule
 from pycuda.gpuarray import GPUArray
 
 from ...bfloat16 import BFLOAT16_TYPES
-from ...ops.schema import FLOAT_TYPES
+from ...ops.schema import GRAPH_FLOAT_TYPES
 from .driver import device_ptr
 from .launch import BLOCK, DEFINES, grid_stride_blocks
 
-# The element types of the CUDA float kernels: NumPy's three and bfloat16 (with ml_dtypes).
-CUDA_FLOAT_TYPES = FLOAT_TYPES + BFLOAT16_TYPES
+# The element types of the CUDA float kernels: every float type a graph may hold (NumPy's three
+# and bfloat16, with ml_dtypes).
+CUDA_FLOAT_TYPES = GRAPH_FLOAT_TYPES
 SUFFIX = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
           **{dtype: "bf16" for dtype in BFLOAT16_TYPES}}
 # the struct code of a scalar argument "T" (the accumulation type's scalar: float for the 16-bit types)

@@ -7,8 +7,8 @@ import gc
 import os
 import weakref
 
-from ...distributed.world import world
 from ...errors import ProviderUnavailableError
+from .. import device_index as chosen_device_index
 
 _context = None
 _providers = weakref.WeakSet()
@@ -47,10 +47,10 @@ def check_available():
 
 
 def device_index():
-    """The device sessions run on: MINITRAIN_CUDA_DEVICE, else the local rank of a distributed
-    run (one GPU per rank of a host), else 0."""
-    current = world()
-    return int(os.environ.get("MINITRAIN_CUDA_DEVICE", current.local_rank if current is not None else 0))
+    """The device sessions run on: MINITRAIN_CUDA_DEVICE, else the one set_device_index chose
+    (the local rank of a distributed run: one GPU per rank of a host), else 0."""
+    chosen = chosen_device_index()
+    return int(os.environ.get("MINITRAIN_CUDA_DEVICE", chosen if chosen is not None else 0))
 
 
 def primary_context():

@@ -11,7 +11,7 @@ from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .launch import SUM_COLS_SPLIT
-from .layout import collapse, plan_args, plan_signature
+from .layout import collapse, dense_strides, plan_args, plan_signature
 from .shape import view
 
 _FLAT = {op: Kernel("elementwise", op, "PPPq") for op in ("add", "sub", "mul", "div")}
@@ -98,7 +98,7 @@ def sum_to_shape(ctx):
     if x.size == 0:                 # a sum over an empty axis is 0
         ctx.provider.fill_zero(y)
         return {"Y": y}
-    strides = broadcast_strides(x.shape, x.ndim)
+    strides = dense_strides(x.shape)
     kept = [d for d in range(x.ndim) if d not in axes]
     k_sizes, k_strides = collapse([x.shape[d] for d in kept], [strides[d] for d in kept])
     r_sizes, r_strides = collapse([x.shape[d] for d in axes], [strides[d] for d in axes])

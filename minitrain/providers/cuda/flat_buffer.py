@@ -3,7 +3,8 @@ place of the flat buffer) and SliceFlat (a view of it), registered as the CPU's 
 (providers/cpu/flat_buffer.py)."""
 import pycuda.driver as driver
 
-from ...ops.flat_buffer import MINITRAIN_DOMAIN, slice_bounds
+from ...ops.flat_buffer import slice_bounds
+from ...ops.schema import MINITRAIN_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .shape import view

@@ -20,8 +20,8 @@ import math
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
-from ...ops.fused import ACTIVATIONS, FUSED_DOMAIN, activation_alpha, max_pool_tiles
-from ...ops.schema import MS_DOMAIN
+from ...ops.fused import ACTIVATIONS, activation_alpha, max_pool_tiles
+from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
@@ -73,7 +73,7 @@ def fused_gemm(ctx):
 def fused_conv(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("conv", loss._who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
     y = ctx.provider.empty((x.shape[0], geom.col_channels) + tuple(geom.col_spatial), x.dtype)
     run_primitive(ctx, "forward", geom, x.shape[0], (x, w, None, y))
     bias_activation(ctx, y, b, 1.0, (math.prod(geom.col_spatial), geom.col_channels, 1, 1, 0))
@@ -179,7 +179,7 @@ def softmax_cross_entropy_with_grad(ctx):
             SCE_WITH_GRAD["warp", suffix].launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
         else:          # a row's classes are D apart: a thread per row
             SCE_WITH_GRAD["thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)
-        guard.launched(loss._who(ctx), c, ctx.attrs.get("ignore_index"))
+        guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     if partial is not None:
         loss.REDUCE.launch(prov, ctx.dtype, *loss.ONE_BLOCK, partial, rows, int(reduction == "mean"), output)
     return {"output": output, "d_logits": d_logits}

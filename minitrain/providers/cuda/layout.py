@@ -1,12 +1,20 @@
 """Strided device views made dense: make_contiguous (what CudaProvider.contiguous calls for a
-non-contiguous GPUArray), one gather kernel (cuda/layout.cu).  Also the dimension collapsing and
-plan packing that every strided kernel (cuda/strided.cuh) shares; Transpose is a strided copy
-of structural.py."""
+non-contiguous GPUArray), one gather kernel (cuda/layout.cu).  Also the dense strides,
+dimension collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares;
+Transpose is a strided copy of structural.py."""
 import numpy as np
 
 from .compiler import Kernel, module
 from .launch import MAX_RANK
 
+
+def dense_strides(shape):
+    """Element strides of a C-contiguous array of `shape`."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= int(d)
+    return strides[::-1]
 
 
 def collapse(shape, *strides):

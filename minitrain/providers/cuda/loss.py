@@ -99,10 +99,6 @@ def check_labels(provider):
         guard.check(wait=True)
 
 
-def _who(ctx):
-    return f"{ctx.op_type} (node {ctx.node_name!r})" if ctx.node_name else ctx.op_type
-
-
 def _ncd(shape):
     """(N, C, D) of scores or log_prob of `shape`, D the product of the dims after C."""
     return shape[0], shape[1], math.prod(shape[2:])
@@ -137,7 +133,7 @@ def softmax_cross_entropy(ctx):
             KERNELS["sce_forward_warp", suffix].launch(prov, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), *args)
         else:          # a row's classes are D apart: a thread per row, neighbours reading neighbours
             KERNELS["sce_forward_thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)
-        guard.launched(_who(ctx), c, ctx.attrs.get("ignore_index"))
+        guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     if partial is not None:
         REDUCE.launch(prov, ctx.dtype, *ONE_BLOCK, partial, rows, int(reduction == "mean"), loss)
     out = {"output": loss}
@@ -167,5 +163,5 @@ def softmax_cross_entropy_grad(ctx):
     KERNELS["sce_grad", suffix].launch_elements(prov, ctx.dtype, dx.size, dy, log_prob, labels, weights, wsum, dx,
                                                 n, c, d, ignore, has_ignore, reduction, guard.flag)
     if n * d:
-        guard.launched(_who(ctx), c, ctx.attrs.get("ignore_index"))
+        guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     return {"d_logits": dx}

@@ -15,10 +15,6 @@ _FORWARD = {s: Kernel("nll", f"nll_forward_{s}", "PPPPPqqqqiP") for s in LABEL_S
 _GRAD = {s: Kernel("nll", f"nll_grad_{s}", "PPPPPqqqqiiP") for s in LABEL_SUFFIX.values()}
 
 
-def _who(ctx):
-    return f"{ctx.op_type} (node {ctx.node_name!r})" if ctx.node_name else ctx.op_type
-
-
 def _geometry(ctx, log_prob):
     """(N, C, D, ignore_index, has_ignore) of a call."""
     ignore = ctx.attrs.get("ignore_index")
@@ -43,7 +39,7 @@ def nll_loss(ctx):
         _FORWARD[suffix].launch_elements(prov, ctx.dtype, rows, log_prob, target, 0 if weight is None else weight,
                                          loss if partial is None else 0, 0 if partial is None else partial, rows, c,
                                          d, ignore, has_ignore, guard.flag)
-        guard.launched(_who(ctx), c, ctx.attrs.get("ignore_index"))
+        guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     if partial is not None:
         REDUCE.launch(prov, ctx.dtype, *ONE_BLOCK, partial, rows, int(reduction == "mean"), loss)
     return {"loss": loss}
@@ -69,5 +65,5 @@ def nll_loss_grad(ctx):
     _GRAD[suffix].launch_elements(prov, ctx.dtype, dx.size, dy, target, weight, wsum, dx, n, c, d, ignore,
                                   has_ignore, reduction, guard.flag)
     if n * d:
-        guard.launched(_who(ctx), c, ctx.attrs.get("ignore_index"))
+        guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     return {"dX": dx}

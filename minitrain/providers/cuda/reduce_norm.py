@@ -4,8 +4,7 @@ walks the reduced dims; nothing reduced (noop_with_empty_axes) is one element pe
 from ...ops.reduce import reduced_axes, reduced_shape
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
-from .elementwise import broadcast_strides
-from .layout import collapse, plan_args, plan_signature
+from .layout import collapse, dense_strides, plan_args, plan_signature
 from .shape import view
 
 _SUM_SQUARE = Kernel("reduce_norm", "sum_square", "PPqq" + plan_signature(1) + plan_signature(1) + "i")
@@ -17,7 +16,7 @@ def _reduce(ctx, axes, noop_with_empty_axes, root):
     summed = () if axes is None else axes
     y = ctx.provider.empty(reduced_shape(x.shape, summed, True), x.dtype)
     if y.size:
-        strides = broadcast_strides(x.shape, x.ndim)
+        strides = dense_strides(x.shape)
         kept = [d for d in range(x.ndim) if d not in summed]
         k_sizes, k_strides = collapse([x.shape[d] for d in kept], [strides[d] for d in kept])
         r_sizes, r_strides = collapse([x.shape[d] for d in summed], [strides[d] for d in summed])

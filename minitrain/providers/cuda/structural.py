@@ -14,12 +14,11 @@ import math
 
 import numpy as np
 
-from ...ops.concat import PIECES, split_count, split_sizes
+from ...ops.concat import PIECES, concat_axis, split_plan
 from ...ops.expand import squeezed_shape, unsqueezed_shape
-from ...ops.gather import check_indices
+from ...ops.gather import gather_grad_plan, gather_plan
 from ...ops.pad import MODES, WRAP_MODES, full_pads, padded_shape
-from ...ops.resize import (LEGACY_NEAREST, NEAREST_MODES, check_settings, is_identity, resize_plan, resized_axes,
-                           scale_list, settings)
+from ...ops.resize import LEGACY_NEAREST, NEAREST_MODES, grad_plan, is_identity, node_plan, scale_list, settings
 from ...ops.schema import MS_DOMAIN
 from ...ops.slice import slice_ranges
 from ...ops.tile import check_repeats
@@ -28,7 +27,7 @@ from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .elementwise import broadcast_strides
 from .launch import MAX_RANK
-from .layout import collapse, plan_args, plan_signature
+from .layout import collapse, dense_strides, plan_args, plan_signature
 from .shape import view
 
 _COPY = Kernel("structural", "copy_strided", "PPq" + plan_signature(2))
@@ -45,15 +44,6 @@ PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
 COORDINATES = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3,
                "half_pixel_symmetric": 4}
 ROUNDING = {mode: i for i, mode in enumerate(NEAREST_MODES)}
-
-
-def dense_strides(shape):
-    """Element strides of a C-contiguous array of `shape`."""
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= int(d)
-    return strides[::-1]
 
 
 def address(value, elements=0):
@@ -93,13 +83,6 @@ def fill(provider, value, number):
         _FILL.launch_elements(provider, value.dtype, value.size, value, value.size, float(number))
 
 
-def _axis(ctx, rank):
-    axis = ctx.attrs["axis"]
-    if not -rank <= axis < rank:
-        ctx.fail(f"attribute 'axis'={axis} is out of range for inputs of rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
 def _ints(value):
     return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
 
@@ -120,13 +103,7 @@ def transpose(ctx):
 @register_kernel("Concat", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def concat(ctx):
     inputs = ctx.inputs
-    rank = inputs[0].ndim
-    if rank == 0 or any(x.ndim != rank for x in inputs):
-        ctx.fail(f"inputs have shapes {[x.shape for x in inputs]}; they need one rank of at least 1")
-    axis = _axis(ctx, rank)
-    if any(x.shape[:axis] + x.shape[axis + 1:] != inputs[0].shape[:axis] + inputs[0].shape[axis + 1:]
-           for x in inputs):
-        ctx.fail(f"inputs {[x.shape for x in inputs]} differ in a dim other than the axis {axis}")
+    axis = concat_axis(ctx.fail, ctx.attrs["axis"], [x.shape for x in inputs])
     shape = list(inputs[0].shape)
     shape[axis] = sum(x.shape[axis] for x in inputs)
     out = ctx.provider.empty(shape, inputs[0].dtype)
@@ -140,14 +117,7 @@ def concat(ctx):
 
 def _split(ctx, split, version):
     x = ctx.inputs[0]
-    if x.ndim == 0:
-        ctx.fail("input is 0-d; Split needs an axis")
-    axis = _axis(ctx, x.ndim)
-    count = split_count(version, ctx.attrs, split, ctx.wanted)
-    beyond = [w for w in ctx.wanted if PIECES.index(w) >= count]
-    if beyond:
-        ctx.fail(f"makes {count} pieces; output {beyond[0]!r} is beyond them")
-    sizes = split_sizes(ctx.fail, x.shape[axis], split, count)
+    axis, sizes = split_plan(ctx.fail, version, ctx.attrs, x.shape, split, ctx.wanted)
     strides, start, out = dense_strides(x.shape), 0, {}
     for name, size in zip(PIECES, sizes):
         if ctx.wants(name):
@@ -359,10 +329,7 @@ def _gather_geometry(shape, axis, count):
 @register_kernel("Gather", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def gather(ctx):
     data, indices = ctx.inputs
-    if data.ndim == 0:
-        ctx.fail("input 'data' is 0-d; Gather needs an axis")
-    axis = _axis(ctx, data.ndim)
-    index = check_indices(ctx.fail, indices, data.shape[axis])
+    axis, index = gather_plan(ctx.fail, ctx.attrs["axis"], data.shape, indices)
     y = ctx.provider.empty(data.shape[:axis] + index.shape + data.shape[axis + 1:], data.dtype)
     if y.size:
         on_device = ctx.provider.uploaded(lambda: index, index.shape, np.int64)
@@ -374,14 +341,7 @@ def gather(ctx):
 @register_kernel("GatherGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0, 1))
 def gather_grad(ctx):
     shape, indices, dy = ctx.inputs
-    shape = tuple(_ints(shape))
-    if not shape or any(d < 0 for d in shape):
-        ctx.fail(f"input 'shape' {shape} is not the shape of a Gather's data")
-    axis = _axis(ctx, len(shape))
-    index = check_indices(ctx.fail, indices, shape[axis])
-    expected = shape[:axis] + index.shape + shape[axis + 1:]
-    if tuple(dy.shape) != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; expected {expected} (the gather of data of shape {shape})")
+    shape, axis, index = gather_grad_plan(ctx.fail, ctx.attrs["axis"], shape, indices, dy.shape)
     dx = ctx.provider.empty(shape, dy.dtype)
     if dx.size:
         if index.size == 0:
@@ -433,46 +393,32 @@ def resize_grad_device(provider, dy, plan, mode, coordinates, nearest):
     return dx
 
 
-def _node_plan(ctx, version, shape, scales, sizes):
-    check_settings(ctx.fail, version, ctx.attrs)
-    return (resize_plan(ctx.fail, ctx.attrs, shape, scales, sizes),) + settings(version, ctx.attrs)
-
-
 @register_kernel("Upsample", since=7, end=8, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def upsample_7(ctx):
     x = ctx.inputs[0]
-    return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 7, x.shape, list(ctx.attrs["scales"]), None))}
+    plan = node_plan(ctx.fail, 7, ctx.attrs, x.shape, list(ctx.attrs["scales"]), None)
+    return {"Y": resize_device(ctx.provider, x, *plan)}
 
 
 @register_kernel("Upsample", since=9, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 @register_kernel("Resize", since=10, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1,))
 def upsample(ctx):
     x, scales = ctx.inputs
-    return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 10, x.shape, scale_list(scales), None))}
+    plan = node_plan(ctx.fail, 10, ctx.attrs, x.shape, scale_list(scales), None)
+    return {"Y": resize_device(ctx.provider, x, *plan)}
 
 
 @register_kernel("Resize", since=11, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
 def resize(ctx):
     inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
     x = inputs[0]
-    return {"Y": resize_device(ctx.provider, x, *_node_plan(ctx, 19, x.shape, scale_list(inputs[2]),
-                                                             scale_list(inputs[3])))}
+    plan = node_plan(ctx.fail, 19, ctx.attrs, x.shape, scale_list(inputs[2]), scale_list(inputs[3]))
+    return {"Y": resize_device(ctx.provider, x, *plan)}
 
 
 @register_kernel("ResizeGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(2, 3))
 def resize_grad(ctx):
     inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
     dy, x, scales = inputs[0], inputs[1], scale_list(inputs[3])
-    check_settings(ctx.fail, 19, ctx.attrs, legacy_rounding=True)
-    if dy.ndim != x.ndim:
-        ctx.fail(f"input 'dY' has rank {dy.ndim}; X has rank {x.ndim}")
-    if scales is None:
-        axes = resized_axes(ctx.fail, ctx.attrs, x.ndim)
-        plan = resize_plan(ctx.fail, {**ctx.attrs, "keep_aspect_ratio_policy": "stretch"}, x.shape, None,
-                           [dy.shape[a] for a in axes])
-    else:
-        plan = resize_plan(ctx.fail, ctx.attrs, x.shape, scales, None)
-    expected = tuple(a.out for a in plan)
-    if tuple(dy.shape) != expected:
-        ctx.fail(f"input 'dY' has shape {dy.shape}; expected {expected} (X of shape {x.shape} resized)")
+    plan = grad_plan(ctx.fail, ctx.attrs, x.shape, dy.shape, scales)
     return {"dX": resize_grad_device(ctx.provider, dy, plan, *settings(19, ctx.attrs))}

@@ -255,10 +255,6 @@ def run_primitive(ctx, direction, geom, n, buffers):
 
 
 # --------------------------------------------------------------------------- kernels
-def _who(ctx):
-    return f"{ctx.op_type} (node {ctx.node_name!r})" if ctx.node_name else ctx.op_type
-
-
 def _forward(ctx, img, w, bias, geom):
     out = ctx.provider.empty((img.shape[0], geom.col_channels) + tuple(geom.col_spatial), img.dtype)
     run_primitive(ctx, "forward", geom, img.shape[0], (img, w, bias, out))
@@ -289,20 +285,20 @@ def _bias(ctx, dy):
 def conv_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
     return {"Y": _forward(ctx, x, w, b, geom)}
 
 
 def conv_transpose_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
     return {"Y": _data(ctx, x, w, b, geom)}
 
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("conv", _who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
     out = {}
     if ctx.wants("dX"):
         out["dX"] = _data(ctx, dy, w, None, geom)
@@ -317,7 +313,7 @@ def conv_transpose_grad_kernel(ctx):
     """ONNX Runtime's ConvTransposeGrad: dX is the forward convolution of dY with W, dW the
     weight gradient with X and dY in swapped roles, dB a reduction of dY."""
     dy, x, w = ctx.inputs
-    geom = geometry_for("transpose", _who(ctx), x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
     out = {}
     if ctx.wants("dX"):
         out["dX"] = _forward(ctx, dy, w, None, geom)

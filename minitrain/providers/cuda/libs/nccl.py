@@ -3,10 +3,10 @@ the collectives the CUDA kernels queue on a provider's stream.
 
 libnccl.so.2 comes from the nvidia-nccl-cu13 wheel and is found by cuda-pathfinder, as cuBLAS
 and cuDNN are (loader.py).  The world communicator is made once per process, collectively: rank
-0 draws an ncclUniqueId, its 128 bytes travel to every rank by MPI Bcast (raw bytes: the id
-holds NUL bytes), and every rank calls ncclCommInitRank on the device of the current (primary)
-context, its local rank's GPU.  It is destroyed by distributed.shutdown() and at exit, while the
-CUDA context still lives.  Collectives are queued on the given stream, so they record into a
+0 draws an ncclUniqueId, its 128 bytes travel to every rank by the broadcast the caller passes
+(MPI Bcast of raw bytes: the id holds NUL bytes), and every rank calls ncclCommInitRank on the
+device of the current (primary) context, its local rank's GPU.  It is destroyed by the world's
+shutdown hook and at exit, while the CUDA context still lives.  Collectives are queued on the given stream, so they record into a
 CUDA Graph being captured like any kernel.
 """
 from __future__ import annotations
@@ -16,7 +16,6 @@ import ctypes
 
 import numpy as np
 
-from ....distributed.world import add_shutdown_hook, communicator, world
 from ....errors import DistributedUnavailableError, MinitrainError, ProviderUnavailableError
 from .graphs import destroy_all_graphs
 from .loader import SharedLibrary, nvidia_library_path
@@ -112,22 +111,20 @@ def _data_type(array):
 _world_communicator = None
 
 
-def world_communicator():
-    """The NCCL communicator of the whole MPI world on this process's device, made on the first
-    call, which every rank must make (it is collective)."""
+def world_communicator(rank, size, broadcast, add_shutdown_hook):
+    """The NCCL communicator of the world of `size` processes, this one `rank`, on this process's
+    device, made on the first call, which every rank must make (it is collective):
+    `broadcast(buffer)` overwrites a bytearray in place with rank 0's, and
+    `add_shutdown_hook(hook)` has the world's shutdown call destroy_world_communicator."""
     global _world_communicator
     if _world_communicator is None:
-        current = world()
-        if current is None:
-            raise DistributedUnavailableError("NCCL collectives need the MPI world: call "
-                                              "minitrain.distributed.init() first")
         lib = library()
         unique_id = UniqueId()
-        if current.rank == 0:
+        if rank == 0:
             _check(lib, "ncclGetUniqueId", lib.ncclGetUniqueId(ctypes.byref(unique_id)))
         raw = bytearray(bytes(unique_id))
-        communicator().Bcast(raw, root=0)
-        _world_communicator = Communicator(UniqueId.from_buffer_copy(raw), current.size, current.rank)
+        broadcast(raw)
+        _world_communicator = Communicator(UniqueId.from_buffer_copy(raw), size, rank)
         add_shutdown_hook(destroy_world_communicator)
         atexit.register(destroy_world_communicator)     # registered after the CUDA context: runs before it goes
     return _world_communicator
