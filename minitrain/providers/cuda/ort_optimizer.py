@@ -8,9 +8,10 @@ step count without being captured again.  The CPU kernel checks the step's range
 import numpy as np
 
 from ...ops.optimizer import tensor_groups
+from ...ops.ort_optimizer import ORT_OPTIMIZER_TYPES
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
-from .compiler import CUDA_FLOAT_TYPES, Kernel
+from .compiler import Kernel
 from .launch import BLOCK
 from .optimizer import tensor_table
 
@@ -18,7 +19,7 @@ ADAMW = Kernel("ort_optimizer", "ort_adamw", "PqqPPTTTTii")
 SGD = Kernel("ort_optimizer", "ort_sgd", "PqqP")
 
 
-@register_kernel("AdamWOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES,
+@register_kernel("AdamWOptimizer", domain=MS_DOMAIN, provider="cuda", dtypes=ORT_OPTIMIZER_TYPES,
                  host_outputs=("updated_flag",))
 def adamw(ctx):
     a = ctx.attrs
@@ -32,7 +33,7 @@ def adamw(ctx):
     return {"updated_flag": np.ones(tuple(ctx.inputs[1].shape), np.bool_)}
 
 
-@register_kernel("SGDOptimizerV2", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES,
+@register_kernel("SGDOptimizerV2", domain=MS_DOMAIN, provider="cuda", dtypes=ORT_OPTIMIZER_TYPES,
                  host_outputs=("update_completed",))
 def sgd_v2(ctx):
     tensors = ctx.inputs[1:]
