@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from .compiler import Kernel, module
-from .driver import device_ptr
 from .launch import MAX_RANK
 
 
@@ -92,9 +91,10 @@ def copy_strided(provider, dtype, src, src_strides, dst, dst_strides, shape):
 
 
 def make_contiguous(provider, value):
-    """A new C-contiguous GPUArray with the elements of the strided view `value`."""
+    """A new C-contiguous GPUArray with the elements of the strided view `value`, in one launch
+    (a view of more than MAX_RANK merged dims is refused by plan_args)."""
     out = provider.empty(value.shape, value.dtype)
     if out.size:
-        copy_strided(provider, value.dtype, device_ptr(value), element_strides(value), device_ptr(out),
-                     element_strides(out), value.shape)
+        sizes, strides = collapse(value.shape, element_strides(value), element_strides(out))
+        _COPY.launch_elements(provider, value.dtype, out.size, value, out, out.size, *plan_args(sizes, strides))
     return out
