@@ -1,6 +1,6 @@
-// Deterministic block-wide sums in double, for the reductions of cuda/loss.cu and
-// cuda/optimizer.cu: the same inputs in the same launch shape always add up in the same order,
-// so a loss or a gradient norm is bitwise reproducible (a resumed run repeats its steps).
+// Deterministic block-wide sums in double, for the reductions of cuda/loss.cu, optimizer.cu,
+// reduce.cu and reduce_norm.cu: the same inputs in the same launch shape always add up in the
+// same order, so a loss or a gradient norm is bitwise reproducible (a resumed run repeats its steps).
 #pragma once
 
 // The sum of every thread's v, returned to thread 0 (blockDim.x a multiple of 32, <= 1024).

@@ -1,12 +1,14 @@
 // Cast between element types (ONNX Cast), and MixedPrecisionScale: Y = Cast<to>(X * S), the
 // unscaling of a loss-scaled gradient fused with its cast to the master weight's type.
 //
-// A kernel per destination type, instantiated for every source type of MT_FOR_FLOATS:
-// cast_to_<dst>_<src>, and mp_scale_to_<dst>_<src> for the float destinations.  Every source
-// widens exactly to double, so a conversion rounds once, as NumPy's astype does.
+// A kernel per destination type, instantiated for every source type of MT_FOR_FLOATS and for
+// bool (b8): cast_to_<dst>_<src>, and mp_scale_to_<dst>_<src> for the float destinations and
+// float sources.  Every source widens exactly to double (bool to 0 or 1), so a conversion rounds
+// once, as NumPy's astype does.
 #include "common.cuh"
 
 template <typename T> __device__ __forceinline__ double wide(T x) { return (double)to_acc<T>(x); }
+template <> __device__ __forceinline__ double wide<bool>(bool x) { return x ? 1.0 : 0.0; }
 
 template <typename U> __device__ __forceinline__ U narrow(double x) { return (U)x; }
 template <> __device__ __forceinline__ __half narrow<__half>(double x) { return __double2half(x); }
@@ -49,3 +51,11 @@ MT_FOR_FLOATS(TO_BF16)
 MT_FOR_FLOATS(TO_I32)
 MT_FOR_FLOATS(TO_I64)
 MT_FOR_FLOATS(TO_B8)
+#define FROM_BOOL(U, D) CAST_KERNEL(U, D, bool, b8)
+FROM_BOOL(__half, f16)
+FROM_BOOL(__nv_bfloat16, bf16)
+FROM_BOOL(float, f32)
+FROM_BOOL(double, f64)
+FROM_BOOL(int32_t, i32)
+FROM_BOOL(int64_t, i64)
+FROM_BOOL(bool, b8)

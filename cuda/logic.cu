@@ -4,7 +4,6 @@
 //   <cmp>_<T>(a, b, c): c = a <cmp> b as bool, for equal, less, greater, less_equal, greater_equal
 //   logical_and_<T>: bool operands (instantiated per element type like the others; T unused)
 //   where_<T>(condition, x, y, out)
-//   cast_mask_<T>(x, y, n): bool to T (0 or 1)
 #include "common.cuh"
 #include "strided.cuh"
 
@@ -56,8 +55,5 @@ __device__ void where_impl(const bool* condition, const T* x, const T* y, T* out
     extern "C" __global__ void where_##S(const bool* condition, const T* x, const T* y, T* out, int64_t n, \
                                          int rank, StridedPlan<3> plan) {                           \
         where_impl<T>(condition, x, y, out, n, rank, plan);                                         \
-    }                                                                                               \
-    extern "C" __global__ void cast_mask_##S(const bool* x, T* y, int64_t n) {                     \
-        GRID_STRIDE_LOOP(i, n) y[i] = from_acc<T>(acc_t<T>(x[i] ? 1 : 0));                          \
     }
 MT_FOR_FLOATS(LOGIC)

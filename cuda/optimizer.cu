@@ -80,11 +80,12 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
 // memory (so a captured step follows the schedule and the step count).  Parameter groups: as
 // in mt_sgd_impl.  adam_mode 1 is Hugging Face's AdamW: step = lr * sqrt(1 - beta2^t) /
 // (1 - beta1^t), epsilon added to sqrt(v) itself, and w scaled by shrink after the update.
+// correct_bias 0 drops both bias corrections (1 - beta^t taken as 1), as AdamWOptimizer allows.
 template <typename T>
 __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chunk, const double* scale, double beta1_d,
                              double beta2_d, acc_t<T> eps, double uniform_decay, int decoupled,
                              const T* learning_rate, const int64_t* step_count, int64_t lr_stride,
-                             const double* decays, int adam_mode) {
+                             const double* decays, int adam_mode, int correct_bias) {
     typedef acc_t<T> A;
     if (!update_runs(scale)) return;
     const Chunk c = block_chunk(table, tensors, chunk);
@@ -95,9 +96,10 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
     const A weight_decay = decoupled ? A(0) : (A)weight_decay_d;
     const A shrink = decoupled ? (A)(1.0 - lr_d * weight_decay_d) : A(1);
     const A shrink_before = adam_mode == 0 ? shrink : A(1), shrink_after = adam_mode == 0 ? A(1) : shrink;
-    const A step = (A)(adam_mode == 0 ? lr_d / (1.0 - pow(beta1_d, t))
-                                      : lr_d * sqrt(1.0 - pow(beta2_d, t)) / (1.0 - pow(beta1_d, t)));
-    const A inv_sqrt_bias2 = adam_mode == 0 ? (A)(1.0 / sqrt(1.0 - pow(beta2_d, t))) : A(1);
+    const double bias1 = correct_bias ? 1.0 - pow(beta1_d, t) : 1.0;
+    const double bias2 = correct_bias ? 1.0 - pow(beta2_d, t) : 1.0;
+    const A step = (A)(adam_mode == 0 ? lr_d / bias1 : lr_d * sqrt(bias2) / bias1);
+    const A inv_sqrt_bias2 = adam_mode == 0 ? (A)(1.0 / sqrt(bias2)) : A(1);
     T* w = column<T>(c, 0);
     const T* g = column<const T>(c, 1);
     T* m = column<T>(c, 2);
@@ -134,8 +136,8 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
                                            const double* scale, double beta1, double beta2,              \
                                            acc_t<T> eps, double weight_decay, int decoupled,             \
                                            const T* lr, const int64_t* step, int64_t lr_stride,          \
-                                           const double* decays, int adam_mode) {                        \
+                                           const double* decays, int adam_mode, int correct_bias) {      \
         mt_adam_impl<T>(table, tensors, chunk, scale, beta1, beta2, eps, weight_decay, decoupled, lr,    \
-                        step, lr_stride, decays, adam_mode);                                             \
+                        step, lr_stride, decays, adam_mode, correct_bias);                               \
     }
 MT_FOR_FLOATS(OPTIMIZER)

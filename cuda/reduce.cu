@@ -5,45 +5,58 @@
 // providers/cuda/reduce.py).  reduce_rows_<op>_<T>: a block per output, its threads striding
 // over the reduced range (the reduced axes hold x's innermost one, so the reads are adjacent);
 // reduce_cols_<op>_<T>: a thread per output, adjacent threads on adjacent outputs.  Both reduce
-// in a fixed order, so results are the same run to run.  The sum is scaled on the way out: by 1
+// in a fixed order, so results are the same run to run; a row's threads combine their sums in
+// double (block_sum.cuh, as ReduceSumSquare does).  The sum is scaled on the way out: by 1
 // for ReduceSum (0 over an empty range), by 1 / count for ReduceMean (NaN over an empty range).
 // Max starts from -inf (ONNX's value over an empty range) and lets NaN through, as NumPy does.
 #include <math.h>
 #include "common.cuh"
+#include "block_sum.cuh"
 #include "strided.cuh"
 
-struct SumOp {
-    template <typename A> __device__ static A first() { return A(0); }
-    template <typename A> __device__ static A apply(A a, A b) { return a + b; }
-};
-struct MaxOp {
-    template <typename A> __device__ static A first() { return -INFINITY; }
-    template <typename A> __device__ static A apply(A a, A b) { return (isnan(b) || b > a) ? b : a; }
-};
-
-// The reduction of v over the block (blockDim.x a power of two, at most 1024), in thread 0.
-template <typename Op, typename A>
-__device__ __forceinline__ A block_reduce(A v, A* partial) {
+// The max of every thread's v, returned to thread 0 (blockDim.x a power of two, at most 1024),
+// NaN winning as in MaxOp.  Every thread of the block must call it; it may be called again.
+template <typename A>
+__device__ __forceinline__ A block_max(A v) {
+    __shared__ A partial[32];
 #pragma unroll
-    for (int s = 16; s > 0; s >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, s));
+    for (int s = 16; s > 0; s >>= 1) {
+        const A b = __shfl_xor_sync(0xffffffffu, v, s);
+        v = (isnan(b) || b > v) ? b : v;
+    }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
     if (warps == 1) return v;
     if (lane == 0) partial[warp] = v;
     __syncthreads();
-    v = lane < warps ? partial[lane] : Op::template first<A>();
+    v = lane < warps ? partial[lane] : A(-INFINITY);
     if (warp == 0) {
 #pragma unroll
-        for (int s = 16; s > 0; s >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, s));
+        for (int s = 16; s > 0; s >>= 1) {
+            const A b = __shfl_xor_sync(0xffffffffu, v, s);
+            v = (isnan(b) || b > v) ? b : v;
+        }
     }
     __syncthreads();    // partial is reused by the block's next output
     return v;
 }
 
+// first: the value over an empty range; apply: one more element; block: the block's threads
+// combined, in thread 0.
+struct SumOp {
+    template <typename A> __device__ static A first() { return A(0); }
+    template <typename A> __device__ static A apply(A a, A b) { return a + b; }
+    template <typename A> __device__ static A block(A v) { return (A)block_sum((double)v); }
+};
+struct MaxOp {
+    template <typename A> __device__ static A first() { return -INFINITY; }
+    template <typename A> __device__ static A apply(A a, A b) { return (isnan(b) || b > a) ? b : a; }
+    template <typename A> __device__ static A block(A v) { return block_max<A>(v); }
+};
+
 template <typename Op, typename T>
 __device__ void reduce_rows_impl(const T* x, T* y, int64_t m, int64_t r, acc_t<T> scale, int krank,
                                  const StridedPlan<1>& kept, int rrank, const StridedPlan<1>& reduced) {
     typedef acc_t<T> A;
-    __shared__ A partial[32];
     for (int64_t o = blockIdx.x; o < m; o += gridDim.x) {
         int64_t base[1];
         strided_offsets<1>(kept, krank, o, base);
@@ -53,7 +66,7 @@ __device__ void reduce_rows_impl(const T* x, T* y, int64_t m, int64_t r, acc_t<T
             strided_offsets<1>(reduced, rrank, j, off);
             s = Op::apply(s, to_acc<T>(x[base[0] + off[0]]));
         }
-        s = block_reduce<Op, A>(s, partial);
+        s = Op::template block<A>(s);
         if (threadIdx.x == 0) y[o] = from_acc<T>(s * scale);
     }
 }

@@ -1,25 +1,14 @@
-// Structural ops: strided copies (Concat, Split, Slice, SliceGrad, Expand, Tile, Pad's
-// interior), Pad's index maps and their fold (PadGrad), Gather/GatherGrad, and Resize /
-// ResizeGrad one axis at a time.
+// Structural ops: a fill, Pad's index maps and their fold (PadGrad), Gather/GatherGrad, and
+// Resize / ResizeGrad one axis at a time; their strided copies (Concat, Split, Slice, SliceGrad,
+// Expand, Tile, Pad's interior) are layout.cu's.
 //
 // The host plans layouts (minitrain/providers/cuda/structural.py): strides, offsets and
 // per-axis sizes travel as kernel parameters, so no kernel reads a table from device memory
 // and none waits for the host.  Sums (GatherGrad, PadGrad, ResizeGrad) gather: each output
 // element adds its contributions in a fixed order, in the accumulation type, without atomics.
 #include "common.cuh"
-#include "strided.cuh"
 
-// ----------------------------------------------------------------------------- strided copy
-// dst[off1] = src[off0] for every index of the plan's dense index space.
-template <typename T>
-__device__ void copy_strided_impl(const T* src, T* dst, int64_t n, int rank, const StridedPlan<2>& plan) {
-    GRID_STRIDE_LOOP(i, n) {
-        int64_t off[2];
-        strided_offsets<2>(plan, rank, i, off);
-        dst[off[1]] = src[off[0]];
-    }
-}
-
+// ----------------------------------------------------------------------------- fill
 template <typename T>
 __device__ void fill_impl(T* dst, int64_t n, acc_t<T> value) {
     const T v = from_acc<T>(value);
@@ -235,10 +224,6 @@ __device__ void resize_axis_grad_impl(const T* dy, T* dx, int64_t n, int64_t inn
 }
 
 #define STRUCTURAL(T, S)                                                                              \
-    extern "C" __global__ void copy_strided_##S(const T* src, T* dst, int64_t n, int rank,            \
-                                                StridedPlan<2> plan) {                                \
-        copy_strided_impl<T>(src, dst, n, rank, plan);                                                \
-    }                                                                                                 \
     extern "C" __global__ void fill_##S(T* dst, int64_t n, acc_t<T> value) { fill_impl<T>(dst, n, value); } \
     extern "C" __global__ void pad_map_##S(const T* x, T* y, int64_t n, int rank, PadPlan plan, int mode) { \
         pad_map_impl<T>(x, y, n, rank, plan, mode);                                                   \

@@ -1,7 +1,8 @@
 """Every cuda/*.cu compiles with nvcc, here and in CI (no GPU needed), with the -D flags the
 provider passes (launch.py's DEFINES), and instantiates each of its kernels for the four
-element types (<name>_f16, _bf16, _f32, _f64), the names the CUDA provider loads; copies that only
-move bytes are instantiated per element width instead (<name>_w1, _w2, _w4, _w8).  Skipped
+element types (<name>_f16, _bf16, _f32, _f64), the names the CUDA provider loads (the casts for a
+bool source too, <name>_b8); copies that only move bytes are instantiated per element width
+instead (<name>_w1, _w2, _w4, _w8).  Skipped
 where nvcc is not on the PATH.  The constants Python shares with the sources are checked
 against them here too, with or without nvcc."""
 import glob
@@ -32,7 +33,7 @@ def _launch_module():
 
 
 DEFINES = _launch_module().DEFINES
-INSTANTIATIONS = ({"f16", "bf16", "f32", "f64"}, {"w1", "w2", "w4", "w8"})
+INSTANTIATIONS = ({"f16", "bf16", "f32", "f64"}, {"f16", "bf16", "f32", "f64", "b8"}, {"w1", "w2", "w4", "w8"})
 UNTYPED = {"spin"}      # kernels that touch no tensor (timing.cu)
 
 
@@ -69,7 +70,7 @@ def test_source_compiles_for_every_element_type(ptx, source):
     for entry in entries - UNTYPED:
         stem, _, suffix = entry.rpartition("_")
         assert stem and any(suffix in names for names in INSTANTIATIONS), \
-            f"{source}: kernel {entry!r} is not named <name>_f16|bf16|f32|f64 (or _w1|w2|w4|w8)"
+            f"{source}: kernel {entry!r} is not named <name>_f16|bf16|f32|f64 (or _b8, or _w1|w2|w4|w8)"
         families.setdefault(stem, set()).add(suffix)
     incomplete = {stem: sorted(found) for stem, found in families.items() if found not in INSTANTIATIONS}
     assert not incomplete, f"{source}: kernels not instantiated for every element type: {incomplete}"

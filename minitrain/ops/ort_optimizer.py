@@ -30,6 +30,8 @@ from .schema import MS_DOMAIN, Attr, Input, schema
 ADAM_MODES = {"torch": 0, "huggingface": 1}     # adam_mode by the AdamW it follows
 ADAMW_ATTRS = {"alpha": Attr("float", 0.9), "beta": Attr("float", 0.999), "epsilon": Attr("float", 1e-8),
                "weight_decay": Attr("float", 1e-2), "correct_bias": Attr("int", 1), "adam_mode": Attr("int", 0)}
+# the element types both optimizers admit, as ONNX Runtime's kernels do; the providers register these
+ORT_OPTIMIZER_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _check_tensors(ctx, first, groups, names):
@@ -48,7 +50,7 @@ def _check_tensors(ctx, first, groups, names):
 
 @schema("AdamWOptimizer", domain=MS_DOMAIN,
         inputs=["lr", Input("step", types=(np.int64,)), Input("tensors", variadic=True)],
-        outputs=["updated_flag"], attrs=ADAMW_ATTRS, float_types=(np.dtype(np.float32), np.dtype(np.float64)))
+        outputs=["updated_flag"], attrs=ADAMW_ATTRS, float_types=ORT_OPTIMIZER_TYPES)
 def infer_adamw(ctx):
     """In place: AdamW update of weights and moments; output: true once updated."""
     a = ctx.attrs
@@ -70,7 +72,7 @@ def infer_adamw(ctx):
 
 
 @schema("SGDOptimizerV2", domain=MS_DOMAIN, inputs=["lr", Input("tensors", variadic=True)],
-        outputs=["update_completed"], float_types=(np.dtype(np.float32), np.dtype(np.float64)))
+        outputs=["update_completed"], float_types=ORT_OPTIMIZER_TYPES)
 def infer_sgd_v2(ctx):
     """In place: w -= lr * g for every weight; output: true once updated."""
     ctx.require_scalar(0, "one learning rate for every parameter")

@@ -1,7 +1,9 @@
-"""Strided device views made dense: make_contiguous (what CudaProvider.contiguous calls for a
-non-contiguous GPUArray), one gather kernel (cuda/layout.cu).  Also the dense strides,
-dimension collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares;
-Transpose is a strided copy of structural.py."""
+"""Strided device copies: copy_strided (the structural ops' copies and Transpose, in
+structural.py) and make_contiguous (what CudaProvider.contiguous calls for a non-contiguous
+GPUArray), both one width-based kernel (cuda/layout.cu).  Also the dense strides, dimension
+collapsing and plan packing that every strided kernel (cuda/strided.cuh) shares."""
+import math
+
 import numpy as np
 
 from .compiler import Kernel, module
@@ -78,13 +80,30 @@ class _ByWidth(Kernel):
         return fn
 
 
-_gather = _ByWidth("layout", "strided_copy", "PPq" + plan_signature(1))
+_COPY = _ByWidth("layout", "strided_copy", "PPq" + plan_signature(2))
+
+
+def copy_strided(provider, dtype, src, src_strides, dst, dst_strides, shape):
+    """dst[index * dst_strides] = src[index * src_strides] over the index space `shape` (src and
+    dst device addresses).  Beyond MAX_RANK dims once collapsed, one launch per leading index."""
+    n = math.prod(shape)
+    if n == 0:
+        return
+    sizes, (s, d) = collapse(shape, src_strides, dst_strides)
+    if len(sizes) <= MAX_RANK:
+        _COPY.launch_elements(provider, dtype, n, src, dst, n, *plan_args(sizes, [s, d]))
+        return
+    item = np.dtype(dtype).itemsize
+    for i in range(shape[0]):
+        copy_strided(provider, dtype, src + i * src_strides[0] * item, src_strides[1:],
+                     dst + i * dst_strides[0] * item, dst_strides[1:], shape[1:])
 
 
 def make_contiguous(provider, value):
-    """A new C-contiguous GPUArray with the elements of the strided view `value`."""
+    """A new C-contiguous GPUArray with the elements of the strided view `value`, in one launch
+    (a view of more than MAX_RANK merged dims is refused by plan_args)."""
     out = provider.empty(value.shape, value.dtype)
     if out.size:
-        sizes, strides = collapse(value.shape, element_strides(value))
-        _gather.launch_elements(provider, value.dtype, out.size, value, out, out.size, *plan_args(sizes, strides))
+        sizes, strides = collapse(value.shape, element_strides(value), element_strides(out))
+        _COPY.launch_elements(provider, value.dtype, out.size, value, out, out.size, *plan_args(sizes, strides))
     return out

@@ -14,7 +14,6 @@ _COMPARE = {op: Kernel("logic", name, "PPPq" + plan_signature(2)) for op, name i
     ("GreaterOrEqual", "greater_equal"))}
 _AND = Kernel("logic", "logical_and", "PPPq" + plan_signature(2))
 _WHERE = Kernel("logic", "where", "PPPPq" + plan_signature(3))
-_CAST_MASK = Kernel("logic", "cast_mask", "PPq")
 
 
 def strided(provider, kernel, dtype, out_dtype, operands):
@@ -48,10 +47,3 @@ def logical_and(ctx):
 def where(ctx):
     condition, x, y = ctx.inputs
     return {"Y": strided(ctx.provider, _WHERE, x.dtype, x.dtype, [condition, x, y])}
-
-
-def cast_mask(provider, mask, dtype):
-    """A bool array as 0s and 1s of float `dtype`."""
-    out = provider.empty(mask.shape, dtype)
-    _CAST_MASK.launch_elements(provider, dtype, out.size, mask, out, out.size)
-    return out

@@ -31,7 +31,7 @@ CACHED_TABLES = 16
 SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPdi")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPqPTTi")
-ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqPi")
+ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqPii")
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -129,5 +129,5 @@ def adam(ctx):
         lr_stride, decays = group_settings(ctx)
         ADAM.launch(ctx.provider, ctx.dtype, (blocks, 1, 1), (BLOCK, 1, 1), table, count, chunk, scale,
                     a["beta1"], a["beta2"], a["epsilon"], a["weight_decay"], int(bool(a["decoupled_weight_decay"])),
-                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays, int(a["adam_mode"]))
+                    ctx.inputs[0], ctx.inputs[1], lr_stride, decays, int(a["adam_mode"]), 1)
     return outputs

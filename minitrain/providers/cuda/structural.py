@@ -27,10 +27,9 @@ from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .elementwise import broadcast_strides
 from .launch import MAX_RANK
-from .layout import collapse, dense_strides, plan_args, plan_signature
+from .layout import copy_strided, dense_strides
 from .shape import view
 
-_COPY = Kernel("structural", "copy_strided", "PPq" + plan_signature(2))
 _FILL = Kernel("structural", "fill", "PqT")
 _PAD_MAP = Kernel("structural", "pad_map", "PPqi" + "q" * (4 * MAX_RANK) + "i")
 _PAD_FOLD = Kernel("structural", "pad_fold", "PPqqqqqi")
@@ -49,22 +48,6 @@ ROUNDING = {mode: i for i, mode in enumerate(NEAREST_MODES)}
 def address(value, elements=0):
     """The device address of `value`'s element `elements` (a flat offset)."""
     return device_ptr(value) + int(elements) * value.dtype.itemsize
-
-
-def copy_strided(provider, dtype, src, src_strides, dst, dst_strides, shape):
-    """dst[index * dst_strides] = src[index * src_strides] over the index space `shape` (src and
-    dst device addresses).  Beyond MAX_RANK dims once collapsed, one launch per leading index."""
-    n = math.prod(shape)
-    if n == 0:
-        return
-    sizes, (s, d) = collapse(shape, src_strides, dst_strides)
-    if len(sizes) <= MAX_RANK:
-        _COPY.launch_elements(provider, dtype, n, src, dst, n, *plan_args(sizes, [s, d]))
-        return
-    item = np.dtype(dtype).itemsize
-    for i in range(shape[0]):
-        copy_strided(provider, dtype, src + i * src_strides[0] * item, src_strides[1:],
-                     dst + i * dst_strides[0] * item, dst_strides[1:], shape[1:])
 
 
 def gathered(provider, x, offset, strides, shape):
