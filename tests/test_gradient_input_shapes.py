@@ -57,6 +57,11 @@ CASES = {
     "SliceGrad": (MS, {}, [f(2, 5, 3), np.array([4, 5, 6]), np.array([1, -1]), np.array([3, 0]), np.array([0, 2]),
                            np.array([1, -2])], None),
     "NegativeLogLikelihoodLossGrad": (MS, {"reduction": "none"}, [f(5), f(5, 3), ints(5), f(3)], None),
+    # gradient ops of the structural ops of exported models
+    "GatherGrad": (MS, {"axis": 0}, [np.array([4, 3]), np.array([[0, 3], [2, 2]]), f(2, 2, 3)], None),
+    "PadGrad": (MS, {"mode": "reflect"}, [f(2, 5, 7), np.array([0, 1, 2, 0, 1, 1])], None),
+    "ResizeGrad": (MS, {"mode": "linear"}, [f(1, 2, 6, 6), f(1, 2, 3, 4), None, np.array([1.0, 1.0, 2.0, 1.5])],
+                   None),
 }
 
 
@@ -78,14 +83,15 @@ def test_consistent_inputs_run(op):
 
 
 # (op, input, axis) whose size is free: X's broadcast axes in SumToShape, X's spatial axes in
-# GlobalMaxPoolGrad (dY is (N, C, 1) whatever they are)
-FREE = {("SumToShape", 0, 0), ("GlobalMaxPoolGrad", 1, 2)}
+# GlobalMaxPoolGrad (dY is (N, C, 1) whatever they are), every axis of PadGrad's dY (dX is dY
+# less the pads)
+FREE = {("SumToShape", 0, 0), ("GlobalMaxPoolGrad", 1, 2), *(("PadGrad", 0, axis) for axis in range(3))}
 
 
 def wrong_dims_cases():
     for op, (_, _, inputs, _) in sorted(CASES.items()):
         for i, x in enumerate(inputs):
-            if x.dtype.kind != "f" or x.ndim == 0:
+            if x is None or x.dtype.kind != "f" or x.ndim == 0:
                 continue
             for axis in range(x.ndim):
                 if (op, i, axis) in FREE:

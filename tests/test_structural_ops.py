@@ -76,6 +76,17 @@ def test_split_refuses_more_outputs_than_its_pieces():
                  outputs=["outputs_0", "outputs_2"])
 
 
+def test_split_into_equal_pieces_unless_num_outputs_counts_them():
+    from minitrain.errors import ShapeError
+    pieces = ["outputs_0", "outputs_1", "outputs_2"]
+    with pytest.raises(ShapeError, match="Split.*dim of 7 into 3 equal pieces"):
+        run_node("Split", [np.zeros((2, 7))], attrs={"axis": 1}, opset=13, outputs=pieces)
+    got = run_node("Split", [np.zeros((2, 7))], attrs={"axis": 1, "num_outputs": 3}, opset=18, outputs=pieces)
+    assert [p.shape[1] for p in got] == [3, 3, 1]
+    assert [p.shape[1] for p in run_node("Split", [np.zeros((2, 6))], attrs={"axis": 1}, opset=13,
+                                         outputs=pieces)] == [2, 2, 2]
+
+
 # --------------------------------------------------------------------------- beside PyTorch
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -94,9 +94,10 @@ def concat_gradient(g):
     g.node("Split", [g.GO(0), split], outputs, {"axis": axis})
 
 
-def split_sizes(fail, dim, split, pieces):
+def split_sizes(fail, dim, split, pieces, uneven=False):
     """The sizes of the pieces: `split` when given (they must add up to `dim`), else `pieces`
-    pieces of ceil(dim / pieces), the last one what is left."""
+    equal pieces; `uneven` (opset 18's num_outputs) lets them be ceil(dim / pieces), the last
+    one what is left."""
     if split is not None:
         if any(s < 0 for s in split):
             fail(f"split {tuple(split)} holds a negative size")
@@ -107,6 +108,9 @@ def split_sizes(fail, dim, split, pieces):
         fail(f"cannot split into {pieces} pieces")
     if pieces > MAX_PIECES:
         fail(f"splits into {pieces} pieces; at most {MAX_PIECES} are supported")
+    if not uneven and dim % pieces:
+        fail(f"cannot split a dim of {dim} into {pieces} equal pieces (uneven pieces need opset 18's "
+             "num_outputs, or the sizes in 'split')")
     size = -(-dim // pieces)
     sizes = [min(size, max(dim - i * size, 0)) for i in range(pieces)]
     if sizes[-1] == 0 and dim >= pieces:
@@ -118,9 +122,14 @@ def split_count(schema_version, attrs, split, wanted):
     """How many pieces a Split node makes: len(split), num_outputs, or the outputs asked for."""
     if split is not None:
         return len(split)
-    if schema_version >= 18 and attrs.get("num_outputs") is not None:
+    if counted_by_num_outputs(schema_version, attrs):
         return attrs["num_outputs"]
     return max(PIECES.index(w) for w in wanted) + 1
+
+
+def counted_by_num_outputs(schema_version, attrs):
+    """Whether the Split's pieces are counted by opset 18's num_outputs (the last may be smaller)."""
+    return schema_version >= 18 and attrs.get("num_outputs") is not None
 
 
 def concat_axis(fail, axis, shapes):
@@ -146,7 +155,7 @@ def split_plan(fail, version, attrs, shape, split, wanted):
     beyond = [w for w in wanted if PIECES.index(w) >= count]
     if beyond:
         fail(f"makes {count} pieces; output {beyond[0]!r} is beyond them")
-    return axis, split_sizes(fail, shape[axis], split, count)
+    return axis, split_sizes(fail, shape[axis], split, count, counted_by_num_outputs(version, attrs))
 
 
 def infer_split(ctx):
@@ -175,7 +184,8 @@ def infer_split(ctx):
     axis = normalize_axis(ctx, ctx.attrs["axis"], len(shape))
     if not isinstance(shape[axis], int):
         return [ctx.out(None)] * count
-    sizes = split_sizes(ctx.fail, shape[axis], split, count)
+    sizes = split_sizes(ctx.fail, shape[axis], split, count,
+                        counted_by_num_outputs(ctx.schema.since_version, ctx.attrs))
     return [ctx.out(shape[:axis] + (s,) + shape[axis + 1:]) for s in sizes]
 
 

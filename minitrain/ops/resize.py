@@ -191,7 +191,7 @@ def grad_plan(fail, attrs, x_shape, dy_shape, scales):
         plan = resize_plan(fail, attrs, x_shape, scales, None)
     expected = tuple(a.out for a in plan)
     if dy_shape != expected:
-        fail(f"input 'dY' has shape {dy_shape}; expected {expected} (X of shape {x_shape} resized)")
+        fail(f"input 'dY' has shape {dy_shape}; expected {expected}, input 'X' of shape {x_shape} resized")
     return plan
 
 
