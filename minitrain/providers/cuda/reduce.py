@@ -9,8 +9,7 @@ import math
 from ...ops.reduce import reduced_axes, reduced_shape
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
-from .layout import collapse, plan_args, plan_signature
-from .structural import dense_strides
+from .layout import collapse, dense_strides, plan_args, plan_signature
 
 PLANS = "T" + plan_signature(1) + plan_signature(1)
 _ROWS = {op: Kernel("reduce", f"reduce_rows_{op}", "PPqq" + PLANS) for op in ("sum", "max")}
