@@ -65,7 +65,8 @@ def test_resize_and_its_gradient(attrs, scales, rng):
 def test_gradients_of_the_copies_on_the_device(rng):
     x = rng.standard_normal((3, 4, 5))
     gradcheck("Concat", [x, rng.standard_normal((3, 2, 5))], {"axis": 1}, opset=13, provider="cuda")
-    gradcheck("Split", [x, np.array([1, 3])], {"axis": 1}, opset=13, wrt=[0], outputs=["outputs_1"], provider="cuda")
+    gradcheck("Split", [x, np.array([1, 3])], {"axis": 1}, opset=13, wrt=[0], outputs=["outputs_0", "outputs_1"],
+              provider="cuda")
     gradcheck("Gather", [x, np.array([[2, 0], [2, -1]])], {"axis": 2}, opset=13, wrt=[0], provider="cuda")
     gradcheck("Tile", [x, np.array([2, 1, 3])], {}, opset=13, wrt=[0], provider="cuda")
     gradcheck("Upsample", [x.reshape(1, 3, 4, 5), np.array([1.0, 1.0, 2.0, 1.5])], {"mode": "linear"}, opset=9,

@@ -5,7 +5,7 @@ statistics' shapes and types, bad input named, and on CUDA the shapes beyond the
 import numpy as np
 import pytest
 
-from cuda_parity import DTYPES, check_parity
+from cuda_parity import DTYPES, HALF_TYPES, check_parity
 from minitrain import run_node
 from minitrain.errors import OpAttributeError, ShapeError
 from minitrain.ops import get_schema, infer_node
@@ -99,7 +99,7 @@ def test_cuda_against_cpu(op, x_shape, scale_shape, attrs, opset, dtype, rng):
     scale, bias = rng.standard_normal(scale_shape), rng.standard_normal(scale_shape)
     check_parity(op, [x, scale, bias], attrs, opset=opset, dtypes=[dtype])
     dy = rng.standard_normal(x_shape)
-    cpu_stats = run_node(op, [a.astype(np.float32 if dtype == "float16" else dtype) for a in (x, scale, bias)],
+    cpu_stats = run_node(op, [a.astype(np.float32 if dtype in HALF_TYPES else dtype) for a in (x, scale, bias)],
                          attrs=attrs, opset=opset)[1:]
     check_parity(f"{op}Grad", [dy, x, scale, *cpu_stats], attrs, domain=MS, dtypes=[dtype])
     for outputs in (["dX"], ["dscale"], ["dbias", "dscale"]):

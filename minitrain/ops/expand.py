@@ -13,11 +13,11 @@ import numpy as np
 
 from .elementwise import reduce_to_input
 from .gradients import gradient
-from .schema import GRAPH_DATA_TYPES, MS_DOMAIN, Attr, Input, schema
+from .schema import GRAPH_DATA_TYPES, GRAPH_FLOAT_TYPES, MS_DOMAIN, Attr, Input, schema
 from .shape import reshape_back_gradient
 from .shape_utils import broadcast_shapes
 
-SCALE_TYPES = (np.float16, np.float32, np.float64, np.int64)
+SCALE_TYPES = GRAPH_FLOAT_TYPES + (np.dtype(np.int64),)
 
 
 def unsqueezed_shape(fail, shape, axes):
