@@ -15,10 +15,10 @@ from minitrain.errors import PrecisionError
 from minitrain.autodiff import build_gradient_graph
 from minitrain.graph import Graph
 from minitrain.inference import infer_types
-from minitrain.optim import SGD, AdamW
+from minitrain.optim import SGD
 from minitrain.training import TrainingSession
 from minitrain.training.loop import fit
-from minitrain.training.loss_scale import SKIPPED, DynamicLossScale
+from minitrain.training.loss_scale import DynamicLossScale
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 MS = "com.microsoft"
