@@ -51,11 +51,7 @@ def reduce_to_input(g, grad, i):
     if x_type is not None and y_type is not None and x_type.shape is not None and x_type.shape == y_type.shape:
         g.node("Identity", [grad], [g.GI(i)])
         return
-    if x_type is not None and x_type.is_concrete:
-        shape = g.constant(np.array(x_type.shape, dtype=np.int64), "shape")
-    else:
-        shape = g.node("Shape", [g.I(i)], [g.tmp("shape")])
-    g.node("SumToShape", [grad, shape], [g.GI(i)], domain=MS_DOMAIN)
+    g.node("SumToShape", [grad, g.shape_of(g.I(i))], [g.GI(i)], domain=MS_DOMAIN)
 
 
 @gradient("Add", since=7, differentiable=(0, 1), emits=("Identity", "Shape", "SumToShape"))

@@ -91,9 +91,4 @@ def infer_gather_grad(ctx):
 
 @gradient("Gather", since=1, emits=("Shape", "GatherGrad"))
 def gather_gradient(g):
-    t = g.type_of(g.I(0))
-    if t is not None and t.is_concrete:
-        shape = g.constant(np.array(t.shape, dtype=np.int64), "shape")
-    else:
-        shape = g.node("Shape", [g.I(0)], [g.tmp("shape")])
-    g.node("GatherGrad", [shape, g.I(1), g.GO(0)], [g.GI(0)], {"axis": g.attrs.get("axis", 0)}, domain=MS_DOMAIN)
+    g.node("GatherGrad", [g.shape_of(g.I(0)), g.I(1), g.GO(0)], [g.GI(0)], {"axis": g.attrs.get("axis", 0)}, domain=MS_DOMAIN)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from ..errors import GraphError
 from .schema import ONNX_DOMAIN, add_version, in_force
 
@@ -93,6 +95,14 @@ class GradContext:
         name = self.tmp(base)
         self.graph.add_initializer(name, array)
         return name
+
+    def shape_of(self, name):
+        """The shape of forward value `name` as an int64 value of the gradient graph: a constant
+        where it is known, else a Shape node read at run time."""
+        t = self.type_of(name)
+        if t is not None and t.is_concrete:
+            return self.constant(np.array(t.shape, dtype=np.int64), "shape")
+        return self.node("Shape", [name], [self.tmp("shape")])
 
     def node(self, op_type, inputs, outputs, attrs=None, domain=ONNX_DOMAIN):
         """Emit a gradient node; skipped when none of its outputs is wanted."""

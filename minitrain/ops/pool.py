@@ -187,12 +187,7 @@ def infer_global_max_pool_grad(ctx):
 
 @gradient("GlobalAveragePool", since=1, emits=("GlobalAveragePoolGrad", "Shape"))
 def global_average_pool_gradient(g):
-    x_type = g.type_of(g.I(0))
-    if x_type is not None and x_type.is_concrete:
-        shape = g.constant(np.array(x_type.shape, dtype=np.int64), "shape")
-    else:
-        shape = g.node("Shape", [g.I(0)], [g.tmp("shape")])
-    g.node("GlobalAveragePoolGrad", [g.GO(0), shape], [g.GI(0)], domain=MS_DOMAIN)
+    g.node("GlobalAveragePoolGrad", [g.GO(0), g.shape_of(g.I(0))], [g.GI(0)], domain=MS_DOMAIN)
 
 
 @gradient("GlobalMaxPool", since=1, emits=("GlobalMaxPoolGrad",))

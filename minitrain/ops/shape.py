@@ -37,12 +37,7 @@ def reshape_back_gradient(g):
     """Gradient of a pure re-layout: reshape dY to the input's shape."""
     if not g.needs(0):
         return
-    x_type = g.type_of(g.I(0))
-    if x_type is not None and x_type.is_concrete:
-        shape = g.constant(np.array(x_type.shape, dtype=np.int64), "shape")
-    else:
-        shape = g.node("Shape", [g.I(0)], [g.tmp("shape")])
-    g.node("Reshape", [g.GO(0), shape], [g.GI(0)])
+    g.node("Reshape", [g.GO(0), g.shape_of(g.I(0))], [g.GI(0)])
 
 
 gradient("Flatten", since=1, emits=("Reshape", "Shape"))(reshape_back_gradient)
