@@ -152,14 +152,12 @@ template <typename T> __device__ void mse_finish_impl(const double* partial, int
     if (threadIdx.x == 0) out[0] = from_acc<T>((acc_t<T>)(s / divisor));
 }
 
-// d_prediction = (prediction - target) * 2 dY elementwise (dy given: reduction none), else
-// (prediction - target) * factor, factor = 2 dY (/ size for mean) computed on the host.
+// d_prediction = (prediction - target) * dY * factor, factor = 2 (/ size for mean); dY is one
+// scalar (dy_step 0) or one value per element (dy_step 1).
 template <typename T>
-__device__ void mse_grad_impl(const T* p, const T* t, const T* dy, T* out, int64_t n, acc_t<T> factor) {
-    GRID_STRIDE_LOOP(i, n) {
-        const acc_t<T> f = dy ? acc_t<T>(2) * to_acc<T>(dy[i]) : factor;
-        out[i] = from_acc<T>(diff(p, t, i) * f);
-    }
+__device__ void mse_grad_impl(const T* p, const T* t, const T* dy, T* out, int64_t n, int64_t dy_step,
+                              acc_t<T> factor) {
+    GRID_STRIDE_LOOP(i, n) out[i] = from_acc<T>(diff(p, t, i) * to_acc<T>(dy[i * dy_step]) * factor);
 }
 
 #define MSE(T, S)                                                                                       \
@@ -174,7 +172,7 @@ __device__ void mse_grad_impl(const T* p, const T* t, const T* dy, T* out, int64
         mse_finish_impl<T>(partial, blocks, out, divisor);                                              \
     }                                                                                                   \
     extern "C" __global__ void mse_grad_##S(const T* p, const T* t, const T* dy, T* out, int64_t n,     \
-                                            acc_t<T> factor) {                                          \
-        mse_grad_impl<T>(p, t, dy, out, n, factor);                                                     \
+                                            int64_t dy_step, acc_t<T> factor) {                         \
+        mse_grad_impl<T>(p, t, dy, out, n, dy_step, factor);                                            \
     }
 MT_FOR_FLOATS(MSE)

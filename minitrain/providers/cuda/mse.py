@@ -1,8 +1,8 @@
 """CUDA kernels of MSELoss and MSELossGrad (kernels in cuda/loss.cu), the same registrations as
 providers/cpu/mse.py.
 
-MSELossGrad's dY is host-resident (host_inputs): it is the loss's seed, a scalar for the mean
-and sum reductions, so the kernel folds it into one factor without reading the device.  The
+MSELossGrad reads its dY (the loss's seed) on the device, a scalar or one per element, so a
+seed that lives there (a loss scale) costs no host sync and the step stays capturable.  The
 mean and sum are reduced in double in a fixed order: per-chunk partial sums, then one block.
 """
 import numpy as np
@@ -15,7 +15,7 @@ from .launch import BLOCK, MAX_BLOCK
 NONE = Kernel("loss", "mse_none", "PPPq")
 PARTIAL = Kernel("loss", "mse_partial", "PPPqq")
 FINISH = Kernel("loss", "mse_finish", "PqPd")
-GRAD = Kernel("loss", "mse_grad", "PPPPqT")
+GRAD = Kernel("loss", "mse_grad", "PPPPqqT")
 MIN_CHUNK, MAX_PARTIALS = 4096, 1024
 
 
@@ -42,21 +42,16 @@ def mse(ctx):
     return {"loss": loss}
 
 
-@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(0,))
+@register_kernel("MSELossGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def mse_grad(ctx):
     dy, prediction, target = ctx.inputs
     prov, n = ctx.provider, prediction.size
     grad = prov.empty(prediction.shape, ctx.dtype)
     if n == 0:
         return {"d_prediction": grad}
-    reduction = ctx.attrs["reduction"]
-    dy_device = 0
-    if reduction != "none":
-        factor = 2 * float(dy.reshape(-1)[0]) / (n if reduction == "mean" else 1)
-    elif dy.size == 1:
-        factor = 2 * float(dy.reshape(-1)[0])
-    else:       # a per-element seed (reduction none): it goes to the device
-        factor = 0.0
-        dy_device = prov.from_numpy(np.broadcast_to(dy, prediction.shape).astype(ctx.dtype))
-    GRAD.launch_elements(prov, ctx.dtype, n, prediction, target, dy_device, grad, n, factor)
+    if dy.size not in (1, n):
+        ctx.fail(f"input dY of shape {tuple(dy.shape)} is neither a scalar nor the prediction's shape "
+                 f"{tuple(prediction.shape)}")
+    factor = 2.0 / n if ctx.attrs["reduction"] == "mean" else 2.0
+    GRAD.launch_elements(prov, ctx.dtype, n, prediction, target, dy, grad, n, 0 if dy.size == 1 else 1, factor)
     return {"d_prediction": grad}
