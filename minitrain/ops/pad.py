@@ -72,6 +72,48 @@ def source_positions(mode, size, begin, length):
     return np.where(q < size, q, period - q)
 
 
+def _ints(value):
+    return None if value is None else [int(v) for v in value.reshape(-1)]
+
+
+def pad_arguments(ctx, modes):
+    """(mode, [(begin, end)] per axis, output shape, constant value) of a Pad kernel's node: pads
+    and value from the attributes (Pad-2) or from the host inputs pads, constant_value and axes
+    (Pad-11 on); `ctx.fail` names a mode outside `modes` or a bad pad."""
+    x, mode = ctx.inputs[0], ctx.attrs["mode"]
+    if mode not in modes:
+        ctx.fail(f"attribute 'mode'={mode!r} is not one of {list(modes)}")
+    if "pads" in ctx.attrs:
+        if ctx.attrs["pads"] is None:
+            ctx.fail("attribute 'pads' is required")
+        pads, axes, value = ctx.attrs["pads"], None, ctx.attrs["value"]
+    else:
+        inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
+        if inputs[2] is not None and inputs[2].size != 1:
+            ctx.fail(f"input 'constant_value' has shape {inputs[2].shape}; expected one number")
+        pads, axes = _ints(inputs[1]), _ints(inputs[3])
+        value = 0 if inputs[2] is None else inputs[2].reshape(())
+    pairs = full_pads(ctx.fail, x.ndim, pads, axes)
+    return mode, pairs, padded_shape(ctx.fail, x.shape, pairs, mode), value
+
+
+def pad_grad_axes(ctx):
+    """[(axis, begin, size)] of each padded axis of a PadGrad kernel's node, `size` the forward
+    input's dim; `ctx.fail` names a dY too narrow for its pads."""
+    dy, mode = ctx.inputs[0], ctx.attrs["mode"]
+    axes = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    folds = []
+    for axis, (begin, end) in enumerate(full_pads(ctx.fail, dy.ndim, _ints(ctx.inputs[1]), _ints(axes))):
+        if begin == end == 0:
+            continue
+        size = dy.shape[axis] - begin - end
+        if size < 0 or size == 0 and mode != "constant":
+            ctx.fail(f"input 'dY' of shape {dy.shape} is too narrow for the pads ({begin}, {end}) of axis {axis} "
+                     f"in mode {mode!r}")
+        folds.append((axis, begin, size))
+    return folds
+
+
 def _pads_and_axes(ctx):
     """The pads and axes as known at inference (False when the pads are not constant)."""
     if ctx.schema.since_version < 11:

@@ -17,7 +17,7 @@ import numpy as np
 from ...ops.concat import PIECES, concat_axis, split_plan
 from ...ops.expand import squeezed_shape, unsqueezed_shape
 from ...ops.gather import gather_grad_plan, gather_plan
-from ...ops.pad import MODES, WRAP_MODES, full_pads, padded_shape
+from ...ops.pad import MODES, WRAP_MODES, pad_arguments, pad_grad_axes
 from ...ops.resize import LEGACY_NEAREST, NEAREST_MODES, grad_plan, is_identity, node_plan, scale_list, settings
 from ...ops.schema import MS_DOMAIN
 from ...ops.slice import slice_ranges
@@ -224,17 +224,14 @@ def tile(ctx):
 
 
 # --------------------------------------------------------------------------- Pad, PadGrad
-def _pad(ctx, pads, axes, value, modes):
-    x, mode = ctx.inputs[0], ctx.attrs["mode"]
-    if mode not in modes:
-        ctx.fail(f"attribute 'mode'={mode!r} is not one of {list(modes)}")
-    pairs = full_pads(ctx.fail, x.ndim, pads, axes)
-    shape = padded_shape(ctx.fail, x.shape, pairs, mode)
+def _pad(ctx, modes):
+    x = ctx.inputs[0]
+    mode, pairs, shape, value = pad_arguments(ctx, modes)
     y = ctx.provider.empty(shape, x.dtype)
     if y.size == 0:
         return {"output": y}
     if mode == "constant":
-        fill(ctx.provider, y, value)
+        fill(ctx.provider, y, float(value))
         kept = tuple(d - max(-b, 0) - max(-e, 0) for d, (b, e) in zip(x.shape, pairs))
         if min(kept, default=1) > 0:
             x_strides, y_strides = dense_strides(x.shape), dense_strides(shape)
@@ -253,45 +250,26 @@ def _pad(ctx, pads, axes, value, modes):
 
 @register_kernel("Pad", since=2, end=10, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def pad_attributes(ctx):
-    if ctx.attrs["pads"] is None:
-        ctx.fail("attribute 'pads' is required")
-    return _pad(ctx, ctx.attrs["pads"], None, ctx.attrs["value"], MODES)
-
-
-def _pad_inputs(ctx, modes):
-    inputs = list(ctx.inputs) + [None] * (4 - len(ctx.inputs))
-    value = inputs[2]
-    if value is not None:
-        if value.size != 1:
-            ctx.fail(f"input 'constant_value' has shape {value.shape}; expected one number")
-    return _pad(ctx, _ints(inputs[1]), _ints(inputs[3]), 0 if value is None else float(value.reshape(())), modes)
+    return _pad(ctx, MODES)
 
 
 @register_kernel("Pad", since=11, end=18, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
 def pad_11(ctx):
-    return _pad_inputs(ctx, MODES)
+    return _pad(ctx, MODES)
 
 
 @register_kernel("Pad", since=19, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2, 3))
 def pad(ctx):
-    return _pad_inputs(ctx, WRAP_MODES)
+    return _pad(ctx, WRAP_MODES)
 
 
 @register_kernel("PadGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES, host_inputs=(1, 2))
 def pad_grad(ctx):
     """dY folded back one padded axis at a time."""
     dy, mode = ctx.inputs[0], ctx.attrs["mode"]
-    axes = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    pairs = full_pads(ctx.fail, dy.ndim, _ints(ctx.inputs[1]), _ints(axes))
     dx = dy
-    for axis, (begin, end) in enumerate(pairs):
-        if begin == end == 0:
-            continue
+    for axis, begin, size in pad_grad_axes(ctx):
         length = dx.shape[axis]
-        size = length - begin - end
-        if size < 0 or size == 0 and mode != "constant":
-            ctx.fail(f"input 'dY' of shape {dy.shape} is too narrow for the pads ({begin}, {end}) of axis {axis} "
-                     f"in mode {mode!r}")
         folded = ctx.provider.empty(dx.shape[:axis] + (size,) + dx.shape[axis + 1:], dy.dtype)
         if folded.size:
             _PAD_FOLD.launch_elements(ctx.provider, dy.dtype, folded.size, dx, folded, folded.size,
