@@ -271,6 +271,7 @@ TILED_SHAPES = [
     ("Conv", (3, 4, 40), (8, 2, 5), {"group": 2, "strides": [2], "pads": [3, 1]}),           # 1D: single-row tiles
     ("Conv", (2, 3, 11, 13), (6, 3, 3, 3), {"strides": [2, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0]}),
     ("ConvTranspose", (2, 6, 7, 8), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    ("Conv", (2, 12, 17, 19), (6, 12, 3, 3), {"pads": [1, 1, 1, 1]}),                        # a U-Net decoder's
 ]
 
 
@@ -293,6 +294,7 @@ ROWS_SHAPES = [   # op, x, w, attrs, primitives the kernels take per dtype
     ("Conv", (2, 4, 11, 9), (4, 2, 3, 5), {"group": 2, "strides": [2, 1], "dilations": [2, 1],
                                            "pads": [1, 0, 2, 3]}, 1),                        # rows strided: forward
     ("Conv", (3, 2, 13), (4, 2, 3), {"pads": [0, 2]}, 2),                                    # 1D
+    ("Conv", (2, 16, 12, 10), (12, 16, 3, 3), {"pads": [1, 1, 1, 1]}, 2),                    # 16 channels
     ("ConvTranspose", (2, 4, 7, 6), (4, 1, 5, 5), {"group": 4, "pads": [1, 2, 3, 0]}, 2),
 ]
 

@@ -22,7 +22,7 @@ from ..compiler import Kernel
 from ..launch import BLOCK, MAX_GRID_Y, ROWS_X
 from .bias import sum_slices
 
-MAX_CHANNELS = 8
+MAX_CHANNELS = 32
 MAX_TAPS = 25
 MAX_WEIGHT_WORK = 1 << 14      # weight elements (pairs x taps) the weight gradient takes on
 SHARED_LIMIT = 48 << 10
