@@ -86,6 +86,9 @@ def test_bad_input_is_named(op, inputs, attrs, opset, error, match):
 
 CUDA_CASES = [("LayerNormalization", (300, 1000), (1000,), {"axis": -1}, 17),
               ("LayerNormalization", (5000, 7), (7,), {"axis": 1}, 17),
+              ("LayerNormalization", (70, 30, 32), (32,), {"axis": -1}, 17),        # the longest narrow rows
+              ("LayerNormalization", (9, 33), (33,), {"axis": -1}, 17),             # the shortest block rows
+              ("InstanceNormalization", (4, 16, 5, 5), (16,), {}, 6),              # narrow, an entry per row
               ("InstanceNormalization", (4, 16, 65, 33), (16,), {}, 6),
               ("GroupNormalization", (8, 32, 17, 9), (32,), {"num_groups": 8}, 21),
               ("GroupNormalization", (8, 32, 17, 9), (8,), {"num_groups": 8}, 18)]

@@ -18,8 +18,9 @@ ROWS_X = 4                  # conv_tiled.cu: outputs of a row per thread of the 
 SUM_COLS_SPLIT = 8          # elementwise.cu: sum_cols' blockDim.y
 TABLE_COLS = 5              # optimizer.cu: a tensor row of the multi-tensor table (param, grad, state 1, 2, count)
 MAX_RANK = 8                # strided.cuh: dims of a strided kernel's plan
+NARROW_COLS = 32            # sample_norm.cu: rows this short get a thread each, not a block
 DEFINES = {"MT_ROWS_X": ROWS_X, "MT_SUM_COLS_SPLIT": SUM_COLS_SPLIT, "MT_TABLE_COLS": TABLE_COLS,
-           "MT_MAX_RANK": MAX_RANK}
+           "MT_MAX_RANK": MAX_RANK, "MT_NARROW_COLS": NARROW_COLS}
 
 
 def grid_stride_blocks(provider, items, per_block=BLOCK):
