@@ -6,8 +6,10 @@
 // offsets from a StridedPlan<2> over the output (stride 0 along an operand's broadcast axes).
 // SumToShape sums in the accumulation type (float for half): sum_rows_<T> when the summed axes
 // include x's innermost one (a block per output, reading along it), sum_cols_<T> otherwise
-// (32 adjacent outputs per block, whose reads are adjacent too).  Both sum in a fixed order,
-// so results are the same run to run.
+// (32 adjacent outputs per block, whose reads are adjacent too), and sum_narrow_cols_<T> for a
+// dense (r, m) x of few columns m (bias gradients over many rows): a block's threads read its
+// range of rows as one flat run, each thread keeping to one column, into per-block partials
+// that sum_slices (conv.cu) adds.  All sum in a fixed order, so results are the same run to run.
 #include "common.cuh"
 #include "elementwise_map.cuh"
 #include "strided.cuh"
@@ -120,6 +122,26 @@ __device__ void sum_cols_impl(const T* x, T* y, int64_t m, int64_t r, int krank,
     }
 }
 
+// part[b * m + c] = the sum of column c of x (r rows of m) over rows [b * rows_per_block, ...);
+// blockDim.x is a multiple of m, so each thread's flat index keeps one column.
+template <typename T>
+__device__ void sum_narrow_cols_impl(const T* x, acc_t<T>* part, int64_t r, int64_t m, int64_t rows_per_block) {
+    typedef acc_t<T> A;
+    extern __shared__ unsigned char narrow_shared[];
+    A* sums = reinterpret_cast<A*>(narrow_shared);
+    const int64_t begin = blockIdx.x * rows_per_block * m;
+    const int64_t end = min(r, (int64_t)(blockIdx.x + 1) * rows_per_block) * m;
+    A s = 0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += to_acc<T>(x[i]);
+    sums[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x < m) {
+        A total = 0;
+        for (int k = threadIdx.x; k < (int)blockDim.x; k += (int)m) total += sums[k];
+        part[blockIdx.x * m + threadIdx.x] = total;
+    }
+}
+
 #define SUM_TO_SHAPE(T, S)                                                                          \
     extern "C" __global__ void sum_rows_##S(const T* x, T* y, int64_t m, int64_t r, int krank,      \
                                             StridedPlan<1> kept, int rrank, StridedPlan<1> reduced) { \
@@ -129,5 +151,9 @@ __device__ void sum_cols_impl(const T* x, T* y, int64_t m, int64_t r, int krank,
                                             StridedPlan<1> kept, int rrank, StridedPlan<1> reduced, \
                                             int64_t slice) {                                        \
         sum_cols_impl<T>(x, y, m, r, krank, kept, rrank, reduced, slice);                           \
+    }                                                                                               \
+    extern "C" __global__ void sum_narrow_cols_##S(const T* x, acc_t<T>* part, int64_t r, int64_t m, \
+                                                   int64_t rows_per_block) {                        \
+        sum_narrow_cols_impl<T>(x, part, r, m, rows_per_block);                                     \
     }
 MT_FOR_FLOATS(SUM_TO_SHAPE)

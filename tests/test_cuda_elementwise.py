@@ -1,7 +1,7 @@
 """Broadcasting arithmetic (Add, Sub, Mul, Div), Neg, Sum and SumToShape on CUDA against the
 CPU kernels: the op table's broadcast patterns and more (ranks up to 6, scalars, both operands
 broadcast), each SumToShape kernel (a block per output when the innermost axis is summed,
-columns otherwise), device inputs, misaligned device views (the unvectorised path), and bad
+columns otherwise, the few-columns kernel), device inputs, misaligned device views (the unvectorised path), and bad
 input raising the CPU's errors.  Every opset and non-contiguous inputs: test_op_table.py."""
 import numpy as np
 import pytest
@@ -57,7 +57,8 @@ def test_sum(shapes, dtype, rng):
 SUM_TO_SHAPE = [((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((2, 3, 4), (1,)), ((2, 3, 4), ()), ((2, 3, 4), (2, 1, 4)),
                 ((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (1, 3, 4)), ((64, 10), (10,)), ((4000, 3), (3,)),
                 ((8, 16, 32, 32), (1, 16, 1, 1)), ((5, 3000), (5, 1)), ((3, 1, 5), (1, 1, 1)), ((1, 1), ()),
-                ((2, 3, 4, 5, 6, 7), (3, 1, 5, 1, 1)), ((0, 4), (4,)), ((4, 0), (1, 0))]
+                ((2, 3, 4, 5, 6, 7), (3, 1, 5, 1, 1)), ((0, 4), (4,)), ((4, 0), (1, 0)),
+                ((16, 32, 32, 8), (8,)), ((9000, 7), (1, 7)), ((5000, 64), (64,))]    # few columns, many rows
 
 
 @pytest.mark.parametrize("x_shape,shape", SUM_TO_SHAPE)

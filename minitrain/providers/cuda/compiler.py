@@ -76,10 +76,11 @@ class Kernel:
             self._functions[dtype] = fn
         return fn
 
-    def launch(self, provider, dtype, grid, block, *args):
-        """Queue the kernel on `provider`'s stream with an explicit grid and block."""
+    def launch(self, provider, dtype, grid, block, *args, shared=0):
+        """Queue the kernel on `provider`'s stream with an explicit grid and block (and `shared`
+        bytes of dynamic shared memory)."""
         values = [device_ptr(a) if isinstance(a, GPUArray) else a for a in args]
-        self.function(dtype).prepared_async_call(grid, block, provider.stream, *values)
+        self.function(dtype).prepared_async_call(grid, block, provider.stream, *values, shared_size=shared)
 
     def launch_elements(self, provider, dtype, count, *args):
         """Queue a grid-stride kernel over `count` elements: enough blocks to fill the device,

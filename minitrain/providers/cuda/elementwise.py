@@ -10,7 +10,8 @@ from ...ops.elementwise import broadcast_axes
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
-from .launch import SUM_COLS_SPLIT
+from .conv.bias import sum_slices
+from .launch import BLOCK, SUM_COLS_SPLIT, grid_stride_blocks
 from .layout import collapse, dense_strides, plan_args, plan_signature
 from .shape import view
 
@@ -19,7 +20,11 @@ _BCAST = {op: Kernel("elementwise", f"{op}_bcast", "PPPq" + plan_signature(2)) f
 _NEG = Kernel("elementwise", "neg", "PPq")
 _SUM_ROWS = Kernel("elementwise", "sum_rows", "PPqq" + plan_signature(1) + plan_signature(1))
 _SUM_COLS = Kernel("elementwise", "sum_cols", "PPqq" + plan_signature(1) + plan_signature(1) + "q")
+_SUM_NARROW_COLS = Kernel("elementwise", "sum_narrow_cols", "PPqqq")
 SLICE_ROWS = 64         # reduced indices per block of sum_cols's first pass, when it takes two
+NARROW_SUM_COLS = 64    # a dense (rows, m) sum with m at most this and many rows takes sum_narrow_cols
+NARROW_MIN_ROWS = 4096
+NARROW_ELEMENTS = 4096  # elements each block of sum_narrow_cols sums, at least
 
 
 def packs(value):
@@ -109,9 +114,26 @@ def sum_to_shape(ctx):
     if innermost in axes:           # a block per output reads along x's rows
         threads = min(256, max(32, 1 << (r - 1).bit_length()))
         _SUM_ROWS.launch(ctx.provider, x.dtype, (min(m, limit), 1, 1), (threads, 1, 1), *args)
+    elif k_sizes == [m] and k_strides == [[1]] and r_strides == [[m]] and m <= NARROW_SUM_COLS \
+            and r >= NARROW_MIN_ROWS:
+        sum_narrow_columns(ctx.provider, x, y, r, m)
     else:
         sum_columns(ctx.provider, x.dtype, args, m, r)
     return {"Y": y}
+
+
+def sum_narrow_columns(provider, x, y, r, m):
+    """y[c] = the sum of column c of a dense (r, m) x: blocks of rows into partials, then each
+    column's partials in a fixed order (sum_slices)."""
+    threads = BLOCK // m * m
+    blocks = grid_stride_blocks(provider, r * m, NARROW_ELEMENTS)
+    rows_per_block = -(-r // blocks)
+    blocks = -(-r // rows_per_block)
+    acc = np.float64 if x.dtype == np.float64 else np.float32
+    part = provider.empty((blocks, m), acc)
+    _SUM_NARROW_COLS.launch(provider, x.dtype, (blocks, 1, 1), (threads, 1, 1), x, part, r, m, rows_per_block,
+                            shared=threads * np.dtype(acc).itemsize)
+    sum_slices(provider, part, y, m, blocks)
 
 
 def sum_columns(provider, dtype, args, m, r):
