@@ -16,8 +16,10 @@ and cudnn_engines.py, when libcudnn 9 loads and the pads are symmetric):
     and small-channel convolutions (LeNet's first layer), no workspace.
   * Tiled and Rows (tiled.py): the same shapes in 1D and 2D, from shared-memory windows
     (two tile heights) or from registers (4 outputs of a row per thread, unit column stride).
-The kernels are in cuda/conv.cu and cuda/conv_tiled.cu; none uses atomics, so every result is
-deterministic.  The bias is bias.py's.
+  * Gemm1d (gemm1d.py): implicit GEMMs for 1D convolutions of moderate channel counts (one
+    group, unit stride and dilation), 8 x 8 register tiles from shared-memory operands.
+The kernels are in cuda/conv.cu, cuda/conv_tiled.cu and cuda/conv_gemm1d.cu; none uses
+atomics, so every result is deterministic.  The bias is bias.py's.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from . import search as conv_search
 from .bias import add_bias, bias_grad
 from .cudnn_algorithms import CudnnFamily
 from .cudnn_engines import BackendFamily
+from .gemm1d import Gemm1d
 from .tiled import Rows, Tiled
 
 # im2col workspace per chunk of samples (at least one sample's worth).
@@ -238,7 +241,9 @@ class Direct:
         _launch_blocks(_direct_weight, provider, img.dtype, dw.size, cols, img, dw, key.n, *geo_args(key.geom))
 
 
-ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows()]
+ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows(),
+              Gemm1d("implicit_gemm_1d", slice_blocks=256),
+              Gemm1d("implicit_gemm_1d_fine", slice_blocks=1024, directions=("weight",))]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
 FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]

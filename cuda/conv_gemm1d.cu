@@ -1,0 +1,231 @@
+// Implicit-GEMM 1-D convolutions (one group, unit stride and dilation) for moderate channel
+// counts, every product accumulated in registers from tiles staged in shared memory.
+//
+// A "line" convolution maps a source (N, in_channels, in_len) to a destination
+// (N, out_channels, out_len): destination position l reads source positions l - pad + t for taps
+// t < k (zero outside the source).  The forward is one with the weight (out, in, k); the data
+// gradient is one from dY to dX with the weight read transposed and flipped (FLIP) and
+// pad = k - 1 - pad_begin.  As a GEMM: M = out_channels, N = N * out_len, K = in_channels * k.
+//
+//   * gemm1d_forward / gemm1d_data: a block of 32 x blockDim.y threads owns TILE * blockDim.y
+//     output channels by SPAN = 32 * TILE positions of one sample; each thread TILE channels by
+//     TILE positions 32 apart (so a warp's loads and stores are consecutive).  Per chunk of
+//     input channels the block stages the source window (SPAN + k - 1 values a channel, halo
+//     included) and the weights (tap-major, channels contiguous), then every thread takes
+//     TILE x TILE products per (channel, tap).
+//   * gemm1d_weight: dW (M = out_channels, N = in_channels * k) summed over K = the (sample,
+//     position) pairs, cut into slices of CHUNK-position chunks, one slice per blockIdx.y; a block
+//     of (bn / TILE, bm / TILE, layers) threads owns a bm x bn tile of dW, stages a chunk's dY rows
+//     and the im2col rows of X, and its `layers` take every layers-th position of a chunk; the
+//     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
+//     No atomics: deterministic.
+#include "common.cuh"
+
+#ifndef MT_GEMM1D_TILE
+#error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
+#endif
+#ifndef MT_GEMM1D_CHUNK
+#error "MT_GEMM1D_CHUNK comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_CHUNK=...)"
+#endif
+#define TILE MT_GEMM1D_TILE
+#define CHUNK MT_GEMM1D_CHUNK
+#define LANES 32
+#define SPAN (LANES * TILE)
+
+struct LineGeo {
+    int in_channels, out_channels, in_len, out_len, k, pad;
+};
+
+// v = p[0 .. TILE) from shared memory; p is 16-byte aligned (float4 loads for float).
+template <typename A>
+__device__ __forceinline__ void load_tile(const A* p, A (&v)[TILE]) {
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) v[i] = p[i];
+}
+template <>
+__device__ __forceinline__ void load_tile<float>(const float* p, float (&v)[TILE]) {
+#pragma unroll
+    for (int i = 0; i < TILE; i += 4) {
+        const float4 q = *reinterpret_cast<const float4*>(p + i);
+        v[i] = q.x;
+        v[i + 1] = q.y;
+        v[i + 2] = q.z;
+        v[i + 3] = q.w;
+    }
+}
+
+template <typename A>
+__device__ __forceinline__ void outer_product(A (&acc)[TILE][TILE], const A (&a)[TILE], const A (&b)[TILE]) {
+#pragma unroll
+    for (int i = 0; i < TILE; ++i)
+#pragma unroll
+        for (int j = 0; j < TILE; ++j) acc[i][j] += a[i] * b[j];
+}
+
+// dst[s, o, l] = bias[o] + sum over (c, t) of weight(o, c, t) * src[s, c, l - pad + t], where
+// weight(o, c, t) = w[o, c, t], or w[c, o, k - 1 - t] when FLIP.  Grid: (N * tiles, channel tiles).
+template <typename T, bool FLIP>
+__device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst, int tiles, int has_bias, int chunk,
+                                 LineGeo g) {
+    typedef acc_t<T> A;
+    extern __shared__ __align__(16) unsigned char gemm1d_shared[];
+    const int bm = blockDim.y * TILE, width = SPAN + g.k - 1;
+    A* ws = reinterpret_cast<A*>(gemm1d_shared);     // [chunk * k][bm]
+    A* xs = ws + chunk * g.k * bm;                   // [chunk][width]
+    const int64_t sample = blockIdx.x / tiles;
+    const int l0 = (int)(blockIdx.x % tiles) * SPAN, m0 = blockIdx.y * bm, row = threadIdx.y * TILE;
+    const int tid = threadIdx.y * LANES + threadIdx.x, threads = LANES * blockDim.y;
+    A acc[TILE][TILE];
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) {
+        const int o = m0 + row + i;
+        const A start = has_bias && o < g.out_channels ? to_acc(bias[o]) : A(0);
+#pragma unroll
+        for (int j = 0; j < TILE; ++j) acc[i][j] = start;
+    }
+    const T* in = src + sample * g.in_channels * (int64_t)g.in_len;
+    for (int c0 = 0; c0 < g.in_channels; c0 += chunk) {
+        const int cc = min(chunk, g.in_channels - c0);
+        __syncthreads();    // the previous chunk's readers are done
+        for (int c = 0; c < cc; ++c) {
+            const T* line = in + (int64_t)(c0 + c) * g.in_len;
+            for (int j = tid; j < width; j += threads) {
+                const int x = l0 - g.pad + j;
+                xs[c * width + j] = x >= 0 && x < g.in_len ? to_acc(line[x]) : A(0);
+            }
+        }
+        for (int r = threadIdx.y; r < cc * g.k; r += blockDim.y) {
+            const int c = r / g.k, t = r - c * g.k;
+            for (int m = threadIdx.x; m < bm; m += LANES) {
+                const int o = m0 + m;
+                A v = A(0);
+                if (o < g.out_channels)
+                    v = to_acc(FLIP ? w[((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t]
+                                    : w[((int64_t)o * g.in_channels + c0 + c) * g.k + t]);
+                ws[r * bm + m] = v;
+            }
+        }
+        __syncthreads();
+        for (int c = 0; c < cc; ++c) {
+            const A* wc = ws + c * g.k * bm + row;
+            const A* xc = xs + c * width + threadIdx.x;
+            for (int t = 0; t < g.k; ++t) {
+                A a[TILE], b[TILE];
+                load_tile(wc + t * bm, a);
+#pragma unroll
+                for (int j = 0; j < TILE; ++j) b[j] = xc[t + j * LANES];
+                outer_product(acc, a, b);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) {
+        const int o = m0 + row + i;
+        if (o >= g.out_channels) break;
+        T* out = dst + (sample * g.out_channels + o) * (int64_t)g.out_len;
+#pragma unroll
+        for (int j = 0; j < TILE; ++j) {
+            const int l = l0 + threadIdx.x + j * LANES;
+            if (l < g.out_len) out[l] = from_acc<T>(acc[i][j]);
+        }
+    }
+}
+
+// part[slice, o, c * k + t] = the sum over the positions of `slice` (chunks_per_slice chunks of
+// CHUNK positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
+// (in: x, out: dy).  Grid: (channel tiles * column tiles, slices).
+template <typename T>
+__device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int64_t samples, int chunks_per_slice,
+                                   LineGeo g) {
+    typedef acc_t<T> A;
+    extern __shared__ __align__(16) unsigned char gemm1d_shared[];
+    const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
+    const int lda = bm + 4, ldb = bn + 4;            // rows stay 16-byte aligned
+    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [CHUNK][lda]: dY, position-major
+    A* bs = as + CHUNK * lda;                        // [CHUNK][ldb]: X's im2col rows
+    int* col_offset = reinterpret_cast<int*>(bs + CHUNK * ldb);   // [bn]: c * in_len + t - pad
+    int* col_shift = col_offset + bn;                             // [bn]: t - pad (far negative: no column)
+    const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
+    const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
+    const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+    const int threads = blockDim.x * blockDim.y * layers;
+    for (int n = tid; n < bn; n += threads) {
+        const int col = n0 + n, c = col / g.k, t = col - c * g.k;
+        col_offset[n] = c * g.in_len + t - g.pad;
+        col_shift[n] = col < columns ? t - g.pad : -(1 << 30);
+    }
+    A acc[TILE][TILE];
+#pragma unroll
+    for (int i = 0; i < TILE; ++i)
+#pragma unroll
+        for (int j = 0; j < TILE; ++j) acc[i][j] = A(0);
+    const int per_sample = (g.out_len + CHUNK - 1) / CHUNK;
+    const int64_t first = (int64_t)blockIdx.y * chunks_per_slice;
+    const int64_t last = min(first + chunks_per_slice, samples * per_sample);
+    for (int64_t q = first; q < last; ++q) {
+        const int64_t s = q / per_sample;
+        const int l0 = (int)(q - s * per_sample) * CHUNK;
+        const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
+        const T* xs = x + s * g.in_channels * (int64_t)g.in_len + l0;
+        __syncthreads();    // the previous chunk's readers (and the column tables' writers) are done
+        for (int e = tid; e < CHUNK * bm; e += threads) {
+            const int p = e % CHUNK, m = e / CHUNK;
+            as[p * lda + m] = m0 + m < g.out_channels && l0 + p < g.out_len ? to_acc(dys[(int64_t)m * g.out_len + p])
+                                                                           : A(0);
+        }
+        for (int e = tid; e < CHUNK * bn; e += threads) {
+            const int p = e % CHUNK, n = e / CHUNK, at = l0 + p + col_shift[n];
+            bs[p * ldb + n] = at >= 0 && at < g.in_len && l0 + p < g.out_len ? to_acc(xs[col_offset[n] + p]) : A(0);
+        }
+        __syncthreads();
+        for (int p = threadIdx.z; p < CHUNK; p += layers) {
+            A a[TILE], b[TILE];
+            load_tile(as + p * lda + threadIdx.y * TILE, a);
+            load_tile(bs + p * ldb + threadIdx.x * TILE, b);
+            outer_product(acc, a, b);
+        }
+    }
+    A* red = reinterpret_cast<A*>(gemm1d_shared);    // [bm][bn], once the chunks are done
+    const int cell = threadIdx.y * TILE * bn + threadIdx.x * TILE;
+    for (int z = 1; z < layers; ++z) {
+        __syncthreads();
+        if (threadIdx.z == z)
+#pragma unroll
+            for (int i = 0; i < TILE; ++i)
+#pragma unroll
+                for (int j = 0; j < TILE; ++j) red[cell + i * bn + j] = acc[i][j];
+        __syncthreads();
+        if (threadIdx.z == 0)
+#pragma unroll
+            for (int i = 0; i < TILE; ++i)
+#pragma unroll
+                for (int j = 0; j < TILE; ++j) acc[i][j] += red[cell + i * bn + j];
+    }
+    if (threadIdx.z != 0) return;
+    acc_t<T>* out = part + (int64_t)blockIdx.y * g.out_channels * columns;
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) {
+        const int o = m0 + threadIdx.y * TILE + i;
+        if (o >= g.out_channels) break;
+#pragma unroll
+        for (int j = 0; j < TILE; ++j) {
+            const int col = n0 + threadIdx.x * TILE + j;
+            if (col < columns) out[(int64_t)o * columns + col] = acc[i][j];
+        }
+    }
+}
+
+#define GEMM1D_KERNELS(T, S)                                                                                      \
+    extern "C" __global__ void gemm1d_forward_##S(const T* src, const T* w, const T* bias, T* dst, int tiles,      \
+                                                  int has_bias, int chunk, LineGeo g) {                          \
+        gemm1d_line_impl<T, false>(src, w, bias, dst, tiles, has_bias, chunk, g);                                \
+    }                                                                                                             \
+    extern "C" __global__ void gemm1d_data_##S(const T* src, const T* w, const T* bias, T* dst, int tiles,         \
+                                               int has_bias, int chunk, LineGeo g) {                             \
+        gemm1d_line_impl<T, true>(src, w, bias, dst, tiles, has_bias, chunk, g);                                 \
+    }                                                                                                             \
+    extern "C" __global__ void gemm1d_weight_##S(const T* dy, const T* x, acc_t<T>* part, int64_t samples,        \
+                                                 int chunks_per_slice, LineGeo g) {                              \
+        gemm1d_weight_impl<T>(dy, x, part, samples, chunks_per_slice, g);                                         \
+    }
+MT_FOR_FLOATS(GEMM1D_KERNELS)
