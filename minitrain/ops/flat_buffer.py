@@ -10,7 +10,8 @@ it fuses the gradients before its all-reduce (1 / world size: the mean over rank
     SliceFlat(flat) -> output
 
 output = flat[offset : offset + prod(shape)] seen with `shape`: a view sharing the buffer's
-memory, nothing copied.  Neither op has a gradient.
+memory, nothing copied.  Neither op has a gradient.  The scheduler runs a ConcatFlat as soon as
+its inputs exist (placement "early"): the collective that reads the buffer starts that soon.
 """
 import math
 
@@ -18,7 +19,7 @@ from .schema import MINITRAIN_DOMAIN, REQUIRED, Attr, Input, schema
 
 
 @schema("ConcatFlat", domain=MINITRAIN_DOMAIN, inputs=[Input("input", variadic=True)], outputs=["flat"],
-        attrs={"scale": Attr("float", 1.0)})
+        attrs={"scale": Attr("float", 1.0)}, placement="early")
 def infer_concat_flat(ctx):
     """flat: 1-D, as long as the inputs' elements together (unknown when an input's shape is)."""
     shapes = [ctx.shape(i) for i in range(len(ctx.input_types))]
