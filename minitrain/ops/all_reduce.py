@@ -11,19 +11,23 @@ attribute: 0 (the global group) and 1 (the data-parallel group) both mean the wh
 the only group minitrain has.  The CPU kernel is MPI's Allreduce, the CUDA kernel NCCL's on the
 provider's stream.
 
-    StartAllReduce(input) -> pending        WaitAllReduce(pending) -> output
+    StartAllReduce(input_0, input_1, ...) -> pending        WaitAllReduce(pending) -> output
 
-The same sum split in two (minitrain's domain), so that it overlaps the compute between them, as
-PyTorch DDP's gradient buckets do: StartAllReduce queues the collective, WaitAllReduce makes
-what runs after it wait for the collective, and `output` is the sum.  `pending` may be read by
-nothing but WaitAllReduce.  On CUDA the collective runs on a second stream (providers/cuda/
-collective_stream.py); on the CPU the sum is done by StartAllReduce and WaitAllReduce passes it
-on.  The scheduler places StartAllReduce as soon as its input exists and WaitAllReduce as late as
-its readers allow (their schemas' `placement`).  Data parallelism (training/data_parallel.py)
-runs one pair per gradient bucket: ConcatFlat before, SliceFlat views after.  None of the three
-ops has a gradient.
+A bucket of gradients summed over the ranks in two steps (minitrain's domain), so that the sum
+overlaps the compute between them, as PyTorch DDP's gradient buckets do: StartAllReduce starts
+the sum over the ranks of scale * concatenate(ravel(input_i)) (`scale`, default 1, as
+ConcatFlat's: 1 / world size gives the mean), and WaitAllReduce makes what runs after it wait
+for it; `output` is the 1-D sum, which SliceFlat views read (ops/flat_buffer.py).  `pending` may
+be read by nothing but WaitAllReduce.  On CUDA the inputs are copied into one flat buffer and
+summed there in place by NCCL, both on a second stream (providers/cuda/collective_stream.py),
+the inputs held until the wait; on the CPU StartAllReduce sums at once and WaitAllReduce passes
+the sum on.  The scheduler places StartAllReduce as soon as its inputs exist and WaitAllReduce
+as late as its readers allow (their schemas' `placement`).  Data parallelism
+(training/data_parallel.py) runs one pair per bucket of gradients.  None of these ops has a
+gradient.
 """
-from .schema import MINITRAIN_DOMAIN, MS_DOMAIN, Attr, schema
+from .flat_buffer import infer_concat_flat
+from .schema import MINITRAIN_DOMAIN, MS_DOMAIN, Attr, Input, schema
 
 WORLD_GROUPS = (0, 1)
 
@@ -37,13 +41,15 @@ def infer_all_reduce(ctx):
     return [ctx.out(ctx.shape(0))]
 
 
-@schema("StartAllReduce", domain=MINITRAIN_DOMAIN, inputs=["input"], outputs=["pending"], placement="early")
+@schema("StartAllReduce", domain=MINITRAIN_DOMAIN, inputs=[Input("input", variadic=True)], outputs=["pending"],
+        attrs={"scale": Attr("float", 1.0)}, placement="early")
 def infer_start_all_reduce(ctx):
-    """pending: the input's shape and type."""
-    return [ctx.out(ctx.shape(0))]
+    """pending: 1-D, as long as the inputs' elements together (unknown when an input's shape is)."""
+    return infer_concat_flat(ctx)
 
 
 @schema("WaitAllReduce", domain=MINITRAIN_DOMAIN, inputs=["pending"], outputs=["output"], placement="late")
 def infer_wait_all_reduce(ctx):
     """output: the pending sum's shape and type."""
+    ctx.require_rank(0, 1)
     return [ctx.out(ctx.shape(0))]

@@ -1,5 +1,5 @@
 """ConcatFlat and SliceFlat (minitrain's domain): one flat buffer holding many tensors, so that a
-collective runs once per step on all of them (the fused gradient buffer of data parallelism).
+collective runs once on all of them (a fused gradient buffer).
 
     ConcatFlat(input_0, input_1, ...) -> flat
 
@@ -10,8 +10,7 @@ it fuses the gradients before its all-reduce (1 / world size: the mean over rank
     SliceFlat(flat) -> output
 
 output = flat[offset : offset + prod(shape)] seen with `shape`: a view sharing the buffer's
-memory, nothing copied.  Neither op has a gradient.  The scheduler runs a ConcatFlat as soon as
-its inputs exist (placement "early"): the collective that reads the buffer starts that soon.
+memory, nothing copied.  Neither op has a gradient.
 """
 import math
 
@@ -19,7 +18,7 @@ from .schema import MINITRAIN_DOMAIN, REQUIRED, Attr, Input, schema
 
 
 @schema("ConcatFlat", domain=MINITRAIN_DOMAIN, inputs=[Input("input", variadic=True)], outputs=["flat"],
-        attrs={"scale": Attr("float", 1.0)}, placement="early")
+        attrs={"scale": Attr("float", 1.0)})
 def infer_concat_flat(ctx):
     """flat: 1-D, as long as the inputs' elements together (unknown when an input's shape is)."""
     shapes = [ctx.shape(i) for i in range(len(ctx.input_types))]

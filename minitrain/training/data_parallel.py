@@ -4,11 +4,11 @@ graphs and does at start, so that every rank applies the update of the global ba
 - The gradient graph gets the all-reduce of the averaged gradients, in buckets as PyTorch DDP
   makes them: the gradients, in the order the backward pass produces them, are split into
   `buckets` groups of about equal size; each group is copied into one flat buffer, scaled by
-  1 / world size on the way (ConcatFlat), summed over the ranks (StartAllReduce and
-  WaitAllReduce: MPI on the CPU, NCCL on CUDA), and read back as views (SliceFlat).  The
+  1 / world size on the way, and summed there over the ranks (StartAllReduce and
+  WaitAllReduce: MPI on the CPU, NCCL on CUDA), then read back as views (SliceFlat).  The
   scheduler starts a bucket's all-reduce right after its last gradient and waits for it only
-  before the update, so on CUDA, where it runs on a second stream, the backward pass of the
-  layers before hides it (the last bucket's stays exposed).  The optimizer update reads the
+  before the update, so on CUDA, where the copies and the all-reduce run on a second stream,
+  the backward pass of the layers before hides them (the last bucket's stay exposed).  The optimizer update reads the
   views, so gradient-norm clipping, and the update of gradients accumulated over micro-batches,
   see the mean gradient over ranks: the gradient of a mean loss over the global batch, as one
   process would compute it (a loss with reduction "sum" is summed over the ranks instead,
@@ -62,10 +62,8 @@ def all_reduce_gradients(graph, grads, shapes, scale, buckets=DEFAULT_BUCKETS):
     averaged = {}
     for k, bucket in enumerate(gradient_buckets(graph, grads, shapes, buckets)):
         name = f"data_parallel.bucket{k}"
-        flat = graph.add_node("ConcatFlat", [grads[p] for p in bucket], [f"{name}.gradients"], {"scale": scale},
-                              MINITRAIN_DOMAIN, name=f"{name}.fuse_gradients")
-        pending = graph.add_node("StartAllReduce", [flat], [f"{name}.pending"], {}, MINITRAIN_DOMAIN,
-                                 name=f"{name}.start_all_reduce")
+        pending = graph.add_node("StartAllReduce", [grads[p] for p in bucket], [f"{name}.pending"],
+                                 {"scale": scale}, MINITRAIN_DOMAIN, name=f"{name}.start_all_reduce")
         summed = graph.add_node("WaitAllReduce", [pending], [f"{name}.gradients_summed"], {}, MINITRAIN_DOMAIN,
                                 name=f"{name}.wait_all_reduce")
         offset = 0

@@ -1,18 +1,18 @@
-"""CUDA kernels of the all-reduce ops (ops/all_reduce.py), each into a new tensor.
+"""CUDA kernels of the all-reduce ops (ops/all_reduce.py).
 
-NcclAllReduce queues NCCL's all-reduce (sum) on the provider's stream.  StartAllReduce queues it
-on the provider's collective stream (collective_stream.py), after the work queued so far, so
-that the compute queued after it overlaps it; WaitAllReduce makes the provider's stream wait for
-it.  Either way a captured step records the collective in its graph.  Outside a world the sum is
-a copy on the provider's stream; a world of one copies on the collective stream, the path of a
-larger world.
+NcclAllReduce queues NCCL's all-reduce (sum) on the provider's stream, into a new tensor.
+StartAllReduce takes a new flat buffer and, on the provider's collective stream
+(collective_stream.py), after the work queued so far, copies its scaled inputs into it and sums
+it over the ranks in place with NCCL, so that the compute queued after it overlaps both;
+WaitAllReduce makes the provider's stream wait for them.  Either way a captured step records the
+collective in its graph.  Outside a world StartAllReduce copies on the provider's stream, and a
+world of one copies on the collective stream, the path of a larger world.
 """
-import pycuda.driver as driver
-
 from ...distributed.world import add_shutdown_hook, communicator, world
 from ...ops.schema import FLOAT_TYPES, MINITRAIN_DOMAIN, MS_DOMAIN
 from ...registry import register_kernel
 from .collective_stream import collective_stream
+from .flat_buffer import copy_scaled
 from .libs.nccl import world_communicator
 
 
@@ -35,22 +35,20 @@ def all_reduce(ctx):
 
 @register_kernel("StartAllReduce", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)
 def start_all_reduce(ctx):
-    x, provider = ctx.inputs[0], ctx.provider
-    pending = provider.empty(x.shape, x.dtype)
+    inputs, provider, scale = ctx.inputs, ctx.provider, ctx.attrs["scale"]
+    flat = provider.empty((sum(x.size for x in inputs),), ctx.dtype)
     current = world()
     if current is None:
-        provider.copy_into(pending, x)
-    elif x.size:
-        if current.size == 1:
-            def enqueue(stream):
-                driver.memcpy_dtod_async(pending.gpudata, x.gpudata, x.nbytes, stream)
-        else:
-            nccl = _nccl(current)
+        copy_scaled(provider, flat, inputs, scale, provider.stream)
+    elif flat.size:
+        nccl = _nccl(current) if current.size > 1 else None
 
-            def enqueue(stream):
-                nccl.all_reduce(x, pending, stream)
-        collective_stream(provider).start(enqueue, pending, holding=(x,))
-    return {"pending": pending}
+        def enqueue(stream):
+            copy_scaled(provider, flat, inputs, scale, stream)
+            if nccl is not None:
+                nccl.all_reduce(flat, flat, stream)
+        collective_stream(provider).start(enqueue, flat, holding=inputs)
+    return {"pending": flat}
 
 
 @register_kernel("WaitAllReduce", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=FLOAT_TYPES)

@@ -76,14 +76,15 @@ class Kernel:
             self._functions[dtype] = fn
         return fn
 
-    def launch(self, provider, dtype, grid, block, *args):
-        """Queue the kernel on `provider`'s stream with an explicit grid and block."""
+    def launch(self, provider, dtype, grid, block, *args, stream=None):
+        """Queue the kernel on `stream` (None: `provider`'s stream) with an explicit grid and block."""
         values = [device_ptr(a) if isinstance(a, GPUArray) else a for a in args]
-        self.function(dtype).prepared_async_call(grid, block, provider.stream, *values)
+        self.function(dtype).prepared_async_call(grid, block, provider.stream if stream is None else stream, *values)
 
-    def launch_elements(self, provider, dtype, count, *args):
+    def launch_elements(self, provider, dtype, count, *args, stream=None):
         """Queue a grid-stride kernel over `count` elements: enough blocks to fill the device,
         no more than the elements need; nothing when count is 0."""
         if count <= 0:
             return
-        self.launch(provider, dtype, (grid_stride_blocks(provider, count), 1, 1), (BLOCK, 1, 1), *args)
+        self.launch(provider, dtype, (grid_stride_blocks(provider, count), 1, 1), (BLOCK, 1, 1), *args,
+                    stream=stream)
