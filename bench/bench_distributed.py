@@ -3,7 +3,8 @@
 For LeNet-5 and the 1D CNN of cases.MODEL_CASES, one step = forward, mean softmax cross-entropy,
 backward, gradients averaged over the ranks, plain SGD update.  Each world is started by mpiexec,
 one process per rank (per GPU with --device cuda, GPU = local rank); in each, minitrain's
-data-parallel session (one all-reduce node in the step, NCCL on CUDA, MPI on the CPU; a plain
+data-parallel session (an all-reduce per gradient bucket in the step, NCCL on a second CUDA
+stream that overlaps the backward pass, MPI on the CPU; a plain
 session on one rank) and torch's DistributedDataParallel (NCCL on CUDA, gloo on the CPU; a plain
 model on one rank, initialised from the MPI rank and size with a TCP rendezvous on localhost)
 train the same model from the same weights on the same batches, device-resident.  Their
@@ -16,7 +17,15 @@ median over rounds.
     --device cpu:  1 process x 2 threads against 2 ranks x 1 thread, at each --batches as the
                    global batch (default 256; each of the 2 ranks trains on half).
 
-    python bench/bench_distributed.py --device cuda [--steps 100] [--rounds 5] [--batches 256,1024] [--out FILE]
+    --buckets 1,2,3: on 2 ranks, minitrain also with each of these counts of gradient buckets
+                   (TrainingSession's gradient_buckets; its default is what the tables above use),
+                   timed in the same rounds, and the all-reduce time that each leaves exposed
+                   (exposed_all_reduce_seconds): on CUDA what the device waits for the collective
+                   stream, the part of the all-reduces that the backward pass does not hide; on
+                   the CPU, where the buckets are summed in turn, the whole all-reduce.
+
+    python bench/bench_distributed.py --device cuda [--steps 100] [--rounds 5] [--batches 256,1024] [--buckets 1,2,3]
+                                      [--out FILE]
     python bench/bench_distributed.py --device cpu [--steps 20] [--rounds 3] [--batches 256] [--out FILE]
 
 Writes bench/results/distributed_{cuda,cpu}.md by default, with the device names.  Needs the
@@ -42,6 +51,7 @@ import time  # noqa: E402
 import minitrain  # noqa: E402
 from minitrain import distributed, nn, optim  # noqa: E402
 from minitrain.training import TrainingSession  # noqa: E402
+from minitrain.training.data_parallel import DEFAULT_BUCKETS  # noqa: E402
 
 from cases import MODEL_CASES, make_inputs, with_batch  # noqa: E402
 from train import minitrain_model, torch_model  # noqa: E402
@@ -79,16 +89,32 @@ def torch_world(torch, world, device):
     return torch.distributed
 
 
-def minitrain_runner(case, device, world):
-    """(model, step, synchronize) of minitrain's session on this rank's batch."""
+def minitrain_runner(case, device, world, buckets=None):
+    """(model, step, synchronize, exposed) of minitrain's session on this rank's batch, its
+    gradients all-reduced in `buckets` buckets (None: the session's default); exposed() measures
+    exposed_all_reduce_seconds."""
     minitrain.random.seed(0)
     model = minitrain_model(case)
     session = TrainingSession(model, nn.CrossEntropyLoss(), optim.SGD(case.lr), input_shape=case.input_shape[1:],
-                              device=device, data_parallel=world.size > 1)
+                              device=device, data_parallel=world.size > 1, gradient_buckets=buckets)
     provider = session._provider
     data = make_inputs(case, seed=world.rank)
     x, y = provider.from_numpy(data["x"]), provider.from_numpy(data["labels"])
-    return model, (lambda: session.train_step(x, y, wait=False)), provider.synchronize
+    return (model, (lambda: session.train_step(x, y, wait=False)), provider.synchronize,
+            lambda: exposed_all_reduce_seconds(session, x, y))
+
+
+def exposed_all_reduce_seconds(session, x, y, runs=3):
+    """Seconds per step that the step spends on the gradient all-reduces instead of compute: the
+    StartAllReduce and WaitAllReduce nodes of a step run node by node with time markers (median
+    over `runs` steps).  On CUDA that is the device's wait for the collective stream (starting
+    takes no device time); on the CPU, where StartAllReduce sums at once, the whole all-reduce."""
+    waits = []
+    for _ in range(runs):
+        float(session.profile_step(x, y))
+        waits.append(sum(duration for _, op_type, _, _, duration in session._profiled.profiler.last_run
+                         if op_type in ("StartAllReduce", "WaitAllReduce")))
+    return statistics.median(waits)
 
 
 def torch_runner(torch, case, device, world, model):
@@ -138,7 +164,7 @@ def device_name(device, world, torch):
     return models[0] if models else "CPU"
 
 
-def worker(device, steps, rounds, batches, threads):
+def worker(device, steps, rounds, batches, threads, bucket_counts):
     """Every rank of one world: time each model at each batch; rank 0 prints RESULT lines."""
     world = distributed.init()       # minitrain's CUDA provider then takes the GPU of the local rank
     torch = optional_torch(threads)
@@ -152,30 +178,37 @@ def worker(device, steps, rounds, batches, threads):
         for batch in batches:
             per_rank = batch if device == "cuda" else batch // world.size
             case = with_batch(base, per_rank)
-            model, step, synchronize = minitrain_runner(case, device, world)
+            model, step, synchronize, exposed = minitrain_runner(case, device, world)
             runners = {"minitrain": (step, synchronize)}
+            exposure = {"minitrain": exposed}
+            if world.size > 1:
+                for count in bucket_counts:
+                    _, step, synchronize, exposed = minitrain_runner(case, device, world, count)
+                    runners[f"minitrain {count} buckets"] = (step, synchronize)
+                    exposure[f"minitrain {count} buckets"] = exposed
             if torch:
                 runners["torch"] = torch_runner(torch, case, device, world, model)     # copies the initial weights
             first = {name: float(run()) for name, (run, _) in runners.items()}
             if torch:
                 assert abs(first["minitrain"] - first["torch"]) <= 1e-4 * max(1.0, abs(first["torch"])), first
             times = timed_rounds(runners, steps, rounds)
+            exposed = {name: measure() for name, measure in exposure.items()} if world.size > 1 else {}
             if world.rank == 0:
                 print(RESULT + json.dumps({"model": base.name.rsplit("_b", 1)[0], "ranks": world.size,
                                            "threads": threads, "batch_per_rank": per_rank,
                                            "global_batch": per_rank * world.size, "first_loss": first,
-                                           "seconds": times, "devices": names,
+                                           "seconds": times, "exposed_all_reduce": exposed, "devices": names,
                                            "torch": torch.__version__ if torch else None}), flush=True)
     if ddp:
         ddp.destroy_process_group()
 
 
 # --------------------------------------------------------------------------- driver
-def run_world(device, ranks, threads, steps, rounds, batches):
+def run_world(device, ranks, threads, steps, rounds, batches, bucket_counts):
     """The RESULT records of one world, started by mpiexec."""
     command = [mpiexec(), "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker", "--device", device,
                "--threads", str(threads), "--steps", str(steps), "--rounds", str(rounds),
-               "--batches", ",".join(map(str, batches))]
+               "--batches", ",".join(map(str, batches)), "--buckets", ",".join(map(str, bucket_counts))]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
            "MKL_NUM_THREADS": str(threads)}
     print("running:", " ".join(command[1:4]), "...", flush=True)
@@ -232,12 +265,27 @@ def tables(device, records):
     return markdown_table(header, rows), markdown_table(scaling_header, scaling)
 
 
+def bucket_table(records, bucket_counts):
+    """minitrain's step on several ranks per count of gradient buckets (the default first), each
+    with the all-reduce time it leaves exposed: "step ms (exposed ms)"."""
+    names = ["minitrain"] + [f"minitrain {count} buckets" for count in bucket_counts]
+    rows = [[r["model"], r["ranks"], r["batch_per_rank"],
+             *(f"{fmt_ms(r['seconds'].get(name))} ({fmt_ms(r['exposed_all_reduce'].get(name))})" for name in names)]
+            for r in records if r["ranks"] > 1]
+    header = ["model", "ranks", "batch per rank", f"default ({DEFAULT_BUCKETS} buckets)",
+              *(f"{count} bucket{'s' if count > 1 else ''}" for count in bucket_counts)]
+    return markdown_table(header, rows)
+
+
 def main():
     device = arg("--device", "cpu")
     steps, rounds = arg("--steps", 100 if device == "cuda" else 20), arg("--rounds", 5 if device == "cuda" else 3)
     batches = [int(b) for b in arg("--batches", "256,1024" if device == "cuda" else "256").split(",")]
+    bucket_counts = [int(b) for b in arg("--buckets", "").split(",") if b]
+    if any(count < 1 for count in bucket_counts):
+        sys.exit(f"--buckets {bucket_counts}: each count must be >= 1")
     if "--worker" in sys.argv:
-        worker(device, steps, rounds, batches, THREADS)
+        worker(device, steps, rounds, batches, THREADS, bucket_counts)
         return
     if mpiexec() is None:
         sys.exit("bench_distributed.py needs mpiexec and mpi4py: pip install -e \".[distributed]\"")
@@ -249,7 +297,8 @@ def main():
         if any(b % 2 for b in batches):
             sys.exit(f"--batches {batches}: on the CPU each batch is global and must split over 2 ranks")
     load = os.getloadavg()[0]
-    records = [r for ranks, threads in worlds for r in run_world(device, ranks, threads, steps, rounds, batches)]
+    records = [r for ranks, threads in worlds
+               for r in run_world(device, ranks, threads, steps, rounds, batches, bucket_counts)]
     step_table, scaling_table = tables(device, records)
     devices = sorted({name for r in records for name in r["devices"]})
     torch_version = next((r["torch"] for r in records if r["torch"]), None)
@@ -265,6 +314,9 @@ def main():
              else "CUDA: strict FP32 (no TF32) in both; minitrain captures its step in a CUDA Graph, torch runs eager.",
              "", step_table, "", "Scaling from 1 to 2 ranks (throughput ratio; the step ratio beside DDP):", "",
              scaling_table, ""]
+    if bucket_counts:
+        lines += ["minitrain's step on 2 ranks by count of gradient buckets, ms, with (in brackets) the all-reduce "
+                  "time the backward pass leaves exposed (profiled uncaptured steps; bench_distributed.py --buckets):", "", bucket_table(records, bucket_counts), ""]
     if device == "cuda":
         lines += [f"Targets at batch 1024 per GPU: minitrain's 2-GPU throughput >= {TARGET_SCALING}x its 1-GPU "
                   f"throughput, and its 2-GPU step <= {TARGET_VS_DDP}x PyTorch DDP's.", ""]

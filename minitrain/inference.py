@@ -20,9 +20,10 @@ from .ops.constant import known_value
 from .ops.schema import TensorType, trim_absent
 
 
-def topological_order(graph):
+def topological_order(graph, rank=None):
     """Nodes in an order where every input is produced before it is read (Kahn's algorithm,
-    iterative, ties broken by position in graph.nodes so the order is deterministic)."""
+    iterative).  Among the nodes ready to run, the one of lowest `rank(node)` (an int; None:
+    all equal) goes first, ties broken by position in graph.nodes so the order is deterministic."""
     producers = graph.producers()
     available = set(graph.input_names) | set(graph.initializers)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -40,7 +41,9 @@ def topological_order(graph):
         waiting[id(node)] = len(deps)
         for d in deps:
             dependents.setdefault(d, []).append(node)
-    ready = [(index[id(n)], n) for n in graph.nodes if waiting[id(n)] == 0]
+    def key(node):
+        return (0 if rank is None else rank(node), index[id(node)])
+    ready = [(key(n), n) for n in graph.nodes if waiting[id(n)] == 0]
     heapq.heapify(ready)
     order = []
     while ready:
@@ -49,7 +52,7 @@ def topological_order(graph):
         for dep in dependents.get(id(node), ()):
             waiting[id(dep)] -= 1
             if waiting[id(dep)] == 0:
-                heapq.heappush(ready, (index[id(dep)], dep))
+                heapq.heappush(ready, (key(dep), dep))
     if len(order) != len(graph.nodes):
         stuck = [n.name for n in graph.nodes if waiting[id(n)] > 0][:5]
         raise GraphError(f"graph {graph.name!r} has a cycle through nodes {stuck}")

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from .binding import bind
 from .caches import LRUCache
-from .errors import GraphError
+from .errors import GraphError, KernelNotFoundError
 from .graph import Node
 from .inference import check_graph_node, initializer_type, topological_order
-from .ops.schema import describe_op
+from .ops.schema import describe_op, get_schema
 from .providers import get_provider, provider_list
 from .tensor_limit import check_tensor_bytes
 
@@ -141,7 +141,7 @@ def schedule(graph, fetch=None, providers="cpu"):
     `providers` (a list of names, or one device name: "cuda" means ["cuda", "cpu"])."""
     providers = tuple(provider_list(providers))
     fetch = list(graph.outputs if fetch is None else fetch)
-    order = topological_order(graph)
+    order = topological_order(graph, rank=lambda node: _placement_rank(graph, node))
     unknown = [f for f in fetch if f not in graph.all_value_names()]
     if unknown:
         raise GraphError(f"graph {graph.name!r} cannot produce {unknown}: no such value")
@@ -185,6 +185,20 @@ def schedule(graph, fetch=None, providers="cpu"):
                   bound.kdef.provider, bound) for index, (node, bound, out_types) in enumerate(nodes)]
     needed_inputs = {n for n in graph.input_names if n in needed}
     return Plan(graph, steps, types, fetch, needed_inputs, last_use, providers, locations)
+
+
+PLACEMENT_RANK = {"early": -1, None: 0, "late": 1}
+
+
+def _placement_rank(graph, node):
+    """Where `node` goes among the nodes ready to run (lowest first): its op's placement
+    (ops/schema.py), so that a collective launches as soon as its inputs exist and the compute
+    after it overlaps it, and its wait comes after that compute.  A node of an unknown op
+    ranks as any other: the node checks that follow report it."""
+    try:
+        return PLACEMENT_RANK[get_schema(node.op_type, node.domain, graph.opset(node.domain)).placement]
+    except (GraphError, KernelNotFoundError):
+        return PLACEMENT_RANK[None]
 
 
 def _place(graph, bound_steps, providers, types):

@@ -16,7 +16,9 @@ STEPS, GLOBAL_BATCH = 40, 8
 CASES = {"float32": {"dtype": "float32"}, "float64": {"dtype": "float64"},
          "clipped": {"dtype": "float64", "max_grad_norm": 0.05},
          "micro_batches": {"dtype": "float64", "micro_batches": 2},
-         "sum_loss": {"dtype": "float64", "reduction": "sum"}}
+         "sum_loss": {"dtype": "float64", "reduction": "sum"},
+         "one_bucket": {"dtype": "float64", "gradient_buckets": 1},
+         "three_buckets": {"dtype": "float64", "gradient_buckets": 3}}
 
 
 def collectives():
@@ -61,10 +63,12 @@ def small_cnn(seed, dtype):
     return model.to_dtype(dtype)
 
 
-def make_session(model, device, capture, *, max_grad_norm=None, reduction="mean", data_parallel=True, **_):
+def make_session(model, device, capture, *, max_grad_norm=None, reduction="mean", data_parallel=True,
+                 gradient_buckets=None, **_):
     optimizer = SGD(0.05 if reduction == "mean" else 0.01, momentum=0.9, max_grad_norm=max_grad_norm)
     return TrainingSession(model, nn.CrossEntropyLoss(reduction=reduction), optimizer, input_shape=(1, 6, 6),
-                           device=device, capture=capture, data_parallel=data_parallel)
+                           device=device, capture=capture, data_parallel=data_parallel,
+                           gradient_buckets=gradient_buckets if data_parallel else None)
 
 
 def batches(dtype):
@@ -74,10 +78,28 @@ def batches(dtype):
 
 
 def equivalence(device="cpu", capture="captured"):
-    """Every case of CASES: 2 ranks (each model initialised differently: rank 0's wins by the
-    broadcast) against rank 0's one-process run; rank 0 prints, per case, the largest parameter
-    difference relative to the parameter's largest magnitude, and whether the ranks agree."""
+    """parameters(), then the BatchNorm and Dropout checks; rank 0 prints the report."""
     world = distributed.init()
+    report = parameter_equivalence(world, device, capture)
+    report["batchnorm"] = batchnorm_statistics(world, device)
+    report["dropout"] = dropout_streams(world, device)
+    if world.rank == 0:
+        print(json.dumps(report))
+
+
+def parameters(device="cpu", capture="captured"):
+    """parameter_equivalence alone (any world size, one rank too); rank 0 prints the report."""
+    world = distributed.init()
+    report = parameter_equivalence(world, device, capture)
+    if world.rank == 0:
+        print(json.dumps(report))
+
+
+def parameter_equivalence(world, device, capture):
+    """Every case of CASES: the world's ranks (each model initialised differently: rank 0's wins
+    by the broadcast) against rank 0's one-process run; per case (on rank 0), the largest
+    parameter difference relative to the parameter's largest magnitude, and whether the ranks
+    agree."""
     report = {}
     for name, case in CASES.items():
         dtype, micro = case["dtype"], case.get("micro_batches", 1)
@@ -104,10 +126,7 @@ def equivalence(device="cpu", capture="captured"):
                 "ranks_equal": all(np.array_equal(other[n], mine[n]) for other in everyone for n in mine),
                 "moved": max(float(np.max(np.abs(mine[n] - initial[n]))) for n in mine),
             }
-    report["batchnorm"] = batchnorm_statistics(world, device)
-    report["dropout"] = dropout_streams(world, device)
-    if world.rank == 0:
-        print(json.dumps(report))
+    return report
 
 
 def batchnorm_statistics(world, device):
@@ -157,7 +176,8 @@ def mismatch():
         print(json.dumps([e for e in errors if e is not None]), flush=True)
 
 
-SCENARIOS = {"collectives": collectives, "raise": raise_on, "equivalence": equivalence, "mismatch": mismatch}
+SCENARIOS = {"collectives": collectives, "raise": raise_on, "equivalence": equivalence, "parameters": parameters,
+             "mismatch": mismatch}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](*sys.argv[2:])

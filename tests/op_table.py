@@ -1423,6 +1423,11 @@ ROWS = [
                                   .reshape(a["shape"])}),
     OpRow("NcclAllReduce", (case(normal(2, 3)), case(normal(7), group_type=1)), domain=MS, outputs=("output",),
           reference=lambda i, a: {"output": i[0]}),
+    OpRow("StartAllReduce", (case(normal(2, 3), normal(4)), case(normal(3), normal(2, 2), normal(1), scale=0.5)),
+          domain=MINITRAIN, outputs=("pending",),
+          reference=lambda i, a: {"pending": np.concatenate([x.ravel() for x in i]) * a.get("scale", 1.0)}),
+    OpRow("WaitAllReduce", (case(normal(6)), case(normal(7))), domain=MINITRAIN, outputs=("output",),
+          reference=lambda i, a: {"output": i[0]}),
 
     # in-place updates
     OpRow("InPlaceAccumulator", (case(normal(3, 2), normal(3, 2)), case(normal(3, 2), normal(3, 2), np.array(0.5))),

@@ -1,6 +1,7 @@
 """TrainingSession(data_parallel=True) on 2 CPU ranks launched by mpiexec (skipped without
 mpi4py or mpiexec): the parameters after 40 SGD-momentum steps equal a one-process run on the
-whole batches (plain, with gradient clipping, with micro-batches, with a summed loss),
+whole batches (plain, with gradient clipping, with micro-batches, with a summed loss, with the
+gradients all-reduced in one bucket and in three),
 BatchNorm statistics average over the ranks, each rank draws its own Dropout masks, and ranks
 that build different models are told which parameter differs.
 
@@ -11,7 +12,9 @@ libnccl installed):
 
 prints the same report as the CPU test checks (captured steps: the session's default); add
 `uncaptured` for the same run with CUDA Graph capture off.  test_equivalence_on_two_gpus runs
-both when the machine has 2 GPUs.
+both when the machine has 2 GPUs; test_one_gpu_world_matches_one_process runs the parameter
+cases in a world of one rank, whose all-reduces take the collective stream as a larger world's
+do (a device copy there instead of NCCL), captured and not, on one GPU.
 """
 import json
 
@@ -21,6 +24,7 @@ from minitrain import nn
 from minitrain.errors import DistributedUnavailableError
 from minitrain.optim import SGD
 from minitrain.training import TrainingSession
+from distributed_worker import CASES
 from mpi_launch import launch, needs_mpi
 
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
@@ -51,8 +55,8 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch():
     result = launch(2, "equivalence")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"float32", "float64", "clipped", "micro_batches", "sum_loss", "batchnorm",
-                           "dropout"}
+    assert set(report) == {"float32", "float64", "clipped", "micro_batches", "sum_loss", "one_bucket",
+                           "three_buckets", "batchnorm", "dropout"}
     check_report(report)
 
 
@@ -77,3 +81,14 @@ def test_equivalence_on_two_gpus(capture):
     result = launch(2, "equivalence", "cuda", capture, timeout=600)
     assert result.returncode == 0, result.stderr
     check_report(json.loads(result.stdout))
+
+
+@pytest.mark.cuda
+@needs_mpi
+@pytest.mark.parametrize("capture", ["captured", "uncaptured"])
+def test_one_gpu_world_matches_one_process(capture):
+    result = launch(1, "parameters", "cuda", capture, timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) == set(CASES)
+    check_report(report)

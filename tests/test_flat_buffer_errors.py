@@ -1,5 +1,5 @@
 """Bad input to the ops of the fused gradient buffer (ConcatFlat, SliceFlat: minitrain's own
-domain, which error_inputs.py leaves out) and to NcclAllReduce raises minitrain errors naming
+domain, which error_inputs.py leaves out) and to the all-reduce ops raises minitrain errors naming
 the op, the attribute or input and the value."""
 import numpy as np
 import pytest
@@ -28,6 +28,13 @@ FLAT = "ai.minitrain"
     (lambda: run_node("ConcatFlat", [np.ones(2, np.int64)], domain=FLAT), DTypeError, ["ConcatFlat", "int64"]),
     (lambda: run_node("NcclAllReduce", [np.ones(2)], domain="com.microsoft", attrs={"group_type": 5}),
      OpAttributeError, ["NcclAllReduce", "'group_type'=5"]),
+    (lambda: run_node("StartAllReduce", [np.ones(2), np.ones(2, np.float32)], domain=FLAT), DTypeError,
+     ["StartAllReduce", "float32", "float64"]),
+    (lambda: run_node("StartAllReduce", [np.ones(2)], domain=FLAT, attrs={"scale": float("inf")}), OpAttributeError,
+     ["StartAllReduce", "'scale'=inf"]),
+    (lambda: run_node("StartAllReduce", [], domain=FLAT), ShapeError, ["StartAllReduce", "needs 1 inputs", "got 0"]),
+    (lambda: run_node("WaitAllReduce", [np.ones((2, 2))], domain=FLAT), ShapeError,
+     ["WaitAllReduce", "'pending'", "rank 2"]),
 ])
 def test_bad_input_raises_a_clear_error(call, error, words):
     with pytest.raises(error) as info:

@@ -1,5 +1,5 @@
 """ConcatFlat and SliceFlat (minitrain's domain): one flat buffer holding many tensors, so that a
-collective runs once per step on all of them (the fused gradient buffer of data parallelism).
+collective runs once on all of them (a fused gradient buffer).
 
     ConcatFlat(input_0, input_1, ...) -> flat
 

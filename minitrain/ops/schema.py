@@ -107,6 +107,7 @@ class OpSchema:
     float_types: tuple = GRAPH_FLOAT_TYPES
     optional_outputs: frozenset = field(default_factory=frozenset)
     doc: str = ""
+    placement: str = None   # "early" / "late": scheduled as soon / as late as its inputs allow (scheduler.py)
 
     def output_index(self, name):
         try:
@@ -117,6 +118,7 @@ class OpSchema:
 
 
 _SCHEMAS: dict = {}
+PLACEMENTS = (None, "early", "late")
 
 
 def add_version(table, key, entry):
@@ -136,16 +138,20 @@ def in_force(versions, opset):
 
 
 def schema(op_type, *, domain=ONNX_DOMAIN, since=1, inputs=(), outputs=("Y",), attrs=None,
-           float_types=GRAPH_FLOAT_TYPES, optional_outputs=()):
+           float_types=GRAPH_FLOAT_TYPES, optional_outputs=(), placement=None):
     """Decorator registering `infer(ctx) -> list[TensorType]` as the schema of an op version.
 
-    `inputs` holds Input objects or plain names (a required "T" input)."""
+    `inputs` holds Input objects or plain names (a required "T" input).  `placement` ("early",
+    "late" or None) is where the scheduler puts the op's nodes among those ready to run: a
+    collective's launch early, so it overlaps the compute after it; its wait late."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"schema {op_type}: placement must be one of {list(PLACEMENTS)}, got {placement!r}")
     formal = tuple(i if isinstance(i, Input) else Input(i) for i in inputs)
 
     def register(infer):
         s = OpSchema(op_type, domain, since, formal, tuple(outputs), dict(attrs or {}), infer,
                      tuple(np.dtype(t) for t in float_types), frozenset(optional_outputs),
-                     (infer.__doc__ or "").strip())
+                     (infer.__doc__ or "").strip(), placement)
         add_version(_SCHEMAS, (domain, op_type), s)
         return infer
     return register

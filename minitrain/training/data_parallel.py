@@ -1,14 +1,18 @@
 """Data parallelism in a TrainingSession (`data_parallel=True`): what the session adds to its
 graphs and does at start, so that every rank applies the update of the global batch.
 
-- The gradient graph gets one all-reduce of the averaged gradients, as ONNX Runtime's
-  data-parallel graph builder adds it: the gradients are copied into one flat buffer, scaled by
-  1 / world size on the way (ConcatFlat), summed over the ranks by one collective (NcclAllReduce:
-  MPI on the CPU, NCCL on CUDA), and read back as views (SliceFlat).  The optimizer update reads
-  those views, so gradient-norm clipping, and the update of gradients accumulated over
-  micro-batches, see the mean gradient over ranks: the gradient of a mean loss over the global
-  batch, as one process would compute it (a loss with reduction "sum" is summed over the ranks
-  instead, scale 1, for the same reason).
+- The gradient graph gets the all-reduce of the averaged gradients, in buckets as PyTorch DDP
+  makes them: the gradients, in the order the backward pass produces them, are split into
+  `buckets` groups of about equal size; each group is copied into one flat buffer, scaled by
+  1 / world size on the way, and summed there over the ranks (StartAllReduce and
+  WaitAllReduce: MPI on the CPU, NCCL on CUDA), then read back as views (SliceFlat).  The
+  scheduler starts a bucket's all-reduce right after its last gradient and waits for it only
+  before the update, so on CUDA, where the copies and the all-reduce run on a second stream,
+  the backward pass of the layers before hides them (the last bucket's stay exposed).  The optimizer update reads the
+  views, so gradient-norm clipping, and the update of gradients accumulated over micro-batches,
+  see the mean gradient over ranks: the gradient of a mean loss over the global batch, as one
+  process would compute it (a loss with reduction "sum" is summed over the ranks instead,
+  scale 1, for the same reason).
 - At start, rank 0's parameters, optimizer state and BatchNorm statistics are broadcast to every
   rank; each rank's Dropout draws another stream (seed + rank).
 - The ranks must train the same thing: a digest of the session (parameters, input and target
@@ -25,10 +29,10 @@ from .. import random as mt_random
 from ..distributed.collectives import allgather_object, allreduce_mean, broadcast_array, broadcast_object
 from ..distributed.world import world
 from ..errors import DistributedUnavailableError, WorldMismatchError
+from ..inference import topological_order
 from ..ops.schema import MINITRAIN_DOMAIN, MS_DOMAIN
 
-FLAT_GRADIENTS = "data_parallel.gradients"
-REDUCED_GRADIENTS = "data_parallel.gradients_summed"
+DEFAULT_BUCKETS = 2
 
 
 def require_world():
@@ -41,24 +45,60 @@ def require_world():
     return current
 
 
-def all_reduce_gradients(graph, grads, shapes, scale):
-    """Append the fused all-reduce of `grads` (parameter -> gradient value name) to `graph`;
-    `shapes` maps each parameter to its shape.  Returns parameter -> the name of `scale` times
-    its gradient summed over the ranks (1 / world size: the mean)."""
+def check_bucket_count(buckets):
+    """`buckets` (None: DEFAULT_BUCKETS) as an int >= 1; ValueError naming it otherwise."""
+    if buckets is None:
+        return DEFAULT_BUCKETS
+    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
+        raise ValueError(f"TrainingSession: gradient_buckets must be an int >= 1, got {buckets!r}")
+    return int(buckets)
+
+
+def all_reduce_gradients(graph, grads, shapes, scale, buckets=DEFAULT_BUCKETS):
+    """Append the bucketed all-reduce of `grads` (parameter -> gradient value name) to `graph`
+    (see the module docstring); `shapes` maps each parameter to its shape.  Returns parameter
+    -> the name of `scale` times its gradient summed over the ranks (1 / world size: the mean)."""
     graph.opset_imports.setdefault(MINITRAIN_DOMAIN, 1)
-    params = list(grads)
-    flat = graph.add_node("ConcatFlat", [grads[p] for p in params], [FLAT_GRADIENTS], {"scale": scale},
-                          MINITRAIN_DOMAIN, name="data_parallel.fuse_gradients")
-    summed = graph.add_node("NcclAllReduce", [flat], [REDUCED_GRADIENTS], {}, MS_DOMAIN,
-                            name="data_parallel.all_reduce")
-    averaged, offset = {}, 0
-    for param in params:
-        shape = [int(d) for d in shapes[param]]
-        averaged[param] = graph.add_node("SliceFlat", [summed], [f"data_parallel.gradient.{param}"],
-                                         {"offset": offset, "shape": shape}, MINITRAIN_DOMAIN,
-                                         name=f"data_parallel.view.{param}")
-        offset += math.prod(shape)
-    return averaged
+    averaged = {}
+    for k, bucket in enumerate(gradient_buckets(graph, grads, shapes, buckets)):
+        name = f"data_parallel.bucket{k}"
+        pending = graph.add_node("StartAllReduce", [grads[p] for p in bucket], [f"{name}.pending"],
+                                 {"scale": scale}, MINITRAIN_DOMAIN, name=f"{name}.start_all_reduce")
+        summed = graph.add_node("WaitAllReduce", [pending], [f"{name}.gradients_summed"], {}, MINITRAIN_DOMAIN,
+                                name=f"{name}.wait_all_reduce")
+        offset = 0
+        for param in bucket:
+            shape = [int(d) for d in shapes[param]]
+            averaged[param] = graph.add_node("SliceFlat", [summed], [f"data_parallel.gradient.{param}"],
+                                             {"offset": offset, "shape": shape}, MINITRAIN_DOMAIN,
+                                             name=f"data_parallel.view.{param}")
+            offset += math.prod(shape)
+    return {param: averaged[param] for param in grads}
+
+
+def gradient_buckets(graph, grads, shapes, count):
+    """The parameters of `grads` in at most `count` lists of about equal total size, in the order
+    `graph` computes their gradients (gradients that graph inputs or initializers hold first):
+    each list closes once it holds its share of the elements that remain, and never between
+    two gradients of one node."""
+    produced = {name: i for i, node in enumerate(topological_order(graph)) for name in node.outputs if name}
+    position = {param: produced.get(grads[param], -1) for param in grads}
+    order = sorted(grads, key=position.get)
+    sizes = {param: math.prod(int(d) for d in shapes[param]) for param in order}
+    remaining = sum(sizes.values())
+    buckets, current, filled = [], [], 0
+    for param, following in zip(order, order[1:] + [None]):
+        current.append(param)
+        filled += sizes[param]
+        left = count - len(buckets)
+        same_node = following is not None and position[following] == position[param] >= 0
+        if left > 1 and filled * left >= remaining and not same_node:
+            buckets.append(current)
+            remaining -= filled
+            current, filled = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
 
 
 def vary_dropout_seeds(graph, rank):
@@ -109,6 +149,7 @@ def describe(session):
         "target": (str(session.target_spec[0]), session.target_spec[1]),
         "providers": session.providers,
         "optimizer": (type(optimizer).__name__, sorted(optimizer.attrs().items())),
+        "gradient buckets": session.gradient_buckets,
     }
 
 

@@ -52,8 +52,9 @@ and `last_grad_norm` are fetched without waiting and read when asked for.
 
 Data parallelism: `data_parallel=True`, after minitrain.distributed.init() in every process that
 mpiexec launched, trains one model on all of them (training/data_parallel.py): rank 0's state
-is broadcast at start, and every update applies the gradients averaged over the ranks by one
-all-reduce node in the graph, so each rank feeds its share of the global batch.
+is broadcast at start, and every update applies the gradients averaged over the ranks by the
+all-reduce nodes in the graph (one per bucket of gradients, overlapping the backward pass), so
+each rank feeds its share of the global batch.
 `average_batchnorm_statistics()` averages the BatchNorm running statistics before evaluation
 or a checkpoint; `broadcast_state()` sends rank 0's state to every rank (after rank 0 loaded a
 checkpoint).  Gradients read through `grads` are this rank's own, before the average.
@@ -106,7 +107,9 @@ class TrainingSession:
     fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
     (None: on).
     data_parallel: train on every rank of the MPI world (see the module docstring); needs
-    minitrain.distributed.init() first.
+    minitrain.distributed.init() first.  gradient_buckets: how many all-reduces share the
+    gradients, each started as soon as the backward pass has produced its gradients (None:
+    training/data_parallel.py's default).
     precision: "fp32", "tf32", "bf16" or "fp16" (see the module docstring), or an
     autocast.Precision; None: the one `with autocast.precision(...)` sets around the
     session's construction, else "fp32" (as torch.autocast regions, but read once, when the
@@ -116,8 +119,9 @@ class TrainingSession:
 
     def __init__(self, model, loss, optimizer, *, input_shape, input_dtype=None, target_shape=None,
                  target_dtype=None, device=None, provider="cpu", use_tf32=False, capture=True, fuse=None,
-                 conv_search=None, data_parallel=False, precision=None, loss_scale=None):
+                 conv_search=None, data_parallel=False, precision=None, loss_scale=None, gradient_buckets=None):
         self.world = data_parallelism.require_world() if data_parallel else None
+        self.gradient_buckets = data_parallelism.check_bucket_count(gradient_buckets)
         self.model, self.loss, self.optimizer = model, loss, optimizer
         self.providers = tuple(provider_list(device or provider))
         self.device = self.providers[0]
@@ -239,7 +243,8 @@ class TrainingSession:
             return grads
         shapes = {param: self.params[param].shape for param in grads}
         mean = getattr(self.loss, "reduction", "mean") == "mean"
-        return data_parallelism.all_reduce_gradients(graph, grads, shapes, 1.0 / self.world.size if mean else 1.0)
+        return data_parallelism.all_reduce_gradients(graph, grads, shapes, 1.0 / self.world.size if mean else 1.0,
+                                                     self.gradient_buckets)
 
     def broadcast_state(self):
         """Data-parallel: copy rank 0's parameters, optimizer state and BatchNorm statistics

@@ -7,18 +7,23 @@ from ...ops.schema import FLOAT_TYPES, MINITRAIN_DOMAIN
 from ...registry import register_kernel
 
 
-@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, dtypes=FLOAT_TYPES)
-def concat_flat(ctx):
-    flat = np.empty(sum(x.size for x in ctx.inputs), ctx.dtype)
-    scale, offset = ctx.attrs["scale"], 0
-    for x in ctx.inputs:
+def scaled_concat(inputs, dtype, scale):
+    """A new 1-D array: scale * concatenate(ravel(inputs)), of `dtype`."""
+    flat = np.empty(sum(x.size for x in inputs), dtype)
+    offset = 0
+    for x in inputs:
         part = flat[offset:offset + x.size]
         if scale == 1.0:
             np.copyto(part, x.reshape(-1))
         else:
-            np.multiply(x.reshape(-1), ctx.dtype.type(scale), out=part)
+            np.multiply(x.reshape(-1), dtype.type(scale), out=part)
         offset += x.size
-    return {"flat": flat}
+    return flat
+
+
+@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, dtypes=FLOAT_TYPES)
+def concat_flat(ctx):
+    return {"flat": scaled_concat(ctx.inputs, ctx.dtype, ctx.attrs["scale"])}
 
 
 @register_kernel("SliceFlat", domain=MINITRAIN_DOMAIN, dtypes=FLOAT_TYPES)

@@ -76,15 +76,17 @@ class Kernel:
             self._functions[dtype] = fn
         return fn
 
-    def launch(self, provider, dtype, grid, block, *args, shared=0):
-        """Queue the kernel on `provider`'s stream with an explicit grid and block (and `shared`
-        bytes of dynamic shared memory)."""
+    def launch(self, provider, dtype, grid, block, *args, shared=0, stream=None):
+        """Queue the kernel on `stream` (None: `provider`'s stream) with an explicit grid and block
+        (and `shared` bytes of dynamic shared memory)."""
         values = [device_ptr(a) if isinstance(a, GPUArray) else a for a in args]
-        self.function(dtype).prepared_async_call(grid, block, provider.stream, *values, shared_size=shared)
+        self.function(dtype).prepared_async_call(grid, block, provider.stream if stream is None else stream, *values,
+                                                 shared_size=shared)
 
-    def launch_elements(self, provider, dtype, count, *args):
+    def launch_elements(self, provider, dtype, count, *args, stream=None):
         """Queue a grid-stride kernel over `count` elements: enough blocks to fill the device,
         no more than the elements need; nothing when count is 0."""
         if count <= 0:
             return
-        self.launch(provider, dtype, (grid_stride_blocks(provider, count), 1, 1), (BLOCK, 1, 1), *args)
+        self.launch(provider, dtype, (grid_stride_blocks(provider, count), 1, 1), (BLOCK, 1, 1), *args,
+                    stream=stream)

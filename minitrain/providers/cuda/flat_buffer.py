@@ -12,19 +12,24 @@ from .shape import view
 SCALE_COPY = Kernel("flat_buffer", "scale_copy", "PPqT")
 
 
-@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
-def concat_flat(ctx):
-    provider, scale = ctx.provider, ctx.attrs["scale"]
-    flat = provider.empty((sum(x.size for x in ctx.inputs),), ctx.dtype)
+def copy_scaled(provider, flat, inputs, scale, stream):
+    """Queue flat = scale * concatenate(ravel(inputs)) on `stream` (flat: 1-D, long enough)."""
     address = int(flat.gpudata) if flat.size else 0
-    for x in ctx.inputs:
+    for x in inputs:
         if not x.size:
             continue
         if scale == 1.0:
-            driver.memcpy_dtod_async(address, x.gpudata, x.nbytes, provider.stream)
+            driver.memcpy_dtod_async(address, x.gpudata, x.nbytes, stream)
         else:
-            SCALE_COPY.launch_elements(provider, ctx.dtype, x.size, address, x, x.size, scale)
+            SCALE_COPY.launch_elements(provider, flat.dtype, x.size, address, x, x.size, scale, stream=stream)
         address += x.nbytes
+
+
+@register_kernel("ConcatFlat", domain=MINITRAIN_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def concat_flat(ctx):
+    provider = ctx.provider
+    flat = provider.empty((sum(x.size for x in ctx.inputs),), ctx.dtype)
+    copy_scaled(provider, flat, ctx.inputs, ctx.attrs["scale"], provider.stream)
     return {"flat": flat}
 
 
