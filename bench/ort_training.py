@@ -6,8 +6,10 @@ round by round after checking that both give the same first loss.
 The AveragePool models are left out: ONNX Runtime 1.19.2's Module dies of SIGFPE on their
 training graphs.  minitrain runs on `--device` (cpu or cuda): its steps are captured (the CPU's
 step arena, CUDA Graphs on the GPU), and on CUDA each timed step waits for the device.  ONNX
-Runtime runs on the CPU beside a CPU run only: its CUDA training build is another package, so a
-CUDA run times minitrain alone (onnxruntime-training still generates the artifacts).
+Runtime always runs on the CPU of the same machine, with `--threads` intra-op threads: its
+CUDA training build (onnxruntime-training with the CUDA execution provider) needs the CUDA 12
+libraries and is far larger than what the GPU machine can be given, so only the CPU-only
+wheel (onnxruntime-training-cpu) is installed there.
 
     python bench/ort_training.py [--device cpu|cuda] [--threads 2] [--rounds 3] [--batch 64] [--out FILE]
 """
@@ -27,6 +29,7 @@ import pathlib  # noqa: E402
 import platform  # noqa: E402
 
 import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
 from onnxruntime.training import api as ort_api  # noqa: E402
 
 import ort_models  # noqa: E402
@@ -41,7 +44,12 @@ def step_function(api, folder, data, device):
     """A function running one training step of `api` on `data` (waiting for the device), and
     the first step's loss."""
     state = api.CheckpointState.load_checkpoint(str(folder / "checkpoint"))
-    options = {"device": device} if api is training else {}
+    if api is training:
+        options = {"device": device}
+    else:
+        session_options = onnxruntime.SessionOptions()
+        session_options.intra_op_num_threads = THREADS
+        options = {"session_options": session_options}
     module = api.Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"), **options)
     optimizer = api.Optimizer(str(folder / "optimizer_model.onnx"), module)
     wait = state.provider.synchronize if api is training else (lambda: None)
@@ -57,7 +65,6 @@ def step_function(api, folder, data, device):
 
 def main():
     device, rounds, batch = arg("--device", "cpu"), int(arg("--rounds", 3)), int(arg("--batch", 64))
-    with_ort = device == "cpu"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
@@ -66,23 +73,30 @@ def main():
             x_shape, classes = ort_models.generate(case[0], folder, case[1], case[2])
             data = ort_models.batch(np.random.default_rng(0), batch, x_shape, classes, case[1])
             ours, ours_loss = step_function(training, folder, data, device)
-            candidates = {"minitrain": ours}
-            if with_ort:
-                theirs, theirs_loss = step_function(ort_api, folder, data, device)
-                if not np.isclose(ours_loss, theirs_loss, rtol=1e-5):
-                    raise SystemExit(f"{case}: first losses differ: minitrain {ours_loss}, ORT {theirs_loss}")
-                candidates["ort"] = theirs
-            times = interleaved(candidates, rounds=rounds)
-            row = ["/".join(case), batch, fmt(times["minitrain"])]
-            if with_ort:
-                row += [fmt(times["ort"]), ratio(times["minitrain"], times["ort"])]
-            rows.append(row)
-    header = ["model/loss/optimizer", "batch", "minitrain ms"] + (["ORT ms", "mt/ORT"] if with_ort else [])
-    peers = "ORT 1.19.2 on cpu" if with_ort else "ORT not timed (no CUDA training build)"
+            theirs, theirs_loss = step_function(ort_api, folder, data, "cpu")
+            if not np.isclose(ours_loss, theirs_loss, rtol=1e-5):
+                raise SystemExit(f"{case}: first losses differ: minitrain {ours_loss}, ORT {theirs_loss}")
+            times = interleaved({"minitrain": ours, "ort": theirs}, rounds=rounds)
+            rows.append(["/".join(case), batch, fmt(times["minitrain"]), fmt(times["ort"]),
+                         ratio(times["minitrain"], times["ort"])])
+    header = ["model/loss/optimizer", "batch", f"minitrain {device} ms", "ORT cpu ms", "mt/ORT"]
     text = (f"# onnxruntime-training artifacts: one training step\n\n{datetime.date.today()}, {platform.machine()}, "
-            f"minitrain on {device}, {peers}, {THREADS} threads, median of {rounds} interleaved rounds\n\n"
-            + markdown_table(header, rows) + "\n")
+            f"{os.cpu_count()} cores, minitrain on {describe(device)}, "
+            f"ORT {onnxruntime.__version__} on the CPU with {THREADS} intra-op threads, median of {rounds} "
+            f"interleaved rounds\n\n" + markdown_table(header, rows) + "\n")
+    if device != "cpu":
+        text += ("\nONNX Runtime runs on the CPU: its CUDA training build cannot be installed on the GPU machine (it "
+                 "needs the CUDA 12 libraries and is far over the size that can be carried there), so only "
+                 "onnxruntime-training-cpu is.\n")
     report(text, arg("--out", ""))
+
+
+def describe(device):
+    """The device minitrain runs on, in words (the GPU's name on CUDA, once its context exists)."""
+    if device == "cpu":
+        return "the CPU"
+    from pycuda import driver
+    return f"{device} ({driver.Context.get_device().name()})"
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@ SGD; CrossEntropy, MSE and BCEWithLogits losses.
 - The Dropout model draws its masks from each runtime's own generator: its training losses
   cannot agree, so only its eval steps and its export are compared.
 
-Skips without onnxruntime-training (pip install minitrain[ort]).  The CUDA variants run
-minitrain's Module on the GPU against ORT on the CPU."""
+Skips without onnxruntime-training (pip install minitrain[ort]).  The CUDA variants (marked
+`cuda`) run minitrain's Module on the GPU, its steps captured into CUDA Graphs, against ORT on
+the CPU, at the CPU's tolerances: minitrain's float32 on CUDA is strict FP32 (cuBLAS without
+TF32, cuDNN's FMA math), so it differs from ORT's CPU kernels by summation order only, as
+minitrain's own CPU kernels do."""
 import subprocess
 import sys
 
@@ -28,7 +31,9 @@ from onnxruntime.training import api as ort_api  # noqa: E402
 
 import ort_models  # noqa: E402
 folders = ort_models.folders     # the artifacts fixture, shared with the other ORT tests
-from minitrain.onnx import training  # noqa: E402
+from minitrain.executor import Executor  # noqa: E402
+from minitrain.onnx import load, training  # noqa: E402
+from minitrain.scheduler import schedule  # noqa: E402
 from minitrain.onnx.ort_checkpoint_format import read_checkpoint  # noqa: E402
 
 RTOL = 1e-5
@@ -81,6 +86,9 @@ def test_ten_steps_equal_onnx_runtime(case, device, folders, tmp_path):
     theirs_state, theirs_module, theirs_opt = start(ort_api, folder)
     ours_state, ours_module, ours_opt = start(training, folder, device=device)
     assert_close(train(ours_module, ours_opt, data), train(theirs_module, theirs_opt, data), f"{case}: losses")
+    if device == "cuda":        # the losses above came from replays of the captured steps
+        assert ours_module._train_step.replay_stats["replays"] == STEPS - 3
+        assert ours_opt._update.replay_stats["replays"] == STEPS - 3
     for name, parameter in theirs_state.parameters:
         assert_close(ours_state.parameters[name].data, parameter.data, f"{case}: parameter {name}")
     ort_api.CheckpointState.save_checkpoint(theirs_state, str(tmp_path / "theirs"), include_optimizer_state=True)
@@ -99,41 +107,49 @@ def test_ten_steps_equal_onnx_runtime(case, device, folders, tmp_path):
         assert_close(ours_saved.frozen[name], value, f"{case}: frozen {name}")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids="-".join)
-def test_checkpoints_resume_in_the_other_runtime(case, folders, tmp_path):
+def test_checkpoints_resume_in_the_other_runtime(case, device, folders, tmp_path):
     """Five steps in one runtime, its checkpoint (optimizer state included) resumed for five
-    more in the other: the losses of an uninterrupted run."""
+    more in the other: the losses of ONNX Runtime's uninterrupted run."""
     folder, shape = folders(case)
     data = batches(case, shape)
-    _, module, optimizer = start(training, folder)
+    _, module, optimizer = start(ort_api, folder)
     straight = train(module, optimizer, data)
     for first, second in ((training, ort_api), (ort_api, training)):
-        state, module, optimizer = start(first, folder)
+        state, module, optimizer = start(first, folder, device=device)
         head = train(module, optimizer, data[:5])
         first.CheckpointState.save_checkpoint(state, str(tmp_path / "resume"), include_optimizer_state=True)
-        _, module, optimizer = start(second, folder, checkpoint=tmp_path / "resume")
+        _, module, optimizer = start(second, folder, checkpoint=tmp_path / "resume", device=device)
         tail = train(module, optimizer, data[5:])
         assert_close(np.concatenate([head, tail]), straight, f"{case}: {first.__name__} then {second.__name__}")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES[:3] + [("conv2d_dropout", "BCEWithLogitsLoss", "AdamW")], ids="-".join)
-def test_eval_and_exported_inference_model(case, folders, tmp_path):
+def test_eval_and_exported_inference_model(case, device, folders, tmp_path):
+    """After three training steps in minitrain, ORT's Module on minitrain's checkpoint: the
+    same eval losses, and inference models that give minitrain's outputs in onnxruntime."""
     folder, shape = folders(case)
     data = batches(case, shape, count=3)
-    theirs_state, theirs_module, theirs_opt = start(ort_api, folder)
-    ours_state, ours_module, ours_opt = start(training, folder)
+    ours_state, ours_module, ours_opt = start(training, folder, device=device)
+    train(ours_module, ours_opt, data)
+    training.CheckpointState.save_checkpoint(ours_state, tmp_path / "trained")
+    _, theirs_module, _ = start(ort_api, folder, checkpoint=tmp_path / "trained")
     for module in (theirs_module, ours_module):
         module.eval()
-    x, y = data[0]
     assert ours_module.input_names() == theirs_module.input_names()
     assert ours_module.output_names() == theirs_module.output_names()
-    assert_close(ours_module(x, y), theirs_module(x, y), f"{case}: eval loss")
+    for x, y in data:
+        assert_close(ours_module(x, y), theirs_module(x, y), f"{case}: eval loss")
     ours_module.export_model_for_inferencing(tmp_path / "ours.onnx", ["y"])
     theirs_module.export_model_for_inferencing(str(tmp_path / "theirs.onnx"), ["y"])
-    runs = {which: onnxruntime.InferenceSession(str(tmp_path / f"{which}.onnx"),
-                                                providers=["CPUExecutionProvider"]).run(["y"], {"x": x})[0]
-            for which in ("ours", "theirs")}
-    assert_close(runs["ours"], runs["theirs"], f"{case}: exported model in onnxruntime")
+    x = data[0][0]
+    graph = load(tmp_path / "ours.onnx")
+    ours = Executor(schedule(graph, ["y"], device)).run({"x": x})["y"]
+    for which in ("ours", "theirs"):
+        session = onnxruntime.InferenceSession(str(tmp_path / f"{which}.onnx"), providers=["CPUExecutionProvider"])
+        assert_close(ours, session.run(["y"], {"x": x})[0], f"{case}: {which} exported model in onnxruntime")
 
 
 def test_the_average_pool_model_crashes_onnx_runtime(folders):
@@ -175,28 +191,40 @@ def test_average_pool_trains_like_pytorch(device, folders):
     assert_close(state.parameters["fc.w"].data, net[4].weight.detach().numpy(), "AveragePool model: fc.w")
 
 
-def test_learning_rate_and_linear_scheduler(folders):
+@pytest.mark.parametrize("device", DEVICES)
+def test_learning_rate_scheduler_and_gradient_accumulation(device, folders):
     """set/get_learning_rate as ONNX Runtime's; LinearLRScheduler's documented schedule, which
-    ONNX Runtime 1.19.2's Python binding reaches with its two counts swapped."""
+    ONNX Runtime 1.19.2's Python binding reaches with its two counts swapped; steps without
+    lazy_reset_grad add a second micro-batch's gradients to the first.  The learning rates,
+    losses and accumulated gradients equal ONNX Runtime's."""
     folder, shape = folders(CASES[0])
     data = batches(CASES[0], shape)
-    rates = {}
+    rates, losses, grads = {}, {}, {}
     for api, counts in ((training, (2, 6)), (ort_api, (6, 2))):
-        _, module, optimizer = start(api, folder)
+        state, module, optimizer = start(api, folder, device=device)
         scheduler = api.LinearLRScheduler(optimizer, *counts, 0.05)
-        rates[api] = [optimizer.get_learning_rate()]
-        for x, y in data[:8]:
-            module(x, y)
+        rates[api], losses[api], grads[api] = [optimizer.get_learning_rate()], [], []
+        for step, (x, y) in enumerate(data[:8]):
+            losses[api].append(float(module(x, y)))
+            if step % 3 == 1:
+                losses[api].append(float(module(x[::-1].copy(), y[::-1].copy())))
+            grads[api].append({name: p.grad.copy() for name, p in state.parameters if p.requires_grad})
             optimizer.step()
             scheduler.step()
+            module.lazy_reset_grad()
             rates[api].append(optimizer.get_learning_rate())
     np.testing.assert_allclose(rates[training], rates[ort_api], rtol=1e-7)
     np.testing.assert_allclose(rates[training], [0, 0.025, 0.05, 0.0375, 0.025, 0.0125, 0, 0, 0], rtol=1e-6)
+    assert_close(losses[training], losses[ort_api], "losses")
+    for step, (ours, theirs) in enumerate(zip(grads[training], grads[ort_api])):
+        for name, grad in theirs.items():
+            assert_close(ours[name], grad, f"step {step}: gradient of {name}")
 
 
-def test_state_parameters_properties_and_buffers(folders, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_state_parameters_properties_and_buffers(device, folders, tmp_path):
     folder, shape = folders(CASES[2])
-    state, module, _ = start(training, folder)
+    state, module, _ = start(training, folder, device=device)
     theirs_state, theirs_module, _ = start(ort_api, folder)
     assert [n for n, _ in state.parameters] == [n for n, _ in theirs_state.parameters]
     assert [p.requires_grad for _, p in state.parameters] == [p.requires_grad for _, p in theirs_state.parameters]
@@ -254,15 +282,16 @@ def test_an_optimizer_model_of_another_kind_is_refused(folders, tmp_path):
         training.Optimizer(tmp_path / "not_an_optimizer.onnx", module)
 
 
-def test_bad_device_and_mismatched_optimizer_state(folders, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_device_and_mismatched_optimizer_state(device, folders, tmp_path):
     folder, shape = folders(CASES[1])          # SGD: one moment per parameter in its checkpoint
-    state, module, optimizer = start(training, folder)
+    state, module, optimizer = start(training, folder, device=device)
     with pytest.raises(ValueError, match="device must be one of"):
         training.Module(folder / "training_model.onnx", state, device="tpu")
     train(module, optimizer, batches(CASES[1], shape, count=1))
     training.CheckpointState.save_checkpoint(state, tmp_path / "sgd", include_optimizer_state=True)
     adamw_folder, _ = folders(("conv1d_mean", "MSELoss", "AdamW"))
     resumed = training.CheckpointState.load_checkpoint(tmp_path / "sgd")
-    module = training.Module(adamw_folder / "training_model.onnx", resumed)
+    module = training.Module(adamw_folder / "training_model.onnx", resumed, device=device)
     with pytest.raises(ValueError, match=r"holds \['momentum0'\]; AdamWOptimizer needs"):
         training.Optimizer(adamw_folder / "optimizer_model.onnx", module)
