@@ -4,8 +4,9 @@ update, lazy_reset_grad) of the models of tests/ort_models.py at a larger batch,
 round by round after checking that both give the same first loss.
 
 The AveragePool models are left out: ONNX Runtime 1.19.2's Module dies of SIGFPE on their
-training graphs.  minitrain runs on `--device` (cpu or cuda): its steps are captured (the CPU's
-step arena, CUDA Graphs on the GPU), and on CUDA each timed step waits for the device.  ONNX
+training graphs.  minitrain runs on the CPU, and with `--device cuda` on CUDA too, in the same table: its steps
+are captured (the CPU's step arena, CUDA Graphs on the GPU), and on CUDA each timed step waits
+for the device.  ONNX
 Runtime always runs on the CPU of the same machine, with `--threads` intra-op threads: its
 CUDA training build (onnxruntime-training with the CUDA execution provider) needs the CUDA 12
 libraries and is far larger than what the GPU machine can be given, so only the CPU-only
@@ -65,6 +66,7 @@ def step_function(api, folder, data, device):
 
 def main():
     device, rounds, batch = arg("--device", "cpu"), int(arg("--rounds", 3)), int(arg("--batch", 64))
+    devices = ["cpu"] if device == "cpu" else ["cpu", device]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
@@ -72,16 +74,20 @@ def main():
             folder.mkdir()
             x_shape, classes = ort_models.generate(case[0], folder, case[1], case[2])
             data = ort_models.batch(np.random.default_rng(0), batch, x_shape, classes, case[1])
-            ours, ours_loss = step_function(training, folder, data, device)
             theirs, theirs_loss = step_function(ort_api, folder, data, "cpu")
-            if not np.isclose(ours_loss, theirs_loss, rtol=1e-5):
-                raise SystemExit(f"{case}: first losses differ: minitrain {ours_loss}, ORT {theirs_loss}")
-            times = interleaved({"minitrain": ours, "ort": theirs}, rounds=rounds)
-            rows.append(["/".join(case), batch, fmt(times["minitrain"]), fmt(times["ort"]),
-                         ratio(times["minitrain"], times["ort"])])
-    header = ["model/loss/optimizer", "batch", f"minitrain {device} ms", "ORT cpu ms", "mt/ORT"]
+            candidates = {}
+            for name in devices:
+                candidates[name], loss = step_function(training, folder, data, name)
+                if not np.isclose(loss, theirs_loss, rtol=1e-5):
+                    raise SystemExit(f"{case}: first losses differ: minitrain on {name} {loss}, ORT {theirs_loss}")
+            candidates["ort"] = theirs
+            times = interleaved(candidates, rounds=rounds)
+            rows.append(["/".join(case), batch, *(fmt(times[name]) for name in devices), fmt(times["ort"]),
+                         *(ratio(times[name], times["ort"]) for name in devices)])
+    header = ["model/loss/optimizer", "batch", *(f"minitrain {name} ms" for name in devices), "ORT cpu ms",
+              *(f"mt {name}/ORT" for name in devices)]
     text = (f"# onnxruntime-training artifacts: one training step\n\n{datetime.date.today()}, {platform.machine()}, "
-            f"{os.cpu_count()} cores, minitrain on {describe(device)}, "
+            f"{os.cpu_count()} cores, minitrain on {' and '.join(describe(name) for name in devices)}, "
             f"ORT {onnxruntime.__version__} on the CPU with {THREADS} intra-op threads, median of {rounds} "
             f"interleaved rounds\n\n" + markdown_table(header, rows) + "\n")
     if device != "cpu":

@@ -188,7 +188,9 @@ def test_average_pool_trains_like_pytorch(device, folders):
         sgd.step()
         theirs.append(loss.item())
     assert_close(ours, theirs, "AveragePool model: losses")
-    assert_close(state.parameters["fc.w"].data, net[4].weight.detach().numpy(), "AveragePool model: fc.w")
+    for layer, prefix in ((net[0], "conv"), (net[4], "fc")):
+        assert_close(state.parameters[f"{prefix}.w"].data, layer.weight.detach().numpy(), f"{prefix}.w")
+        assert_close(state.parameters[f"{prefix}.b"].data, layer.bias.detach().numpy(), f"{prefix}.b")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -226,6 +228,8 @@ def test_state_parameters_properties_and_buffers(device, folders, tmp_path):
     folder, shape = folders(CASES[2])
     state, module, _ = start(training, folder, device=device)
     theirs_state, theirs_module, _ = start(ort_api, folder)
+    assert module.input_names() == theirs_module.input_names()      # training mode
+    assert module.output_names() == theirs_module.output_names()
     assert [n for n, _ in state.parameters] == [n for n, _ in theirs_state.parameters]
     assert [p.requires_grad for _, p in state.parameters] == [p.requires_grad for _, p in theirs_state.parameters]
     assert state.parameters["fc.w"].grad is None or not state.parameters["fc.w"].grad.any()
