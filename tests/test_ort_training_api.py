@@ -299,3 +299,37 @@ def test_bad_device_and_mismatched_optimizer_state(device, folders, tmp_path):
     module = training.Module(adamw_folder / "training_model.onnx", resumed, device=device)
     with pytest.raises(ValueError, match=r"holds \['momentum0'\]; AdamWOptimizer needs"):
         training.Optimizer(adamw_folder / "optimizer_model.onnx", module)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_sizes_change_between_steps(device, folders):
+    """A step is planned per input signature with the values its shapes decide folded into
+    constants (the Shape, Size and integer Div of ReduceMean's gradient): batches of several
+    sizes, in training and eval, give ONNX Runtime's losses, and no plan runs those nodes."""
+    case = CASES[1]         # conv1d_mean: ReduceMean over the length, MSE's mean over the batch
+    folder, (x_shape, classes) = folders(case)
+    rng = np.random.default_rng(4)
+    data = [ort_models.batch(rng, n, x_shape, classes, case[1]) for n in (4, 3, 4, 5, 3)]
+    losses, modules = {}, {}
+    for api in (training, ort_api):
+        _, modules[api], optimizer = start(api, folder, device=device)
+        losses[api] = train(modules[api], optimizer, data)
+        modules[api].eval()
+        losses[api] = np.concatenate([losses[api], [float(modules[api](x, y)) for x, y in data[:2]]])
+    assert_close(losses[training], losses[ort_api], "losses")
+    module = modules[training]
+    for step in (module._train_step, module._eval_step):
+        for executor in step.executors.values():
+            assert not {"Shape", "Size", "Div"} & {s.node.op_type for s in executor.plan.steps}
+    batch_sizes = [shape[0] for signature in module._train_step.executors for name, shape, _ in signature if name == "x"]
+    assert sorted(batch_sizes) == [3, 4, 5]
+
+
+def test_inputs_of_the_wrong_shape_are_refused(folders):
+    folder, (x_shape, classes) = folders(CASES[1])
+    _, module, _ = start(training, folder)
+    x, y = ort_models.batch(np.random.default_rng(0), 4, x_shape, classes, CASES[1][1])
+    with pytest.raises(ValueError, match=r"input 'x' expects shape \('batch', 3, 20\), got \(4, 3, 21\)"):
+        module(np.zeros((4, 3, 21), np.float32), y)
+    with pytest.raises(ValueError, match="input 'target': dim 'batch' is 4 elsewhere, here 5"):
+        module(x, np.zeros((5, 3), np.float32))
