@@ -89,7 +89,7 @@ class CompiledStep:
         values where they live (a captured step's: valid until the next run)."""
         feeds = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in feeds.items()}
         feeds.update(self.fed)
-        signature = tuple((name, tuple(value.shape), str(value.dtype)) for name, value in feeds.items())
+        signature = tuple((name, tuple(value.shape), value.dtype) for name, value in feeds.items())
         executor = self.executors.get(signature)
         if executor is None:
             plan = self._plan(self._bound, self._input_shapes(feeds))
