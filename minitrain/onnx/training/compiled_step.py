@@ -55,17 +55,24 @@ class CompiledStep:
 
     def __init__(self, graph, fetch, provider, tensors, write_back=None, capture=True):
         self.provider = provider
-        self._graph, self._fetch = graph, list(fetch)
+        self._graph, self._fetch, self._tensors = graph, list(fetch), dict(tensors)
         self._providers = tuple(provider_list(provider.name))
         self._write_back, self._capture = write_back, capture
-        bound = dict(tensors)
-        plan = self._plan(bound)
-        foreign = [name for name in bound if plan.locations.get(name, provider.name) != provider.name]
-        for name in foreign:
-            del bound[name]
-        self._bound = bound
-        self.fed = {name: tensors[name] for name in foreign}
         self.executors = {}         # input signature -> the Executor of the plan specialized to it
+        self._fed = {}              # input signature -> the state tensors that plan is fed
+        self._split()
+
+    def _split(self, shapes=None):
+        """(plan, bound, fed): the plan with `shapes` (see _plan), the state tensors bound to it
+        and those fed to it instead, that it reads in another provider's memory."""
+        bound = dict(self._tensors)
+        plan = self._plan(bound, shapes)
+        foreign = [name for name in bound if plan.locations.get(name, self.provider.name) != self.provider.name]
+        if foreign:
+            for name in foreign:
+                del bound[name]
+            plan = self._plan(bound, shapes)
+        return plan, bound, {name: self._tensors[name] for name in foreign}
 
     def _plan(self, bound, shapes=None):
         """The plan of the graph with the inputs in `bound` turned into initializers (holding
@@ -88,24 +95,22 @@ class CompiledStep:
         """Run the step on the user's `feeds` (and the state tensors it is fed); the fetched
         values where they live (a captured step's: valid until the next run)."""
         feeds = {name: value if hasattr(value, "dtype") else np.asarray(value) for name, value in feeds.items()}
-        feeds.update(self.fed)
         signature = tuple((name, tuple(value.shape), value.dtype) for name, value in feeds.items())
         executor = self.executors.get(signature)
         if executor is None:
-            plan = self._plan(self._bound, self._input_shapes(feeds))
-            executor = Executor(plan, state=StateTensors(self.provider, self._bound),
+            plan, bound, fed = self._split(self._input_shapes(feeds))
+            executor = Executor(plan, state=StateTensors(self.provider, bound),
                                 providers={self.provider.name: self.provider}, capture=self._capture,
                                 write_back=self._write_back)
-            self.executors[signature] = executor
-        return executor.run(feeds, to_host=False)
+            self.executors[signature], self._fed[signature] = executor, fed
+        fed = self._fed[signature]
+        return executor.run({**feeds, **fed} if fed else feeds, to_host=False)
 
     def _input_shapes(self, feeds):
         """The shape of each graph input fed in `feeds`, checked against the declared shapes as the
         executor checks them (a symbolic dim stands for one size in all the inputs)."""
         shapes, dims = {}, {}
         for value in self._graph.inputs:
-            if value.name in self._bound:
-                continue
             if value.name not in feeds:     # the executor says whether the plan needs it
                 continue
             shape = shapes[value.name] = tuple(int(d) for d in feeds[value.name].shape)
