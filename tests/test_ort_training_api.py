@@ -5,9 +5,13 @@ SGD; CrossEntropy, MSE and BCEWithLogits losses.
 
 - Ten steps from the same checkpoint: losses equal to 1e-5 relative, parameters and the
   optimizer's moments and step after them to 1e-5 (the moments read from the checkpoint ORT
-  saves).
-- A checkpoint minitrain writes resumes in ORT with the losses minitrain gets, and the other way.
+  saves); also with the AdamWOptimizer settings generate_artifacts does not write (adam_mode 0,
+  no bias correction, weight decay).
+- A checkpoint minitrain writes resumes in ORT with the losses of ORT's uninterrupted run, and
+  the other way.
 - The exported inference model runs in onnxruntime with minitrain's outputs.
+- The Module and Optimizer API: learning rates and LinearLRScheduler, gradient accumulation
+  (lazy_reset_grad), parameters, properties and buffers, batch sizes that change.
 - The AveragePool model's training step dies of SIGFPE inside ONNX Runtime 1.19.2's Module
   (checked in a subprocess), so minitrain's ten steps on it are compared with PyTorch's.
 - The Dropout model draws its masks from each runtime's own generator: its training losses
@@ -18,6 +22,7 @@ Skips without onnxruntime-training (pip install minitrain[ort]).  The CUDA varia
 the CPU, at the CPU's tolerances: minitrain's float32 on CUDA is strict FP32 (cuBLAS without
 TF32, cuDNN's FMA math), so it differs from ORT's CPU kernels by summation order only, as
 minitrain's own CPU kernels do."""
+import shutil
 import subprocess
 import sys
 
@@ -82,7 +87,35 @@ def assert_close(ours, theirs, what):
 @pytest.mark.parametrize("case", CASES, ids="-".join)
 def test_ten_steps_equal_onnx_runtime(case, device, folders, tmp_path):
     folder, shape = folders(case)
-    data = batches(case, shape)
+    assert_ten_steps_equal(folder, batches(case, shape), device, tmp_path, case)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("attrs", [{"adam_mode": 0, "weight_decay": 0.05}, {"adam_mode": 1, "weight_decay": 0.05},
+                                   {"adam_mode": 1, "correct_bias": 0, "weight_decay": 0.01}],
+                         ids=lambda attrs: "-".join(f"{k}={v}" for k, v in attrs.items()))
+def test_adamw_settings_equal_onnx_runtime(attrs, device, folders, tmp_path):
+    """generate_artifacts writes AdamW with adam_mode 1, bias correction and no weight decay;
+    the optimizer model with the other settings of AdamWOptimizer trains as in ORT too."""
+    import onnx
+    case = CASES[0]
+    folder, shape = folders(case)
+    variant = tmp_path / "artifacts"
+    variant.mkdir()
+    for name in ("checkpoint", "training_model.onnx", "eval_model.onnx"):
+        shutil.copy(folder / name, variant / name)
+    model = onnx.load(str(folder / "optimizer_model.onnx"))
+    node = model.graph.node[0]
+    kept = [a for a in node.attribute if a.name not in attrs]
+    del node.attribute[:]
+    node.attribute.extend(kept + [onnx.helper.make_attribute(k, v) for k, v in attrs.items()])
+    onnx.save(model, str(variant / "optimizer_model.onnx"))
+    assert_ten_steps_equal(variant, batches(case, shape), device, tmp_path, (*case, str(attrs)))
+
+
+def assert_ten_steps_equal(folder, data, device, tmp_path, case):
+    """Ten steps of ORT (on the CPU) and minitrain (on `device`) on the artifacts in `folder`:
+    the same losses, parameters, optimizer state (step, moments) and frozen values."""
     theirs_state, theirs_module, theirs_opt = start(ort_api, folder)
     ours_state, ours_module, ours_opt = start(training, folder, device=device)
     assert_close(train(ours_module, ours_opt, data), train(theirs_module, theirs_opt, data), f"{case}: losses")
