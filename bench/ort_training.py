@@ -4,10 +4,13 @@ update, lazy_reset_grad) of the models of tests/ort_models.py at a larger batch,
 round by round after checking that both give the same first loss.
 
 The AveragePool models are left out: ONNX Runtime 1.19.2's Module dies of SIGFPE on their
-training graphs.  minitrain runs on `--device` (cpu or cuda): its steps are captured (the CPU's
-step arena, CUDA Graphs on the GPU), and on CUDA each timed step waits for the device.  ONNX
-Runtime runs on the CPU beside a CPU run only: its CUDA training build is another package, so a
-CUDA run times minitrain alone (onnxruntime-training still generates the artifacts).
+training graphs.  minitrain runs on the CPU, and with `--device cuda` on CUDA too, in the same table: its steps
+are captured (the CPU's step arena, CUDA Graphs on the GPU), and on CUDA each timed step waits
+for the device.  ONNX
+Runtime always runs on the CPU of the same machine, with `--threads` intra-op threads: its
+CUDA training build (onnxruntime-training with the CUDA execution provider) needs the CUDA 12
+libraries and is far larger than what the GPU machine can be given, so only the CPU-only
+wheel (onnxruntime-training-cpu) is installed there.
 
     python bench/ort_training.py [--device cpu|cuda] [--threads 2] [--rounds 3] [--batch 64] [--out FILE]
 """
@@ -27,6 +30,7 @@ import pathlib  # noqa: E402
 import platform  # noqa: E402
 
 import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
 from onnxruntime.training import api as ort_api  # noqa: E402
 
 import ort_models  # noqa: E402
@@ -41,7 +45,12 @@ def step_function(api, folder, data, device):
     """A function running one training step of `api` on `data` (waiting for the device), and
     the first step's loss."""
     state = api.CheckpointState.load_checkpoint(str(folder / "checkpoint"))
-    options = {"device": device} if api is training else {}
+    if api is training:
+        options = {"device": device}
+    else:
+        session_options = onnxruntime.SessionOptions()
+        session_options.intra_op_num_threads = THREADS
+        options = {"session_options": session_options}
     module = api.Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"), **options)
     optimizer = api.Optimizer(str(folder / "optimizer_model.onnx"), module)
     wait = state.provider.synchronize if api is training else (lambda: None)
@@ -57,7 +66,7 @@ def step_function(api, folder, data, device):
 
 def main():
     device, rounds, batch = arg("--device", "cpu"), int(arg("--rounds", 3)), int(arg("--batch", 64))
-    with_ort = device == "cpu"
+    devices = ["cpu"] if device == "cpu" else ["cpu", device]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in CASES:
@@ -65,24 +74,35 @@ def main():
             folder.mkdir()
             x_shape, classes = ort_models.generate(case[0], folder, case[1], case[2])
             data = ort_models.batch(np.random.default_rng(0), batch, x_shape, classes, case[1])
-            ours, ours_loss = step_function(training, folder, data, device)
-            candidates = {"minitrain": ours}
-            if with_ort:
-                theirs, theirs_loss = step_function(ort_api, folder, data, device)
-                if not np.isclose(ours_loss, theirs_loss, rtol=1e-5):
-                    raise SystemExit(f"{case}: first losses differ: minitrain {ours_loss}, ORT {theirs_loss}")
-                candidates["ort"] = theirs
+            theirs, theirs_loss = step_function(ort_api, folder, data, "cpu")
+            candidates = {}
+            for name in devices:
+                candidates[name], loss = step_function(training, folder, data, name)
+                if not np.isclose(loss, theirs_loss, rtol=1e-5):
+                    raise SystemExit(f"{case}: first losses differ: minitrain on {name} {loss}, ORT {theirs_loss}")
+            candidates["ort"] = theirs
             times = interleaved(candidates, rounds=rounds)
-            row = ["/".join(case), batch, fmt(times["minitrain"])]
-            if with_ort:
-                row += [fmt(times["ort"]), ratio(times["minitrain"], times["ort"])]
-            rows.append(row)
-    header = ["model/loss/optimizer", "batch", "minitrain ms"] + (["ORT ms", "mt/ORT"] if with_ort else [])
-    peers = "ORT 1.19.2 on cpu" if with_ort else "ORT not timed (no CUDA training build)"
+            rows.append(["/".join(case), batch, *(fmt(times[name]) for name in devices), fmt(times["ort"]),
+                         *(ratio(times[name], times["ort"]) for name in devices)])
+    header = ["model/loss/optimizer", "batch", *(f"minitrain {name} ms" for name in devices), "ORT cpu ms",
+              *(f"mt {name}/ORT" for name in devices)]
     text = (f"# onnxruntime-training artifacts: one training step\n\n{datetime.date.today()}, {platform.machine()}, "
-            f"minitrain on {device}, {peers}, {THREADS} threads, median of {rounds} interleaved rounds\n\n"
-            + markdown_table(header, rows) + "\n")
+            f"{os.cpu_count()} cores, minitrain on {' and '.join(describe(name) for name in devices)}, "
+            f"ORT {onnxruntime.__version__} on the CPU with {THREADS} intra-op threads, median of {rounds} "
+            f"interleaved rounds\n\n" + markdown_table(header, rows) + "\n")
+    if device != "cpu":
+        text += ("\nONNX Runtime runs on the CPU: its CUDA training build cannot be installed on the GPU machine (it "
+                 "needs the CUDA 12 libraries and is far over the size that can be carried there), so only "
+                 "onnxruntime-training-cpu is.\n")
     report(text, arg("--out", ""))
+
+
+def describe(device):
+    """The device minitrain runs on, in words (the GPU's name on CUDA, once its context exists)."""
+    if device == "cpu":
+        return "the CPU"
+    from pycuda import driver
+    return f"{device} ({driver.Context.get_device().name()})"
 
 
 if __name__ == "__main__":

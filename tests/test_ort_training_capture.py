@@ -105,7 +105,8 @@ def test_cuda_state_stays_on_the_device(folders):
     assert state.provider.name == "cuda"
     for name, _ in state.parameters:
         assert not isinstance(state.values[name], np.ndarray)
-        assert module._train_step.executor.constants[name] is state.values[name]
+        for executor in module._train_step.executors.values():
+            assert executor.constants[name] is state.values[name]
 
 
 def test_a_state_bound_to_one_device_is_refused_on_another(folders):

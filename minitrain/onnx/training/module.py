@@ -8,8 +8,9 @@ any additional outputs), and its InPlaceAccumulatorV2 nodes write each gradient 
 (overwriting it after `lazy_reset_grad()`, adding to it otherwise).  The eval model takes the
 user's inputs and the parameters.  The parameters, their gradients and the optimizer's moments
 live in the CheckpointState, on the Module's device, and stay there across steps: each model is
-compiled once into a step bound to those tensors (compiled_step.py), which a CUDA device
-captures into a CUDA Graph and replays after warm-up (the CPU serves the step from its arena).
+compiled into a step bound to those tensors (compiled_step.py; planned once per input shapes),
+which a CUDA device captures into a CUDA Graph and replays after warm-up (the CPU serves the
+step from its arena).
 `lazy_reset_grad` and the user's inputs are fed to the captured step on every run; parameters
 are pulled to the host when read (get_contiguous_parameters, `state.parameters[...].data`,
 checkpoints) and pushed when written (copy_buffer_to_parameters).  `capture=False` runs every
