@@ -184,6 +184,8 @@ def schedule(graph, fetch=None, providers="cpu"):
         if kept_node:
             bound_steps.append((node, _bind(graph, node, checked, providers), out_types))
 
+    read = {name for node, _, _ in bound_steps for name in node.inputs}
+    constants = {name: array for name, array in constants.items() if name in read or name in fetch}
     locations, nodes = _place(graph, bound_steps, providers, types, constants)
     persistent = set(graph.initializers) | set(constants) | set(fetch)
     last_use = {}
