@@ -75,7 +75,8 @@ class Executor:
     provider can free or reuse their memory.  Initializers live where the plan places them:
     in `state` (a DeviceState shared by a session's plans) when given, else in tensors made
     once here.  `write_back` maps output values to the initializers they replace after each
-    run (BatchNorm's running statistics), copied in the initializer's own memory.  With
+    run (BatchNorm's running statistics), copied in the initializer's own memory.  The values
+    the plan folded (plan.constants) are uploaded once, into tensors of this executor.  With
     `profile=True`, per-node times (host wall time on the CPU, GPU time between events on a
     device) are kept by `self.profiler` (profiling.NodeProfiler): `self.profile` sums them
     per node (node name -> seconds) over `self.calls` runs.  With `capture=True`, a provider
@@ -104,6 +105,8 @@ class Executor:
                 self.constants[name] = state.native(name, array)
             else:
                 self.constants[name] = self.providers[location].from_numpy(array)
+        for name, array in plan.constants.items():     # folded at plan time: not state, the plan's own
+            self.constants[name] = self.providers[plan.locations[name]].from_numpy(array)
         self._step_providers = [self.providers[s.provider] for s in plan.steps]
         self.graphs = (self.provider.step_graphs(self)
                        if capture and (not profile or self.provider.profiles_step_graphs) else None)

@@ -14,6 +14,10 @@ memory is the location of the provider whose `host_memory` is set, the CPU's, wh
 where host-resident kernel inputs and outputs live).  Where a consumer needs a value in another
 location, the plan holds an explicit copy node (MemcpyFromHost or MemcpyToHost, run by the
 device provider) before the consumer.
+
+Constant nodes, and the cheap nodes computed from constants only, are folded while planning
+(constant_folding.py): the plan holds their values in `constants`, placed like initializers, and
+no step for them.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 
 from .binding import bind
 from .caches import LRUCache
+from .constant_folding import folded_outputs
 from .errors import GraphError, KernelNotFoundError
 from .graph import Node
 from .inference import check_graph_node, initializer_type, topological_order
@@ -73,6 +78,7 @@ class Plan:
     last_use: dict
     providers: tuple
     locations: dict
+    constants: dict = field(default_factory=dict)   # folded value name -> array (constant_folding.py)
 
     def free_step(self, name):
         """Index of the step after which `name` is dropped (None: kept to the end)."""
@@ -157,8 +163,16 @@ def schedule(graph, fetch=None, providers="cpu"):
     types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
     kept_ids = {id(n) for n in kept}
     bound_steps = []
+    constants = {}
     for node in order:
         checked = check_graph_node(graph, node, types)
+        kept_node = id(node) in kept_ids
+        folded = folded_outputs(node, graph.opset(node.domain), constants, checked) if kept_node else None
+        if folded is not None:
+            for name, array in zip((o for o in node.outputs if o), folded):
+                constants[name] = array
+                types[name] = initializer_type(array)
+            continue
         out_types = []
         for name, t in zip(node.outputs, checked.out_types):
             declared = graph.value_info.get(name) if name else None
@@ -167,11 +181,13 @@ def schedule(graph, fetch=None, providers="cpu"):
             out_types.append(t)
             if name:
                 types[name] = t
-        if id(node) in kept_ids:
+        if kept_node:
             bound_steps.append((node, _bind(graph, node, checked, providers), out_types))
 
-    locations, nodes = _place(graph, bound_steps, providers, types)
-    persistent = set(graph.initializers) | set(fetch)
+    read = {name for node, _, _ in bound_steps for name in node.inputs}
+    constants = {name: array for name, array in constants.items() if name in read or name in fetch}
+    locations, nodes = _place(graph, bound_steps, providers, types, constants)
+    persistent = set(graph.initializers) | set(constants) | set(fetch)
     last_use = {}
     for index, (node, _, _) in enumerate(nodes):
         for name in list(node.outputs) + list(node.inputs):
@@ -184,7 +200,7 @@ def schedule(graph, fetch=None, providers="cpu"):
     steps = [Step(index, node, bound.schema.outputs, out_types, tuple(frees.get(index, ())),
                   bound.kdef.provider, bound) for index, (node, bound, out_types) in enumerate(nodes)]
     needed_inputs = {n for n in graph.input_names if n in needed}
-    return Plan(graph, steps, types, fetch, needed_inputs, last_use, providers, locations)
+    return Plan(graph, steps, types, fetch, needed_inputs, last_use, providers, locations, constants)
 
 
 PLACEMENT_RANK = {"early": -1, None: 0, "late": 1}
@@ -201,9 +217,12 @@ def _placement_rank(graph, node):
         return PLACEMENT_RANK[None]
 
 
-def _place(graph, bound_steps, providers, types):
+def _place(graph, bound_steps, providers, types, constants):
     """Locations of every value, and the steps with copy nodes inserted before the consumers
-    that need a value in another provider's memory (their types are added to `types`)."""
+    that need a value in another provider's memory (their types are added to `types`).
+    Graph inputs, initializers and the folded `constants` live on the device when a device
+    kernel reads them, else in host memory; a constant read in both gets a copy of its own in
+    host memory (added to `constants`)."""
     in_host_memory = {name: get_provider(name).host_memory for name in providers}
     host = next((name for name in providers if in_host_memory[name]), None)
     if host is None:
@@ -216,7 +235,7 @@ def _place(graph, bound_steps, providers, types):
             if name:
                 wants.setdefault(name, set()).add(host if bound.kdef.input_on_host(i) else bound.kdef.provider)
     locations = {}
-    for name in list(graph.input_names) + list(graph.initializers):
+    for name in list(graph.input_names) + list(graph.initializers) + list(constants):
         wanted = wants.get(name, {host})
         locations[name] = device if device in wanted else host
     for node, bound, _ in bound_steps:
@@ -236,13 +255,17 @@ def _place(graph, bound_steps, providers, types):
             if locations[name] == target:
                 continue
             if (name, target) not in copies:
-                op = "MemcpyToHost" if target == host else "MemcpyFromHost"
                 copied = f"{name}@{target}"
-                copy = Node(op, [name], [copied], {}, "", f"{op}({name})")
-                checked = check_graph_node(graph, copy, types)
-                runs_on = locations[name] if target == host else target
-                steps.append((copy, _bind(graph, copy, checked, (runs_on,)), list(checked.out_types)))
-                types[copied] = checked.out_types[0]
+                if name in constants:       # a second constant in the other memory, not a copy per run
+                    constants[copied] = constants[name]
+                    types[copied] = types[name]
+                else:
+                    op = "MemcpyToHost" if target == host else "MemcpyFromHost"
+                    copy = Node(op, [name], [copied], {}, "", f"{op}({name})")
+                    checked = check_graph_node(graph, copy, types)
+                    runs_on = locations[name] if target == host else target
+                    steps.append((copy, _bind(graph, copy, checked, (runs_on,)), list(checked.out_types)))
+                    types[copied] = checked.out_types[0]
                 locations[copied] = target
                 copies[(name, target)] = copied
             inputs[i] = copies[(name, target)]

@@ -69,6 +69,23 @@ def test_constant_node_values_reach_shape_inference():
     assert got.shape == (6, 4)
 
 
+def test_resize_keeps_a_symbolic_batch_and_concat_gradient_splits_by_constants():
+    """Resize by scales keeps a symbolic dim that a scale of 1 keeps, so the gradient of a
+    Concat after it splits by constant sizes rather than gathering them on the host."""
+    g = Graph(opset_imports={"": 13})
+    g.add_input("x", np.float64, ("N", 2, 3, 4))
+    g.add_input("skip", np.float64, ("N", 1, 6, 8))
+    scales = g.add_node("Constant", [], attrs={"value": np.array([1.0, 1.0, 2.0, 2.0], np.float32)})
+    up = g.add_node("Resize", ["x", "", scales], attrs={"mode": "nearest"})
+    g.outputs.append(g.add_node("Concat", [up, "skip"], attrs={"axis": 1}))
+    assert infer_types(g)[up].shape == ("N", 2, 6, 8)
+    grad_graph, _ = build_gradient_graph(g, g.outputs[0], ["x", "skip"],
+                                         seeds={g.outputs[0]: g.add_input("seed", np.float64, ("N", 3, 6, 8))})
+    assert not {"Shape", "Gather"} & set(_ops(grad_graph))
+    batch_scaled = g.add_node("Resize", ["x", "", g.add_initializer("s2", np.array([2.0, 1, 1, 1], np.float32))])
+    assert infer_types(g)[batch_scaled].shape is None
+
+
 def test_split_refuses_more_outputs_than_its_pieces():
     from minitrain.errors import ShapeError
     with pytest.raises(ShapeError, match="Split.*outputs_2"):

@@ -218,10 +218,18 @@ def infer_resize(ctx):
         known_scales, scales = _static_list(ctx, scales_index)
         known_sizes, sizes = _static_list(ctx, 3) if version >= 11 else (True, None)
     known = known_scales and known_sizes and (scales is not None or sizes is not None)
-    if shape is None or not known or any(not isinstance(d, int) for d in shape):
+    if shape is None or not known:
         return [ctx.out(None)]
-    plan = resize_plan(ctx.fail, ctx.attrs, shape, scales, sizes)
-    return [ctx.out(tuple(a.out for a in plan))]
+    symbolic = [i for i, d in enumerate(shape) if not isinstance(d, int)]
+    if symbolic and scales is None:
+        return [ctx.out(None)]
+    # With scales each axis resizes on its own: a symbolic dim (the batch) under a scale of 1
+    # stays in the output, whose other dims are then known to the nodes after it (a Concat's
+    # gradient splits by constant sizes).
+    plan = resize_plan(ctx.fail, ctx.attrs, [1 if i in symbolic else d for i, d in enumerate(shape)], scales, sizes)
+    if any(plan[i].scale != 1.0 for i in symbolic):
+        return [ctx.out(None)]
+    return [ctx.out(tuple(shape[i] if i in symbolic else a.out for i, a in enumerate(plan)))]
 
 
 SCALES = Input("scales", types=GRAPH_FLOAT_TYPES)
