@@ -10,6 +10,11 @@
 // elements and their squares, turns them into (count, mean, M2) and the partials are merged
 // with Chan's formula, so neither a sum of squares nor a difference of partial means of
 // unshifted values ever cancels.  Variance is the biased one.
+//
+// The data (x, y, dy, dx) are of element type T; the per-channel values (scale, bias, the
+// statistics, dscale, dbias) of P: T itself, or float whatever T is (ONNX's T1 and T2: mixed
+// precision runs BatchNorm on 16-bit data with float32 parameters and statistics).  The kernels
+// with P = T are <name>_<suffix>, those with P = float <name>_float_params_<suffix>.
 #include "common.cuh"
 
 // The thread's share of channel c: elements j = first, first + step, ... < N * D of the channel,
@@ -96,10 +101,10 @@ __device__ void bn_partial_stats_impl(const T* x, acc_t<T>* part, int64_t N, int
 // K = x[c * D], otherwise input_mean and input_var), saved_mean, saved_inv_std, running stats
 // (training; pointers may be null) and coef[2c..2c+1] = (scale * inv_std,
 // B - mean * scale * inv_std).
-template <typename T>
-__device__ void bn_finalize_impl(const acc_t<T>* part, const T* x, const T* scale, const T* bias,
-                                 const T* input_mean, const T* input_var, T* saved_mean, T* saved_inv_std,
-                                 T* running_mean, T* running_var, acc_t<T>* coef, int64_t D, int64_t C,
+template <typename T, typename P>
+__device__ void bn_finalize_impl(const acc_t<T>* part, const T* x, const P* scale, const P* bias,
+                                 const P* input_mean, const P* input_var, P* saved_mean, P* saved_inv_std,
+                                 P* running_mean, P* running_var, acc_t<T>* coef, int64_t D, int64_t C,
                                  acc_t<T> epsilon, acc_t<T> momentum, int splits) {
     typedef acc_t<T> A;
     GRID_STRIDE_LOOP(c, C) {
@@ -119,12 +124,12 @@ __device__ void bn_finalize_impl(const acc_t<T>* part, const T* x, const T* scal
         const A inv_std = A(1) / sqrt(var + epsilon), mul = to_acc(scale[c]) * inv_std;
         coef[2 * c] = mul;
         coef[2 * c + 1] = to_acc(bias[c]) - mean * mul;
-        if (saved_mean != nullptr) saved_mean[c] = from_acc<T>(mean);
-        if (saved_inv_std != nullptr) saved_inv_std[c] = from_acc<T>(inv_std);
+        if (saved_mean != nullptr) saved_mean[c] = from_acc<P>(mean);
+        if (saved_inv_std != nullptr) saved_inv_std[c] = from_acc<P>(inv_std);
         if (running_mean != nullptr)
-            running_mean[c] = from_acc<T>(momentum * to_acc(input_mean[c]) + (A(1) - momentum) * mean);
+            running_mean[c] = from_acc<P>(momentum * to_acc(input_mean[c]) + (A(1) - momentum) * mean);
         if (running_var != nullptr)
-            running_var[c] = from_acc<T>(momentum * to_acc(input_var[c]) + (A(1) - momentum) * var);
+            running_var[c] = from_acc<P>(momentum * to_acc(input_var[c]) + (A(1) - momentum) * var);
     }
 }
 
@@ -147,8 +152,8 @@ template <typename A> struct GradSums {
 };
 
 // part[(c * splits + s) * 2 + {0, 1}] = block (c, s)'s sums of dy and dy * (x - mean).
-template <typename T>
-__device__ void bn_partial_grad_impl(const T* dy, const T* x, const T* mean, acc_t<T>* part, int64_t N,
+template <typename T, typename P>
+__device__ void bn_partial_grad_impl(const T* dy, const T* x, const P* mean, acc_t<T>* part, int64_t N,
                                      int64_t C, int64_t D, int splits) {
     typedef acc_t<T> A;
     const int64_t c = blockIdx.x / splits, s = blockIdx.x % splits;
@@ -175,9 +180,9 @@ __device__ void bn_partial_grad_impl(const T* dy, const T* x, const T* mean, acc
 // Per channel: dbias = sum dy, dscale = sum dy (x - mean) * inv_std (pointers may be null;
 // part is null when no sums were taken) and coef[3c..3c+2] = (k_dy, k_x, k_0) of
 // dx = k_dy dy + k_x (x - mean) + k_0, the batch-statistics terms only in training.
-template <typename T>
-__device__ void bn_finalize_grad_impl(const acc_t<T>* part, const T* scale, const T* inv_std, T* dscale,
-                                      T* dbias, acc_t<T>* coef, int64_t C, acc_t<T> count, int splits,
+template <typename T, typename P>
+__device__ void bn_finalize_grad_impl(const acc_t<T>* part, const P* scale, const P* inv_std, P* dscale,
+                                      P* dbias, acc_t<T>* coef, int64_t C, acc_t<T> count, int splits,
                                       int training) {
     typedef acc_t<T> A;
     GRID_STRIDE_LOOP(c, C) {
@@ -188,8 +193,8 @@ __device__ void bn_finalize_grad_impl(const acc_t<T>* part, const T* scale, cons
                 sx += part[(c * splits + s) * 2 + 1];
             }
         const A is = to_acc(inv_std[c]), ds = sx * is;
-        if (dbias != nullptr) dbias[c] = from_acc<T>(sb);
-        if (dscale != nullptr) dscale[c] = from_acc<T>(ds);
+        if (dbias != nullptr) dbias[c] = from_acc<P>(sb);
+        if (dscale != nullptr) dscale[c] = from_acc<P>(ds);
         if (coef != nullptr) {
             const A k_dy = to_acc(scale[c]) * is;
             coef[3 * c] = k_dy;
@@ -199,8 +204,8 @@ __device__ void bn_finalize_grad_impl(const acc_t<T>* part, const T* scale, cons
     }
 }
 
-template <typename T>
-__device__ void bn_grad_input_impl(const T* dy, const T* x, const T* mean, const acc_t<T>* coef, T* dx,
+template <typename T, typename P>
+__device__ void bn_grad_input_impl(const T* dy, const T* x, const P* mean, const acc_t<T>* coef, T* dx,
                                    int64_t total, int64_t C, int64_t D) {
     GRID_STRIDE_LOOP(i, total) {
         const int64_t c = channel_of(i, C, D);
@@ -209,34 +214,40 @@ __device__ void bn_grad_input_impl(const T* dy, const T* x, const T* mean, const
     }
 }
 
+// The kernels reading or writing per-channel values, for data T and per-channel type P, named
+// bn_<kernel><S>.
+#define BATCHNORM_CHANNELS(T, P, S)                                                                            \
+    extern "C" __global__ void bn_finalize##S(const acc_t<T>* part, const T* x, const P* scale, const P* bias,  \
+                                              const P* input_mean, const P* input_var, P* saved_mean,           \
+                                              P* saved_inv_std, P* running_mean, P* running_var,                \
+                                              acc_t<T>* coef, int64_t D, int64_t C, acc_t<T> epsilon,           \
+                                              acc_t<T> momentum, int splits) {                                  \
+        bn_finalize_impl<T, P>(part, x, scale, bias, input_mean, input_var, saved_mean, saved_inv_std,         \
+                               running_mean, running_var, coef, D, C, epsilon, momentum, splits);              \
+    }                                                                                                          \
+    extern "C" __global__ void bn_partial_grad##S(const T* dy, const T* x, const P* mean, acc_t<T>* part,       \
+                                                  int64_t N, int64_t C, int64_t D, int splits) {               \
+        bn_partial_grad_impl<T, P>(dy, x, mean, part, N, C, D, splits);                                        \
+    }                                                                                                          \
+    extern "C" __global__ void bn_finalize_grad##S(const acc_t<T>* part, const P* scale, const P* inv_std,      \
+                                                   P* dscale, P* dbias, acc_t<T>* coef, int64_t C,              \
+                                                   acc_t<T> count, int splits, int training) {                  \
+        bn_finalize_grad_impl<T, P>(part, scale, inv_std, dscale, dbias, coef, C, count, splits, training);    \
+    }                                                                                                          \
+    extern "C" __global__ void bn_grad_input##S(const T* dy, const T* x, const P* mean, const acc_t<T>* coef,   \
+                                                T* dx, int64_t total, int64_t C, int64_t D) {                  \
+        bn_grad_input_impl<T, P>(dy, x, mean, coef, dx, total, C, D);                                         \
+    }
+
 #define BATCHNORM(T, S)                                                                                        \
     extern "C" __global__ void bn_partial_stats_##S(const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t D, \
                                                     int splits) {                                              \
         bn_partial_stats_impl<T>(x, part, N, C, D, splits);                                                    \
     }                                                                                                          \
-    extern "C" __global__ void bn_finalize_##S(const acc_t<T>* part, const T* x, const T* scale, const T* bias, \
-                                               const T* input_mean, const T* input_var, T* saved_mean,          \
-                                               T* saved_inv_std, T* running_mean, T* running_var,               \
-                                               acc_t<T>* coef, int64_t D, int64_t C, acc_t<T> epsilon,          \
-                                               acc_t<T> momentum, int splits) {                                 \
-        bn_finalize_impl<T>(part, x, scale, bias, input_mean, input_var, saved_mean, saved_inv_std,            \
-                            running_mean, running_var, coef, D, C, epsilon, momentum, splits);                 \
-    }                                                                                                          \
     extern "C" __global__ void bn_normalize_##S(const T* x, T* y, const acc_t<T>* coef, int64_t total,          \
                                                 int64_t C, int64_t D) {                                        \
         bn_normalize_impl<T>(x, y, coef, total, C, D);                                                         \
     }                                                                                                          \
-    extern "C" __global__ void bn_partial_grad_##S(const T* dy, const T* x, const T* mean, acc_t<T>* part,      \
-                                                   int64_t N, int64_t C, int64_t D, int splits) {              \
-        bn_partial_grad_impl<T>(dy, x, mean, part, N, C, D, splits);                                           \
-    }                                                                                                          \
-    extern "C" __global__ void bn_finalize_grad_##S(const acc_t<T>* part, const T* scale, const T* inv_std,     \
-                                                    T* dscale, T* dbias, acc_t<T>* coef, int64_t C,             \
-                                                    acc_t<T> count, int splits, int training) {                 \
-        bn_finalize_grad_impl<T>(part, scale, inv_std, dscale, dbias, coef, C, count, splits, training);       \
-    }                                                                                                          \
-    extern "C" __global__ void bn_grad_input_##S(const T* dy, const T* x, const T* mean, const acc_t<T>* coef,  \
-                                                 T* dx, int64_t total, int64_t C, int64_t D) {                 \
-        bn_grad_input_impl<T>(dy, x, mean, coef, dx, total, C, D);                                             \
-    }
+    BATCHNORM_CHANNELS(T, T, _##S)                                                                             \
+    BATCHNORM_CHANNELS(T, float, _float_params_##S)
 MT_FOR_FLOATS(BATCHNORM)

@@ -6,12 +6,18 @@ element type to another:
 
 * LOW ops (convolutions, Gemm, MatMul and their fused forms) run in the low-precision type
   `low` (float16 or bfloat16): the tensor-core ops, PyTorch's lower_precision_fp list;
-* FLOAT32 ops (softmax, losses, sums and means, exp/log/pow, BatchNorm and the other
-  normalisations, resizing) run in float32: PyTorch's fp32 list, the ops whose range or
+* FLOAT32 ops (softmax, losses, sums and means, exp/log/pow, the normalisations other than
+  BatchNorm, resizing) run in float32: PyTorch's fp32 list, the ops whose range or
   accumulation low precision would ruin;
 * every other op follows its inputs, promoted to the widest: float32 when any input of rank
   >= 1 is float32, else `low` (scalars, rank 0, follow the tensors as PyTorch's wrapped numbers
   do).  Single-input ops (Relu, MaxPool, Reshape...) so run in whatever type reaches them.
+
+An input whose schema gives it a float type of its own (BatchNormalization's scale and B, ONNX's
+T1, and its statistics, T2) is float32 whatever the op runs in.  So BatchNorm normalises the
+data in the type that reaches it, with float32 parameters and statistics and float32
+accumulation, as PyTorch's autocast leaves batch_norm to cuDNN's mixed-type kernels: a
+low-precision network keeps its activations low through every BatchNorm.
 
 Only float32 and `low` values are cast (float64 and integer tensors never are, as in
 PyTorch).  One Cast per (value, type) serves every reader.  Parameters stay float32
@@ -109,7 +115,7 @@ FLOAT32_OPS = {(ONNX_DOMAIN, op) for op in (
     "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
     "ReduceSumSquare", "CumSum",
     "Exp", "Log", "Pow", "Reciprocal", "Softplus", "Acos", "Asin", "Cosh", "Sinh", "Tan",
-    "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "LpNormalization",
+    "LayerNormalization", "GroupNormalization", "InstanceNormalization", "LpNormalization",
     "Resize", "Upsample")} | {(MS_DOMAIN, "MSELoss")}
 
 
@@ -132,13 +138,14 @@ def cast_code(dtype):
     return code
 
 
-def _float_inputs(graph, node):
-    """Indices of the node's inputs of its float type "T" (the ones autocast may cast)."""
+def _float_inputs(graph, node, var):
+    """Indices of the node's inputs of float type variable `var`: "T", the op's float type, or
+    "other" for those of a float type of their own ("T1", "T2"...)."""
     formal = get_schema(node.op_type, node.domain, graph.opset(node.domain)).inputs
     indices = []
     for i, name in enumerate(node.inputs):
         f = formal[min(i, len(formal) - 1)] if formal else None
-        if name and f is not None and f.types == "T":
+        if name and f is not None and isinstance(f.types, str) and (f.types == "T") == (var == "T"):
             indices.append(i)
     return indices
 
@@ -190,12 +197,15 @@ class _Autocast:
         return self.casts[key]
 
     def rewrite(self, node):
-        inputs = _float_inputs(self.graph, node)
+        inputs = _float_inputs(self.graph, node, "T")
         dtype = self.target(node, inputs)
         if dtype is not None:
             for i in inputs:
                 if self.castable(node.inputs[i]):
                     node.inputs[i] = self.cast(node.inputs[i], dtype)
+        for i in _float_inputs(self.graph, node, "other"):
+            if self.castable(node.inputs[i]):
+                node.inputs[i] = self.cast(node.inputs[i], FLOAT32)
         renamed = {}
         for k, out in enumerate(node.outputs):
             if out in self.keep:

@@ -236,7 +236,9 @@ def _spoiled_inputs(domain, op, inputs, attrs, shapes, formal):
         return Case(f"{op}-input{i}-{tag}", domain, op, spoiled, attrs, shapes, expect)
     def spec(i):
         return formal[min(i, len(formal) - 1)]
-    shared = [i for i, x in enumerate(inputs) if x is not None and spec(i).types == "T"]
+    def sharing(i):     # the inputs of input i's float type variable ("T", "T1"...), which share one dtype
+        var = spec(i).types
+        return [j for j, x in enumerate(inputs) if x is not None and isinstance(var, str) and spec(j).types == var]
     for i, x in enumerate(inputs):
         if x is None:
             continue
@@ -255,7 +257,7 @@ def _spoiled_inputs(domain, op, inputs, attrs, shapes, formal):
             yield case("float16", i, x.astype(np.float16))      # most CPU kernels lack it: an error
             if BFLOAT16 is not None:        # no CPU kernel takes it as its element type T
                 yield case("bfloat16", i, x.astype(BFLOAT16), "error" if spec(i).types == "T" else "any")
-            if i in shared and len(shared) > 1:            # inputs of type T share one dtype
+            if len(sharing(i)) > 1:
                 yield case("float32_among_float64", i, x.astype(np.float32), "error")
         elif x.dtype.kind in "iu":
             yield case("as_float", i, x.astype(np.float64), "error")

@@ -25,8 +25,10 @@ MS = "com.microsoft"
 EMULATED = Precision("emulated", F64)
 EMULATED_FP16 = Precision("emulated-fp16", F64, loss_scaling=True)
 
-# op -> (inputs as (shape, "low" | "f32"), attrs, the type autocast runs it in)
-X4, W4, M = (1, 3, 4, 4), (3, 3, 2, 2), (3, 3)
+# op -> (inputs as (shape, "low" | "f32"), attrs, the type autocast runs it in, or the type of
+# each input where they differ)
+X4, W4, M, C = (1, 3, 4, 4), (3, 3, 2, 2), (3, 3), (3,)
+BN_TRAINING = {"training_mode": 1}
 PLACEMENT = {
     "Conv": ([(X4, "f32"), (W4, "f32")], {}, F16),
     "ConvTranspose": ([(X4, "low"), (W4, "f32")], {}, F16),
@@ -48,11 +50,16 @@ PLACEMENT = {
     "Mul": ([(M, "low"), (M, "low")], {}, F16),
     "Sub": ([(M, "low"), ((), "f32")], {}, F16),        # a float32 scalar follows the tensor
     "Div": ([(M, "f32"), ((), "low")], {}, F32),
+    # BatchNorm: the data in the type that reaches it, scale, B and the statistics float32
+    "BatchNormalization": ([(X4, "low")] + [(C, "f32")] * 4, BN_TRAINING, (F16,) + (F32,) * 4),
+    "BatchNormalization/f32-data": ([(X4, "f32")] + [(C, "f32")] * 4, BN_TRAINING, F32),
+    "BatchNormalization/low-parameters": ([(X4, "low")] + [(C, "low")] * 4, BN_TRAINING, (F16,) + (F32,) * 4),
 }
 
 
 def _placement_graph(op, inputs, attrs):
     """x_i of the given shape and type, fed to one `op` node whose output y is the graph's."""
+    op = op.split("/")[0]
     g = Graph(name=op)
     for i, (shape, kind) in enumerate(inputs):
         g.add_input(f"x{i}", F16 if kind == "low" else F32, shape)
@@ -65,11 +72,12 @@ def test_each_op_runs_where_the_policy_puts_it(op):
     """Its float inputs reach it in the policy's type, through one Cast per input that crosses;
     its output, a graph output, keeps its name and leaves in float32."""
     inputs, attrs, expected = PLACEMENT[op]
+    expected = list(expected) if isinstance(expected, tuple) else [expected] * len(inputs)
     g = autocast(_placement_graph(op, inputs, attrs), F16)
     types = infer_types(g)
     node = next(n for n in g.nodes if n.name == "op")
-    assert [types[x].dtype for x in node.inputs] == [expected] * len(inputs), op
-    crossing = [f"x{i}" for i, (_, kind) in enumerate(inputs) if (F16 if kind == "low" else F32) != expected]
+    assert [types[x].dtype for x in node.inputs] == expected, op
+    crossing = [f"x{i}" for i, (_, kind) in enumerate(inputs) if (F16 if kind == "low" else F32) != expected[i]]
     casts = [n for n in g.nodes if n.op_type == "Cast"]
     assert sorted(n.inputs[0] for n in casts if n.inputs[0] != node.outputs[0]) == crossing
     assert all(types[n.inputs[0]].dtype != types[n.outputs[0]].dtype for n in casts)
@@ -80,8 +88,9 @@ def test_policy_table():
     """The lists as PyTorch's autocast keeps them, for the ops minitrain has."""
     low = ["Conv", "ConvTranspose", "Gemm", "MatMul"]
     float32 = ["Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "ReduceSum",
-               "ReduceMean", "Exp", "Log", "Pow", "BatchNormalization"]
-    promote = ["Relu", "Add", "Mul", "MaxPool", "AveragePool", "Reshape", "Flatten", "Dropout", "Clip", "ReduceMax"]
+               "ReduceMean", "Exp", "Log", "Pow", "LayerNormalization"]
+    promote = ["Relu", "Add", "Mul", "MaxPool", "AveragePool", "Reshape", "Flatten", "Dropout", "Clip", "ReduceMax",
+               "BatchNormalization"]
     node = lambda op, domain="": type("N", (), {"op_type": op, "domain": domain})()
     assert [policy(node(op)) for op in low] == [LOW] * len(low)
     assert [policy(node(op)) for op in float32] == [FLOAT32_OP] * len(float32)
@@ -119,14 +128,14 @@ def test_casts_only_where_values_cross_and_each_once():
         assert types[cast.inputs[0]].dtype != types[cast.outputs[0]].dtype, cast.name
     pairs = [(c.inputs[0], types[c.outputs[0]].dtype) for c in casts]
     assert len(pairs) == len(set(pairs))
-    # into low: the input, 2 convs' and 2 linears' weight and bias, the pooled activations
-    # (second conv) and the flattened ones; into float32: the 2 conv outputs for BatchNorm and
-    # the logits (the loss, and the fetched output)
-    assert len(casts) == 1 + 8 + 2 + 2 + 1, [c.name for c in casts]
+    # into low: the input, 2 convs' and 2 linears' weight and bias; into float32: the logits
+    # (the loss, and the fetched output).  BatchNorm takes the low activations as they are.
+    assert len(casts) == 1 + 8 + 1, [c.name for c in casts]
     low = {n.name for n in forward_nodes if n.op_type in ("Conv", "Gemm")}
     assert all(types[x].dtype == F64 for n in forward_nodes if n.name in low for x in n.inputs)
     bn = [n for n in forward_nodes if n.op_type == "BatchNormalization"]
-    assert bn and all(types[x].dtype == F32 for n in bn for x in n.inputs)
+    assert bn and all([types[x].dtype for x in n.inputs] == [F64] + [F32] * 4 for n in bn)
+    assert all(types[y].dtype == (F64 if k == 0 else F32) for n in bn for k, y in enumerate(n.outputs) if y)
 
 
 def test_master_weights_and_gradients_stay_float32():
@@ -377,3 +386,12 @@ def test_low_precision_training_graph_type_checks(name):
     assert {types[grads[p]].dtype for p in s.params} == {F32}
     conv_grads = [n for n in grad_graph.nodes if n.op_type == "ConvGrad"]
     assert conv_grads and {types[o].dtype for n in conv_grads for o in n.outputs if o} == {low}
+    # BatchNorm and its gradient keep the data low, with float32 parameters and statistics
+    bn = [n for n in grad_graph.nodes if n.op_type in ("BatchNormalization", "BatchNormalizationGrad")]
+    assert len(bn) == 4
+    for n in bn:
+        data = (0,) if n.op_type == "BatchNormalization" else (0, 1)
+        assert [types[x].dtype for x in n.inputs] == [low if i in data else F32 for i in range(5)], n.name
+        assert [types[y].dtype for y in n.outputs if y] == [low] + [F32] * (len([y for y in n.outputs if y]) - 1)
+    data = {n.inputs[0] for n in bn} | {n.outputs[0] for n in bn} | {n.inputs[1] for n in bn}
+    assert not [n.name for n in grad_graph.nodes if n.op_type == "Cast" and {*n.inputs, *n.outputs} & data]

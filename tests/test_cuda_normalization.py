@@ -1,12 +1,14 @@
 """BatchNormalization and BatchNormalizationGrad on CUDA against the CPU kernels: 0D-3D
 spatial, training and inference mode, every output alone and together, large channels that
 take several blocks each, data far from zero (the variance must not cancel), non-contiguous
-and device inputs, and bad input raising the CPU's errors."""
+and device inputs, 16-bit data with float32 parameters and statistics (mixed precision), and
+bad input raising the CPU's errors."""
 import numpy as np
 import pytest
 
-from cuda_parity import DTYPES, HALF_TYPES, check_parity
+from cuda_parity import DTYPES, HALF_TYPES, TOLERANCE, check_parity
 from minitrain import run_node
+from minitrain.errors import DTypeError
 from test_cuda_elementwise import assert_same_error
 
 pytestmark = pytest.mark.cuda
@@ -96,6 +98,55 @@ def test_non_contiguous_and_device_inputs(rng):
     expected = run_node("BatchNormalizationGrad", [dy, args[0], args[1], *stats], attrs=attrs, domain=MS)
     for g, e in zip(grads, expected):
         np.testing.assert_allclose(cuda.to_numpy(g), e, rtol=1e-10, atol=1e-10)
+
+
+def assert_mixed_parity(op, data, per_channel, attrs, outputs, data_outputs, domain=""):
+    """The CUDA kernel on 16-bit `data` inputs and float32 `per_channel` ones against the CPU's
+    float32 kernel on the same (16-bit-rounded) values: data outputs of the 16-bit type to its
+    tolerance, per-channel outputs float32 to float32's."""
+    low = data[0].dtype
+    got = run_node(op, [*data, *per_channel], attrs=attrs, domain=domain, outputs=outputs, provider="cuda")
+    expected = run_node(op, [*(a.astype(np.float32) for a in data), *per_channel], attrs=attrs, domain=domain,
+                        outputs=outputs)
+    for name, g, e in zip(outputs, got, expected):
+        dtype = low if name in data_outputs else np.dtype(np.float32)
+        assert g.dtype == dtype, (op, name, g.dtype)
+        rtol, atol = TOLERANCE[dtype.name]
+        scale = max(1.0, float(np.max(np.abs(e))))
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol * scale,
+                                   err_msg=f"{op} {low} output {name}")
+    return got
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", HALF_TYPES)
+@pytest.mark.parametrize("training", [1, 0])
+def test_half_data_with_float32_parameters(shape, dtype, training, rng):
+    """X and dY float16 or bfloat16, scale, B and the statistics float32 (ONNX's T1 and T2): Y
+    and dX in the data's type, the statistics, dscale and dbias in float32, as the CPU's float32
+    kernel gives them from the same rounded data."""
+    x, *per_channel = inputs(shape, rng)
+    x = x.astype(dtype)
+    per_channel = [a.astype(np.float32) for a in per_channel]
+    attrs = {"training_mode": training, "momentum": 0.8, "epsilon": 1e-3}
+    outputs = FORWARD_OUTPUTS if training else ["Y", "saved_mean", "saved_inv_std"]
+    got = assert_mixed_parity("BatchNormalization", [x], per_channel, attrs, outputs, {"Y"})
+    saved = got[-2:]
+    dy = rng.standard_normal(shape).astype(dtype)
+    assert_mixed_parity("BatchNormalizationGrad", [dy, x], [per_channel[0], *saved], attrs,
+                        ["dX", "dscale", "dbias"], {"dX"}, domain=MS)
+    assert_mixed_parity("BatchNormalizationGrad", [dy, x], [per_channel[0], *saved], attrs, ["dscale"], set(),
+                        domain=MS)
+
+
+def test_per_channel_types_no_kernel_serves(rng):
+    """float16 data with float16 scale and B but float32 statistics: ONNX allows it, no CUDA
+    kernel serves it, and the error names the inputs' types."""
+    x, scale, bias, mean, var = inputs((2, 3, 4), rng)
+    args = [x.astype(np.float16), scale.astype(np.float16), bias.astype(np.float16), mean.astype(np.float32),
+            var.astype(np.float32)]
+    with pytest.raises(DTypeError, match="scale float16, B float16, input_mean float32, input_var float32"):
+        run_node("BatchNormalization", args, attrs={"training_mode": 1}, provider="cuda")
 
 
 def test_bad_input_raises_the_cpu_errors(rng):

@@ -82,13 +82,14 @@ def wanted_outputs(row, case, schema):
 
 
 def cast(kdef, schema, inputs, dtype):
-    """The inputs of the kernel's element type cast to `dtype`: those typed T, or typed by a
-    list that holds all of T's types (MemcpyFromHost's any type, Dropout's ratio)."""
+    """The inputs of the kernel's element type cast to `dtype`: those typed T (or by another float
+    type variable, BatchNormalization's T1 and T2: the table runs every float input in one type),
+    or typed by a list that holds all of T's types (MemcpyFromHost's any type, Dropout's ratio)."""
     own = set(kdef.type_constraints["T"])
     out = []
     for i, x in enumerate(inputs):
         spec = schema.inputs[min(i, len(schema.inputs) - 1)]
-        typed = spec.types == "T" or (not isinstance(spec.types, str) and own <= {np.dtype(t) for t in spec.types})
+        typed = isinstance(spec.types, str) or (not isinstance(spec.types, str) and own <= {np.dtype(t) for t in spec.types})
         out.append(x.astype(dtype) if typed and isinstance(x, np.ndarray) else x)
     return out
 

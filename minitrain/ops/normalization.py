@@ -16,9 +16,17 @@ at opsets 9-13.  Its outputs carry the names of version 14's.
 Like ONNX Runtime's training BatchNormalization, the op also yields saved_mean and
 saved_inv_std (the mean and 1/sqrt(var + epsilon) Y was normalised with), which is what the
 gradient reads instead of recomputing them.
+
+Element types as ONNX's: version 9 has one float type T; version 14 gives the statistics
+(input_mean, input_var, running_mean, running_var) a type U of their own; version 15 splits scale
+and B off X's type T as T1 and calls the statistics' type T2.  So float16 or bfloat16 data may be
+normalised with float32 parameters and statistics, which is how mixed precision runs it.  The
+saved statistics have the statistics' type, and BatchNormalizationGrad takes X and dY of T, scale
+of T1 and the saved statistics of T2, and gives dscale and dbias of T1, as ONNX Runtime's
+BatchNormInternal and BatchNormalizationGrad do.
 """
 from .gradients import gradient
-from .schema import MS_DOMAIN, Attr, schema
+from .schema import MS_DOMAIN, Attr, Input, schema
 
 BN9_ATTRS = {"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9)}
 BN_ATTRS = {**BN9_ATTRS, "training_mode": Attr("int", 0)}
@@ -48,7 +56,7 @@ def _check_channels(ctx, x_index, channel_inputs):
 
 
 def infer_batchnorm(ctx):
-    """Y like X; running stats and saved statistics of shape (C,)."""
+    """Y like X; running stats and saved statistics of shape (C,), of the statistics' type."""
     x = _check_channels(ctx, 0, (1, 2, 3, 4))
     if not 0 <= ctx.attrs["momentum"] <= 1:
         ctx.attr_fail("momentum", "must be in [0, 1]")
@@ -56,23 +64,33 @@ def infer_batchnorm(ctx):
             (ctx.wants("running_mean") or ctx.wants("running_var")):
         ctx.fail("running_mean/running_var are only produced in training mode (training_mode=1)")
     c = None if x is None else (x[1],)
-    return [ctx.out(x), ctx.out(c), ctx.out(c), ctx.out(c), ctx.out(c)]
+    stats = ctx.input(3).dtype
+    return [ctx.out(x), ctx.out(c, stats), ctx.out(c, stats), ctx.out(c, stats), ctx.out(c, stats)]
 
 
-for _v, _attrs in ((9, BN9_ATTRS), (14, BN_ATTRS), (15, BN_ATTRS)):
-    schema("BatchNormalization", since=_v, inputs=["X", "scale", "B", "input_mean", "input_var"],
+def batchnorm_inputs(parameters, statistics):
+    """X, scale, B, input_mean, input_var with scale and B of type `parameters` and the
+    statistics of type `statistics` (type variable names)."""
+    return ["X", Input("scale", parameters), Input("B", parameters), Input("input_mean", statistics),
+            Input("input_var", statistics)]
+
+
+for _v, _attrs, _types in ((9, BN9_ATTRS, ("T", "T")), (14, BN_ATTRS, ("T", "U")), (15, BN_ATTRS, ("T1", "T2"))):
+    schema("BatchNormalization", since=_v, inputs=batchnorm_inputs(*_types),
            outputs=BN_OUTPUTS, attrs=_attrs, optional_outputs=BN_OUTPUTS[1:])(infer_batchnorm)
 
 
-@schema("BatchNormalizationGrad", domain=MS_DOMAIN, inputs=["dY", "X", "scale", "mean", "inv_std"],
+@schema("BatchNormalizationGrad", domain=MS_DOMAIN,
+        inputs=["dY", "X", Input("scale", "T1"), Input("mean", "T2"), Input("inv_std", "T2")],
         outputs=["dX", "dscale", "dbias"], attrs=BN_ATTRS)
 def infer_batchnorm_grad(ctx):
-    """dX like X; dscale and dbias (C,).  With training_mode=1, mean and inv_std are the batch
-    statistics and dX includes the paths through them; with 0 they are constants."""
+    """dX like X; dscale and dbias (C,) of scale's type.  With training_mode=1, mean and inv_std
+    are the batch statistics and dX includes the paths through them; with 0 they are constants."""
     x = _check_channels(ctx, 1, (2, 3, 4))
     ctx.require_shape(0, x, "the shape of input 'X', as Y had")
     c = None if x is None else (x[1],)
-    return [ctx.out(x), ctx.out(c), ctx.out(c)]
+    parameters = ctx.input(2).dtype
+    return [ctx.out(x), ctx.out(c, parameters), ctx.out(c, parameters)]
 
 
 @gradient("BatchNormalization", since=9, differentiable=(0, 1, 2), emits=("BatchNormalizationGrad",))

@@ -87,8 +87,10 @@ class Attr:
 
 @dataclass(frozen=True)
 class Input:
-    """A formal input.  `types` is "T" (the op's float type, shared by all "T" inputs), or a
-    tuple of accepted dtypes (indices, labels, shapes)."""
+    """A formal input.  `types` is "T" (the op's float type, shared by all "T" inputs), another
+    name of a float type variable (BatchNormalization's "T1" and "T2", as ONNX names them: a float
+    type of its own, shared by the inputs that name it), or a tuple of accepted dtypes (indices,
+    labels, shapes)."""
     name: str
     types: object = "T"
     optional: bool = False
@@ -339,7 +341,7 @@ def check_inputs(ctx: InferContext):
     required = sum(1 for f in formal if not f.optional)
     if len(types) > len(formal) and not variadic:
         ctx.fail(f"takes at most {len(formal)} inputs {[f.name for f in formal]}, got {len(types)}")
-    float_dtype = None
+    type_vars = {}      # float type variable ("T", "T1"...) -> the dtype its inputs share
     for i, t in enumerate(types):
         f = formal[min(i, len(formal) - 1)]
         if t is None:
@@ -349,21 +351,20 @@ def check_inputs(ctx: InferContext):
             if i < required and not f.optional:
                 ctx.fail(f"required input {f.name!r} (#{i}) is missing")
             continue
-        if f.types == "T":
+        if isinstance(f.types, str):
             if t.dtype not in sch.float_types:
                 ctx.fail(f"input {f.name!r} has unsupported dtype {t.dtype}; "
                          f"supported: {[str(d) for d in sch.float_types]}", DTypeError)
-            if float_dtype is None:
-                float_dtype = t.dtype
-            elif t.dtype != float_dtype:
-                ctx.fail(f"input {f.name!r} has dtype {t.dtype} but an earlier input has {float_dtype}; "
-                         "inputs must share one float dtype", DTypeError)
+            shared = type_vars.setdefault(f.types, t.dtype)
+            if t.dtype != shared:
+                ctx.fail(f"input {f.name!r} has dtype {t.dtype} but an earlier input has {shared}; "
+                         f"inputs of type {f.types} must share one float dtype", DTypeError)
         elif t.dtype not in tuple(np.dtype(d) for d in f.types):
             ctx.fail(f"input {f.name!r} has dtype {t.dtype}; expected one of "
                      f"{[str(np.dtype(d)) for d in f.types]}", DTypeError)
     if len(types) < required:
         ctx.fail(f"needs {required} inputs {[f.name for f in formal[:required]]}, got {len(types)}")
-    ctx.dtype = float_dtype
+    ctx.dtype = type_vars.get("T")
 
 
 def check_output_sizes(ctx, outs):

@@ -7,6 +7,7 @@ from ...ops.normalization import is_training
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .batchnorm_types import in_data_type
 
 
 def _ncd(x):
@@ -16,6 +17,7 @@ def _ncd(x):
 
 @register_kernel("BatchNormalization", since=9, end=13)
 @register_kernel("BatchNormalization", since=14)
+@in_data_type({"running_mean": 3, "running_var": 3, "saved_mean": 3, "saved_inv_std": 3})
 def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
@@ -43,6 +45,7 @@ def batch_normalization(ctx):
 
 
 @register_kernel("BatchNormalizationGrad", domain=MS_DOMAIN)
+@in_data_type({"dscale": 2, "dbias": 2})
 def batch_normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
     n, c, d = _ncd(x)
