@@ -102,9 +102,12 @@ def markdown_table(header, rows):
 
 
 def report(text, out):
-    """Print a benchmark's markdown and write it to `out` (a path; "" writes nothing)."""
+    """Print a benchmark's markdown and write it to `out` (a path, its folder made if missing;
+    "" writes nothing), saying where."""
     print(text)
     if out:
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as f:
+        path = os.path.abspath(out)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             f.write(text)
+        print(f"wrote {path}", flush=True)

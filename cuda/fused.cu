@@ -1,28 +1,43 @@
 // Kernels of the fused ops (minitrain/ops/fused.py), each one launch where the unfused plan
 // has two or three:
-//   bias_activation       y = act(y + beta * bias[b(i)]) in place: the epilogue of FusedGemm
+//   bias_activation       y = act(y + beta * bias[b(i)]) in place (act's parameters alpha and
+//                         alpha2: Clip's bounds): the epilogue of FusedGemm
 //                         (after a cuBLAS product) and of FusedConv (after the convolution)
 //   activation_grad_bias  dx = act'(dy, v) and db[c] = sum of dx over every axis but 1, the
 //                         channel's elements split over several blocks
 //   max_pool_activation_grad_bias
 //                         the same, dy being MaxPoolGrad's dX for windows that tile the plane,
 //                         found from the MaxPool's input and dY rather than read
+//   batch_norm_fold       an inference BatchNormalization folded into the Conv's weight and
+//                         bias, in double as the CPU's kernel
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
-// The activation is a run-time code: 0 Relu, 1 Sigmoid, 2 Tanh, 3 LeakyRelu (alpha).
+// The activation is a run-time code: 0 Relu, 1 Sigmoid, 2 Tanh, 3 LeakyRelu (alpha), 4 Clip
+// (forward only: bounds alpha and beta), 5 HardSwish (gradient only).
 #include "common.cuh"
 #include "activation.cuh"
 #include "block_sum.cuh"
 #include "cross_entropy_rows.cuh"
+#include "hard_swish.cuh"
 #include "pool_window.cuh"
 
-template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha) {
+// min(max(x, low), high), as Clip's kernel (math_extra.cu): NaN stays NaN.
+template <typename A> struct ClipBounds {
+    A low, high;
+    __device__ A operator()(A x) const {
+        const A v = x < low ? low : x;
+        return v > high ? high : v;
+    }
+};
+
+template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha, A beta) {
     switch (code) {
         case 0: return Relu<A>{alpha}(x);
         case 1: return Sigmoid<A>{alpha}(x);
         case 2: return Tanh<A>{alpha}(x);
-        default: return LeakyRelu<A>{alpha}(x);
+        case 3: return LeakyRelu<A>{alpha}(x);
+        default: return ClipBounds<A>{alpha, beta}(x);
     }
 }
 
@@ -31,7 +46,8 @@ template <typename A> __device__ __forceinline__ A activation_grad(int code, A d
         case 0: return ReluGrad<A>{alpha}(dy, v);
         case 1: return SigmoidGrad<A>{alpha}(dy, v);
         case 2: return TanhGrad<A>{alpha}(dy, v);
-        default: return LeakyReluGrad<A>{alpha}(dy, v);
+        case 3: return LeakyReluGrad<A>{alpha}(dy, v);
+        default: return HardSwishGrad<A>{alpha}(dy, v);
     }
 }
 
@@ -40,7 +56,7 @@ template <typename A> __device__ __forceinline__ A activation_grad(int code, A d
 template <typename T>
 __device__ void bias_activation_impl(T* y, const T* bias, int64_t n, int64_t outer_div, int64_t outer_mod,
                                      int64_t outer_stride, int64_t inner_mod, int64_t inner_stride, acc_t<T> beta,
-                                     int code, acc_t<T> alpha) {
+                                     int code, acc_t<T> alpha, acc_t<T> alpha2) {
     const bool narrow = n <= INT32_MAX;     // every index and divisor fits 32 bits: cheaper division
     GRID_STRIDE_LOOP(i, n) {
         acc_t<T> v = to_acc<T>(y[i]);
@@ -54,7 +70,32 @@ __device__ void bias_activation_impl(T* y, const T* bias, int64_t n, int64_t out
             }
             v += beta * to_acc<T>(bias[b]);
         }
-        y[i] = from_acc<T>(activate(code, v, alpha));
+        y[i] = from_acc<T>(activate(code, v, alpha, alpha2));
+    }
+}
+
+// scale[c] / sqrt(var[c] + epsilon): the factor of output channel c.
+template <typename T>
+__device__ __forceinline__ double fold_factor(const T* scale, const T* var, int64_t c, double epsilon) {
+    return (double)to_acc<T>(scale[c]) * (1.0 / sqrt((double)to_acc<T>(var[c]) + epsilon));
+}
+
+// w_folded[i] = w[i] m[i / per_channel] over w's n elements; b_folded[c] = (b[c] - mean[c]) m[c]
+// + bias[c] over the channels (b null: 0).
+template <typename T>
+__device__ void batch_norm_fold_impl(const T* w, const T* scale, const T* bias, const T* mean, const T* var,
+                                     const T* b, T* w_folded, T* b_folded, int64_t n, int64_t per_channel,
+                                     int64_t channels, double epsilon) {
+    GRID_STRIDE_LOOP(i, max(n, channels)) {
+        if (i < n) {
+            const double m = fold_factor(scale, var, i / per_channel, epsilon);
+            w_folded[i] = from_acc<T>((acc_t<T>)((double)to_acc<T>(w[i]) * m));
+        }
+        if (i < channels) {
+            const double shift = (b ? (double)to_acc<T>(b[i]) : 0.0) - (double)to_acc<T>(mean[i]);
+            const double folded = shift * fold_factor(scale, var, i, epsilon) + (double)to_acc<T>(bias[i]);
+            b_folded[i] = from_acc<T>((acc_t<T>)folded);
+        }
     }
 }
 
@@ -200,9 +241,9 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
     extern "C" __global__ void bias_activation_##S(T* y, const T* bias, int64_t n, int64_t outer_div,       \
                                                    int64_t outer_mod, int64_t outer_stride, int64_t inner_mod, \
                                                    int64_t inner_stride, acc_t<T> beta, int code,           \
-                                                   acc_t<T> alpha) {                                        \
+                                                   acc_t<T> alpha, acc_t<T> alpha2) {                       \
         bias_activation_impl<T>(y, bias, n, outer_div, outer_mod, outer_stride, inner_mod, inner_stride, beta, \
-                                code, alpha);                                                               \
+                                code, alpha, alpha2);                                                       \
     }                                                                                                        \
     extern "C" __global__ void activation_grad_bias_##S(const T* dy, const T* v, T* dx, T* db, double* partial, \
                                                         unsigned int* counter, int64_t samples, int plane,  \
@@ -210,6 +251,13 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
                                                         acc_t<T> alpha) {                                   \
         activation_grad_bias_impl<T>(dy, v, dx, db, partial, counter, samples, plane, channels, chunk, code,   \
                                      alpha);                                                                \
+    }                                                                                                        \
+    extern "C" __global__ void batch_norm_fold_##S(const T* w, const T* scale, const T* bias, const T* mean,  \
+                                                   const T* var, const T* b, T* w_folded, T* b_folded,      \
+                                                   int64_t n, int64_t per_channel, int64_t channels,        \
+                                                   double epsilon) {                                        \
+        batch_norm_fold_impl<T>(w, scale, bias, mean, var, b, w_folded, b_folded, n, per_channel, channels,  \
+                                epsilon);                                                                   \
     }                                                                                                        \
     MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, 1) MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, 2)                            \
     MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, 3)                                                                   \

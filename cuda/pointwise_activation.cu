@@ -13,14 +13,13 @@
 //                     C = 0.044715               grad = dy (s + 2 x s (1 - s) u'(x)), s = sigmoid(2u)
 #include "common.cuh"
 #include "elementwise_map.cuh"
+#include "hard_swish.cuh"
 #include "math_acc.cuh"
 
 #define GELU_TANH_SCALE 0.7978845608028654
 #define GELU_TANH_CUBIC 0.044715
 #define SQRT_HALF 0.7071067811865476
 #define INV_SQRT_2PI 0.3989422804014327
-
-template <typename A> __device__ __forceinline__ A unit_clamp(A v) { return v < A(0) ? A(0) : (v > A(1) ? A(1) : v); }
 
 template <typename A> struct HardSigmoid { A a, b; __device__ A operator()(A x) const { return unit_clamp(a * x + b); } };
 template <typename A> struct HardSigmoidGrad {
@@ -29,11 +28,6 @@ template <typename A> struct HardSigmoidGrad {
         const A v = a * x + b;
         return v > A(0) && v < A(1) ? a * dy : A(0);
     }
-};
-template <typename A> struct HardSwish { A a, b; __device__ A operator()(A x) const { return x * unit_clamp(x / A(6) + A(0.5)); } };
-template <typename A> struct HardSwishGrad {
-    A a, b;
-    __device__ A operator()(A dy, A x) const { return x < A(-3) ? A(0) : (x <= A(3) ? dy * (x / A(3) + A(0.5)) : dy); }
 };
 template <typename A> struct Softplus {
     A a, b;

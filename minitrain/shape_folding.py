@@ -11,9 +11,14 @@ constant, so no step runs a node for it and nothing is copied between device and
 - Reshape's target shape with symbolic entries still folds when each of them is the data's own
   dim at the same position (ONNX's 0: copy the dim) or there is one such entry left (-1).
 
-A value that cannot be made constant this way (a symbolic dim that reaches anything else) is
-refused with a GraphError naming the consumer: such graphs would need the shape arithmetic run
-on the host at every step, which minitrain does not do.
+A value that cannot be made constant this way (Reshape's target with symbolic entries elsewhere,
+Expand or ConstantOfShape to a batch-sized shape) is computed at run time instead: the nodes of
+its subgraph (`run_time_nodes`) go into the traced graph, where they run on the host: Shape's
+kernel reads only the dims of its input (a host output on every provider, no copy of the data),
+the int64 ops after it run on the CPU, and the consumer reads the result from host memory.
+Their values depend on the input signature alone, so a captured CUDA step still replays them
+(providers/cuda/capture/step_graph.py).  A subgraph with a node that has no host kernel for
+int64 (Add, Sub, Mul) is refused with a GraphError naming it.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from .ops.schema import TENSOR_PROTO_DTYPES
 
 SHAPE_OPS = frozenset({"Shape", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add", "Sub",
                        "Mul", "Div", "Cast", "Identity"})
+HOST_OPS = SHAPE_OPS - {"Constant", "Add", "Sub", "Mul"}     # those with CPU kernels for int64
 INT_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 
@@ -69,6 +75,7 @@ class ShapeFolder:
 
     def __init__(self):
         self.values = {}
+        self.sources = {}       # value name -> the node that computed it
 
     def is_shape_value(self, name):
         return name in self.values
@@ -89,7 +96,30 @@ class ShapeFolder:
         if result is None:
             return False
         self.values[node.outputs[0]] = result
+        self.sources[node.outputs[0]] = node
         return True
+
+    def run_time_nodes(self, name):
+        """The nodes that compute shape value `name` from the tensors' dims at run time, each
+        once, every node after those it reads (the known values they read are constants).
+        GraphError when one of them has no host kernel."""
+        order, seen, stack = [], set(), [(name, False)]
+        while stack:
+            value, ready = stack.pop()
+            if ready:
+                order.append(self.sources[value])
+                continue
+            if value in seen or self.values[value].known:
+                continue
+            seen.add(value)
+            node = self.sources[value]
+            if node.op_type not in HOST_OPS:
+                raise GraphError(f"node {node.name!r} ({node.op_type}) computes {value!r} = "
+                                 f"{list(self.values[value].entries)} from symbolic dims; it would run at every "
+                                 f"step, and has no host kernel for int64 (those that do: {sorted(HOST_OPS)})")
+            stack.append((value, True))
+            stack.extend((x, False) for x in reversed(node.inputs) if x in self.values)
+        return order
 
     def _evaluate(self, op, names, inputs, attrs, opset, dims_of):
         if op == "Constant":
@@ -156,8 +186,8 @@ class ShapeFolder:
 
     def constant_for(self, name, consumer, index, data_dims):
         """The int64 array that stands for shape value `name` as input `index` of `consumer`;
-        data_dims: the dims of the consumer's first input (Reshape's data).  GraphError when a
-        symbolic dim cannot be expressed."""
+        data_dims: the dims of the consumer's first input (Reshape's data).  None when a
+        symbolic dim cannot be expressed: the value is then computed at run time."""
         value = self.values[name]
         if value.known:
             return value.array()
@@ -172,6 +202,4 @@ class ShapeFolder:
                 unknown = []
             if not unknown:
                 return np.array(entries, dtype=np.int64)
-        raise GraphError(f"node {consumer.name!r} ({consumer.op_type}) takes input {name!r} = {list(value.entries)}, "
-                         "computed from symbolic dims: only Reshape's target shape can hold them (as 0 or -1); "
-                         "export the model with static shapes there")
+        return None

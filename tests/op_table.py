@@ -238,6 +238,10 @@ ACTIVATIONS = {  # op: (forward, gradient from (dY, what the gradient op reads),
     "LeakyRelu": (lambda x, a: np.where(x > 0, x, a * x), lambda dy, y, a: dy * np.where(y > 0, 1, a), f32(0.01)),
     "QuickGelu": (lambda x, a: x * _sigmoid(a * x),
                   lambda dy, x, a: dy * (_sigmoid(a * x) * (1 + a * x * (1 - _sigmoid(a * x)))), f32(1.702)),
+    # the fused ops' other activations: Clip's "alpha" is its bounds [min, max]
+    "Clip": (lambda x, a: np.minimum(np.maximum(x, a[0]), a[1]), None, None),
+    "HardSwish": (lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1),
+                  lambda dy, x, a: dy * np.select([x < -3, x <= 3], [0.0, x / 3 + 0.5], 1.0), None),
 }
 
 
@@ -314,6 +318,13 @@ def variadic(fn, name):
 def activation_grad_bias(inputs, attrs):
     dx = ACTIVATIONS[attrs["activation"]][1](inputs[0], inputs[1], attrs.get("activation_alpha", f32(0.01)))
     return {"dX": dx, "dB": dx.sum(axis=tuple(a for a in range(dx.ndim) if a != 1))}
+
+
+def batch_norm_fold(inputs, attrs):
+    w, scale, bias, mean, var = inputs[:5]
+    b = inputs[5] if len(inputs) > 5 and inputs[5] is not None else 0.0
+    factor = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
+    return {"W_folded": w * factor.reshape((-1,) + (1,) * (w.ndim - 1)), "B_folded": (b - mean) * factor + bias}
 
 
 def _fused(forward, alpha_of):
@@ -1127,8 +1138,11 @@ ROWS = [
           differentiable=(0, 1, 2)),
     OpRow("FusedConv", (sample(MS, "FusedConv"),
                         case(normal(1, 2, 5), normal(3, 2, 3), normal(3), activation="Relu"),
-                        case(normal(1, 2, 4, 4), normal(2, 2, 3, 3), activation="Sigmoid", pads=[1, 1, 1, 1])),
-          domain=MS, reference=_fused(conv, lambda a: (a.get("activation_params") or [f32(0.01)])[0])),
+                        case(normal(1, 2, 4, 4), normal(2, 2, 3, 3), activation="Sigmoid", pads=[1, 1, 1, 1]),
+                        case(normal(1, 2, 4, 4), normal(3, 2, 3, 3), normal(3), activation="Clip",
+                             activation_params=[-0.5, 0.5])),
+          domain=MS, reference=_fused(conv, lambda a: a["activation_params"] if a.get("activation") == "Clip"
+                                      else (a.get("activation_params") or [f32(0.01)])[0])),
     OpRow("MaxPool", (case(normal(1, 2, 5, 4), kernel_shape=[2, 2]),
                       case(normal(1, 2, 7), kernel_shape=[3], strides=[2]), case(normal(1, 2, 5, 5), **_POOL_2D),
                       case(normal(1, 2, 5, 5), kernel_shape=[2, 2], dilations=[2, 1], ceil_mode=1, since=10),
@@ -1400,13 +1414,17 @@ ROWS = [
 
     # ops of the fusion pass, against the unfused arithmetic
     OpRow("ActivationGradBias", tuple(case(normal(3, 4), normal(3, 4), activation=act) for act in
-                                      ("Relu", "Sigmoid", "Tanh", "LeakyRelu")) +
+                                      ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSwish")) +
+          (case(normal(2, 3, 2, 2), normal(2, 3, 2, 2, scale=4.0), activation="HardSwish"),) +
           (case(normal(2, 3, 2, 2), normal(2, 3, 2, 2), activation="LeakyRelu", activation_alpha=0.2),),
           domain=FUSED, reference=activation_grad_bias, outputs=("dX", "dB")),
     OpRow("MaxPoolActivationGrad", (case(normal(2, 3, 2, 2), normal(2, 3, 4, 4), activation="Relu",
                                          kernel_shape=[2, 2]),
                                     case(normal(1, 2, 3), normal(1, 2, 6), activation="Tanh", kernel_shape=[2])),
           domain=FUSED, outputs=("dX", "dB")),
+    OpRow("BatchNormFold", (case(normal(4, 2, 3, 3), normal(4), normal(4), normal(4), positive(4)),
+                            case(normal(3, 1, 2), normal(3), normal(3), normal(3), positive(3), normal(3), epsilon=0.1)),
+          domain=FUSED, reference=batch_norm_fold, outputs=("W_folded", "B_folded")),
     OpRow("SoftmaxCrossEntropyLossWithGrad", (case(normal(5, 3), labels(5), normal(), positive(3)),
                                               case(normal(4, 3), labels(4), normal(4), reduction="none"),
                                               case(normal(4, 3), labels(4), normal(), reduction="sum", ignore_index=2)),

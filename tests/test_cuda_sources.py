@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from minitrain.ops.fused import ACTIVATIONS
+from minitrain.ops.fused import ACTIVATIONS, CONV_ACTIVATIONS, GRADIENT_ACTIVATIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUDA = os.path.join(ROOT, "cuda")
@@ -95,18 +95,20 @@ def test_python_constants_reach_the_sources_only_as_flags(name):
 
 
 def test_fused_activation_codes_follow_ops_fused():
-    """fused.cu's activation switch numbers the activations in ops/fused.py's order, which is
-    how the CUDA fused kernels pass them (the last one is the switch's default)."""
+    """fused.cu's activation switches number the activations in ops/fused.py's order, which is
+    how the CUDA fused kernels pass them: `activate` serves FusedConv's activations,
+    `activation_grad` the fused gradient ops', each switch's default being its last code."""
     text = _read(os.path.join(CUDA, "fused.cu"))
-    names = list(ACTIVATIONS)
-    for function in ("activate", "activation_grad"):
+    codes = {name: code for code, name in enumerate(ACTIVATIONS)}
+    forward_functors = {"Clip": "ClipBounds"}
+    for function, served in (("activate", CONV_ACTIVATIONS), ("activation_grad", GRADIENT_ACTIVATIONS)):
+        grad = function == "activation_grad"
         body = re.search(rf"{function}\(int code[^{{]*{{(.*?)\n}}", text, re.S).group(1)
         cases = [(int(code), op) for code, op in re.findall(r"case (\d+): return (\w+)<", body)]
         default = re.search(r"default: return (\w+)<", body).group(1)
-        grad = function == "activation_grad"
-        expected = [(i, ACTIVATIONS[n] if grad else n) for i, n in enumerate(names[:-1])]
-        assert cases == expected, f"fused.cu's {function} cases {cases} differ from ops/fused.py's {expected}"
-        assert default == (ACTIVATIONS[names[-1]] if grad else names[-1])
+        expected = sorted((codes[n], ACTIVATIONS[n] if grad else forward_functors.get(n, n)) for n in served)
+        assert cases == expected[:-1], f"fused.cu's {function} cases {cases} differ from ops/fused.py's {expected}"
+        assert default == expected[-1][1]
 
 
 SIXTEEN_BIT_SOURCE = """

@@ -1,6 +1,7 @@
 """Shape subgraphs of exported models folded into constants (minitrain/shape_folding.py): with
 a dynamic batch dim, view/flatten/chunk/channel shuffle train beside PyTorch at two batch sizes
-and the traced graph holds no shape arithmetic; what cannot fold is refused by name."""
+and the traced graph holds no shape arithmetic; what cannot fold runs on the host at every step
+(a view that moves the batch dim), and what cannot run there is refused by name."""
 import io
 
 import numpy as np
@@ -91,8 +92,72 @@ def test_folder_evaluates_torch_chunk_arithmetic():
     reshape = Node("Reshape", ["x", "target"], ["y"])
     folder.values["target"] = folder.values["s"]
     assert folder.constant_for("target", reshape, 1, ("N", 8, 4, 4)).tolist() == [0, 8, 4, 4]
-    with pytest.raises(GraphError, match="symbolic dims"):
-        folder.constant_for("target", Node("Expand", ["x", "target"], ["y"]), 1, None)
+    assert folder.constant_for("target", Node("Expand", ["x", "target"], ["y"]), 1, None) is None
+
+
+def test_run_time_nodes_come_in_order_and_need_host_kernels():
+    """The nodes of a value the run must compute, each after what it reads, known values left
+    out (they become constants); a node without an int64 host kernel is refused by name."""
+    folder = ShapeFolder()
+    dims = {"x": ("N", 8, 4, 4)}
+    folder.add_constant("zero", np.array(0))
+    folder.add_constant("two", np.array(2))
+    folder.add_constant("axes", np.array([0]))
+    folder.add_constant("minus_one", np.array([-1]))
+    nodes = [Node("Shape", ["x"], ["s"], name="shape"), Node("Gather", ["s", "zero"], ["n"], name="batch"),
+             Node("Unsqueeze", ["n", "axes"], ["n1"], name="unsqueeze"),
+             Node("Unsqueeze", ["two", "axes"], ["two1"], name="two"),
+             Node("Concat", ["two1", "n1", "minus_one"], ["target"], {"axis": 0}, name="concat"),
+             Node("Mul", ["n", "two"], ["doubled"], name="double")]
+    for node in nodes:
+        assert folder.try_fold(node, node.attrs, 17, dims.get)
+    reshape = Node("Reshape", ["x", "target"], ["y"])
+    assert folder.constant_for("target", reshape, 1, dims["x"]) is None          # N moved: [2, N, -1]
+    assert [n.name for n in folder.run_time_nodes("target")] == ["shape", "batch", "unsqueeze", "concat"]
+    with pytest.raises(GraphError, match=r"'double' \(Mul\) computes 'doubled' = \[\'\(N \* 2\)\'\]"):
+        folder.run_time_nodes("doubled")
+
+
+class BatchMoved(torch.nn.Module):
+    """x.view(2, x.size(0), -1): the batch dim in another place, which no constant can say."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Linear(128, 5)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.head(torch.relu(y.view(2, y.size(0), -1)).sum(0))
+
+
+def batch_moved_session(opset=17, **kwargs):
+    torch.manual_seed(0)
+    model = BatchMoved()
+    session = TrainingSession.from_onnx(export(model, opset), nn.CrossEntropyLoss(), optim.SGD(0.1), **kwargs)
+    return model, session
+
+
+def train_beside_torch(model, session, batches=(4, 3, 4, 4), rel=1e-5):
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(0)
+    for batch in batches:
+        x, y = rng.standard_normal((batch, 3, 8, 8)).astype(np.float32), rng.integers(0, 5, batch)
+        sgd.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        sgd.step()
+        assert session.train_step(x, y) == pytest.approx(loss.item(), rel=rel)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_shape_only_the_run_knows_is_computed_on_the_host(opset):
+    model, session = batch_moved_session(opset)
+    traced = [n.op_type for n in session.export_graph("inference").nodes]
+    assert {"Shape", "Gather", "Unsqueeze", "Concat"} <= set(traced)
+    steps = {s.node.op_type: s for s in session.train_plan.steps}
+    reshape = next(s for s in session.train_plan.steps if s.node.op_type == "Reshape")
+    assert reshape.node.inputs[1] == steps["Concat"].node.outputs[0]        # read as computed, no copy
+    train_beside_torch(model, session)
 
 
 def test_reshape_infers_minus_one_beside_a_copied_symbolic_dim():

@@ -1,6 +1,7 @@
 """Fusion: a rewrite of a whole graph (forward, loss, gradient and optimizer nodes) into one
 with fewer nodes, before it is scheduled.  `fuse(graph, fetch, providers)` returns a new graph
-and never changes what the fetched values are.
+and never changes what the fetched values are, but for the rounding of an inference
+BatchNormalization folded into its Conv (conv_batch_norm.py).
 
 Each rule (one module each, applied in RULES order) replaces a pattern of nodes by one fused
 node of minitrain/ops/fused.py, and only where
@@ -18,13 +19,15 @@ from ..inference import infer_types, topological_order
 from . import (
     activation,
     activation_grad_bias,
+    conv_batch_norm,
     max_pool_activation_grad,
     relu_max_pool,
     softmax_cross_entropy,
 )
 from .rewrite import Rewrite
 
-RULES = (softmax_cross_entropy, relu_max_pool, activation, max_pool_activation_grad, activation_grad_bias)
+RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, activation, max_pool_activation_grad,
+         activation_grad_bias)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

@@ -1,17 +1,17 @@
-"""An activation gradient whose dX feeds a bias gradient -> ActivationGradBias (dX and dB in
-one pass).
+"""An activation gradient (ReluGrad, SigmoidGrad, TanhGrad, LeakyReluGrad, HardSwishGrad)
+whose dX feeds a bias gradient -> ActivationGradBias (dX and dB in one pass).
 
 The bias gradient is either a SumToShape of dX (N, C) to the constant shape (C,) (Gemm's bias)
 or the dB output of a ConvGrad reading dX as its dY (the ConvGrad then computes dX and dW
 only).  dX stays available to its other readers."""
 import numpy as np
 
-from ..ops.fused import ACTIVATIONS, LEAKY_DEFAULT
+from ..ops.fused import ACTIVATIONS, GRADIENT_ACTIVATIONS, LEAKY_DEFAULT
 from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from .rewrite import fused_node
 
 FUSED = "ActivationGradBias"
-GRADIENTS = {grad: act for act, grad in ACTIVATIONS.items()}
+GRADIENTS = {ACTIVATIONS[act]: act for act in GRADIENT_ACTIVATIONS}
 
 
 def gradient_attrs(grad):

@@ -1,9 +1,11 @@
 """The state of one fusion pass: the graph being rewritten and what the rules ask about it."""
 from __future__ import annotations
 
+from ..errors import GraphError
 from ..graph import Node
 from ..inference import check_graph_node, infer_types
-from ..ops.schema import FUSED_DOMAIN
+from ..ops.constant import constant_array
+from ..ops.schema import FUSED_DOMAIN, ONNX_DOMAIN
 from ..providers import provider_list
 from ..registry import find
 
@@ -29,8 +31,13 @@ class Rewrite:
         return self.readers.get(name, [])
 
     def constant(self, name):
-        """The initializer called `name`, or None."""
-        return self.graph.initializers.get(name)
+        """The value called `name` when it is an initializer or a Constant node's output, or None."""
+        if name in self.graph.initializers:
+            return self.graph.initializers[name]
+        node = self.producers.get(name)
+        if node is None or (node.op_type, node.domain) != ("Constant", ONNX_DOMAIN):
+            return None
+        return constant_array(_refuse(node), node.attrs)
 
     def dtype_of(self, node):
         """The element type a node runs in (its schema's float type)."""
@@ -70,6 +77,13 @@ class Rewrite:
             del self.graph.nodes[index]
         else:
             self.graph.nodes[index] = new
+
+
+def _refuse(node):
+    """constant_array's `fail` for a Constant node of the graph (one that inference passed)."""
+    def fail(message):
+        raise GraphError(f"Constant node {node.name!r}: {message}")
+    return fail
 
 
 def fused_node(op_type, domain, inputs, outputs, attrs, parts):

@@ -8,7 +8,9 @@ initializers, BatchNormalization's running statistics and the constant operands 
 Reshape stay Buffers.
 
 Shape subgraphs (view, flatten, chunk as PyTorch exports them) are folded into constants as the
-graph is replayed (shape_folding.py): the recorded graph holds no Shape arithmetic.
+graph is replayed (shape_folding.py): the recorded graph holds no Shape arithmetic, but for the
+values that only the run can know (symbolic dims where a constant cannot stand for them), whose
+subgraph nodes are recorded to run on the host.
 
 A BatchNormalization in training mode (an ONNX model exported in training mode) keeps its
 meaning in a training graph, batch statistics, and its running statistics replace the
@@ -93,11 +95,17 @@ class GraphModule(Module):
 
     @staticmethod
     def _argument(builder, shapes, node, index, env, state, dims_of):
-        """Input `index` of `node`: a value of the trace, a parameter or buffer, or the constant
-        a folded shape subgraph computed."""
+        """Input `index` of `node`: a value of the trace, a parameter or buffer, the constant a
+        folded shape subgraph computed, or the shape subgraph recorded to run (once per value)."""
         name = node.inputs[index]
-        if shapes.is_shape_value(name):
-            return builder.constant(shapes.constant_for(name, node, index, dims_of(node.inputs[0])), "shape")
+        if shapes.is_shape_value(name) and name not in env:
+            array = shapes.constant_for(name, node, index, dims_of(node.inputs[0]))
+            if array is not None:
+                return builder.constant(array, "shape")
+            for step in shapes.run_time_nodes(name):
+                args = [None if not x else env[x] if x in env else builder.constant(shapes.values[x].array(), "shape")
+                        if shapes.is_shape_value(x) else state[x] for x in step.inputs]
+                env[step.outputs[0]] = builder.op(step.op_type, args, step.attrs, domain=step.domain)
         return env[name] if name in env else state[name]
 
     def _batch_norm(self, builder, node, args):

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from ..errors import GraphError, MinitrainError, OnnxImportError
+from ..errors import MinitrainError, OnnxImportError
 from ..graph import Graph, Node, Value
 from ..inference import check_graph_node, initializer_type, topological_order
 from ..ops.schema import ONNX_DOMAIN, TensorType, get_schema
@@ -129,9 +129,10 @@ def _check(graph):
         try:
             for i, name in enumerate(node.inputs):
                 if shapes.is_shape_value(name):
-                    try:
-                        types[name] = initializer_type(shapes.constant_for(name, node, i, dims_of(node.inputs[0])))
-                    except GraphError:      # computed at run time (see the module docstring)
+                    array = shapes.constant_for(name, node, i, dims_of(node.inputs[0]))
+                    if array is not None:
+                        types[name] = initializer_type(array)
+                    else:           # computed at run time (see the module docstring)
                         value = shapes.values[name]
                         types[name] = TensorType(np.dtype(np.int64), () if value.scalar else (len(value.entries),))
             get_schema(node.op_type, node.domain, version)

@@ -19,9 +19,16 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
     SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
         SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
         dY, in one pass over the scores (no log_prob kept between them).
+    BatchNormFold(W, scale, bias, mean, var, B?) -> W_folded, B_folded; epsilon
+        An inference BatchNormalization folded into the Conv before it: with m = scale /
+        sqrt(var + epsilon) per output channel, W_folded = W m (along axis 0) and B_folded =
+        (B - mean) m + bias (B absent: 0), so that Conv(X, W_folded, B_folded) is
+        BatchNormalization(Conv(X, W, B)) up to rounding.
 
 Activations: Relu, Sigmoid, Tanh and LeakyRelu (alpha from activation_alpha, or
-activation_params[0] on FusedConv, as in ONNX Runtime).
+activation_params[0] on FusedConv, as in ONNX Runtime); FusedConv also Clip, its bounds in
+activation_params = [min, max] as in ONNX Runtime; the gradient ops also HardSwish (their
+second input is then X, as HardSwishGrad's).
 """
 from .activation import LEAKY_RELU_ALPHA, same_as_inputs
 from .conv import CONV_ATTRS, _forward_inference
@@ -32,18 +39,32 @@ from .pool_geometry import output_spatial
 from .schema import FUSED_DOMAIN, MS_DOMAIN, REQUIRED, Attr, Input, schema
 
 # activation -> its gradient op (com.microsoft), which the CPU and CUDA kernels name by the
-# activation's lower-case name
-ACTIVATIONS = {"Relu": "ReluGrad", "Sigmoid": "SigmoidGrad", "Tanh": "TanhGrad", "LeakyRelu": "LeakyReluGrad"}
+# activation's lower-case name; None where the fused gradient ops do not take it.  The order
+# numbers them for cuda/fused.cu.
+ACTIVATIONS = {"Relu": "ReluGrad", "Sigmoid": "SigmoidGrad", "Tanh": "TanhGrad", "LeakyRelu": "LeakyReluGrad",
+               "Clip": None, "HardSwish": "HardSwishGrad"}
 KERNEL_NAMES = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "LeakyRelu": "leaky_relu"}
+GEMM_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh", "LeakyRelu")     # FusedGemm's
+CONV_ACTIVATIONS = GEMM_ACTIVATIONS + ("Clip",)                  # FusedConv's
+GRADIENT_ACTIVATIONS = tuple(act for act, grad in ACTIVATIONS.items() if grad)   # the fused gradient ops'
 LEAKY_DEFAULT = LEAKY_RELU_ALPHA
 
 ACTIVATION_ATTRS = {"activation": Attr("string", REQUIRED), "activation_alpha": Attr("float", LEAKY_DEFAULT)}
 
 
-def check_activation(ctx):
-    """The activation attribute names one of ACTIVATIONS."""
-    if ctx.attrs["activation"] not in ACTIVATIONS:
-        ctx.attr_fail("activation", f"is not supported; use one of {sorted(ACTIVATIONS)}")
+def check_activation(ctx, allowed):
+    """The activation attribute names one of `allowed`; Clip's activation_params hold [min, max]."""
+    act = ctx.attrs["activation"]
+    if act not in allowed:
+        ctx.attr_fail("activation", f"is not supported; use one of {sorted(allowed)}")
+    if act == "Clip" and len(ctx.attrs.get("activation_params") or []) != 2:
+        ctx.attr_fail("activation_params", "must hold Clip's two bounds [min, max]")
+
+
+def clip_bounds(attrs):
+    """(min, max) of a fused Clip activation, from a fused op's resolved attributes."""
+    low, high = attrs["activation_params"]
+    return float(low), float(high)
 
 
 def activation_alpha(attrs):
@@ -58,7 +79,7 @@ def activation_alpha(attrs):
         attrs={**GEMM_ATTRS, **ACTIVATION_ATTRS, "activation_beta": Attr("float"), "activation_gamma": Attr("float")})
 def infer_fused_gemm(ctx):
     """Gemm's output, the activation applied."""
-    check_activation(ctx)
+    check_activation(ctx, GEMM_ACTIVATIONS)
     return infer_gemm(ctx)
 
 
@@ -69,7 +90,7 @@ _conv_inference = _forward_inference(False)
         attrs={**CONV_ATTRS, "activation": Attr("string", REQUIRED), "activation_params": Attr("floats")})
 def infer_fused_conv(ctx):
     """Conv's output, the activation applied."""
-    check_activation(ctx)
+    check_activation(ctx, CONV_ACTIVATIONS)
     return _conv_inference(ctx)
 
 
@@ -77,7 +98,7 @@ def infer_fused_conv(ctx):
         attrs=ACTIVATION_ATTRS, optional_outputs=("dB",))
 def infer_activation_grad_bias(ctx):
     """dX like dY; dB (C,), C = dY's axis 1."""
-    check_activation(ctx)
+    check_activation(ctx, GRADIENT_ACTIVATIONS)
     ctx.require_rank(0, range(2, 9), "dY")
     dx = same_as_inputs(ctx)[0]
     shape = ctx.shape(0)
@@ -93,7 +114,7 @@ def max_pool_tiles(kernel_shape):
         attrs={"kernel_shape": Attr("ints", REQUIRED), **ACTIVATION_ATTRS}, optional_outputs=("dB",))
 def infer_max_pool_activation_grad(ctx):
     """dX like X; dB (C,); dY is X pooled by the kernel_shape tiles."""
-    check_activation(ctx)
+    check_activation(ctx, GRADIENT_ACTIVATIONS)
     shape = check_pool_input(ctx, 1, "X")
     if shape is None:
         return [ctx.out(None), ctx.out(None)]
@@ -121,3 +142,18 @@ def infer_sce_with_grad(ctx):
         ctx.require_scalar(2, f"the loss of reduction {ctx.attrs['reduction']!r} is a scalar")
         loss_shape = ()
     return [ctx.out(loss_shape), ctx.out(ctx.shape(0))]
+
+
+@schema("BatchNormFold", domain=FUSED_DOMAIN, inputs=["W", "scale", "bias", "mean", "var", Input("B", optional=True)],
+        outputs=["W_folded", "B_folded"], attrs={"epsilon": Attr("float", 1e-5)})
+def infer_batch_norm_fold(ctx):
+    """W_folded like W (a Conv's weight, rank 3 to 5); B_folded and every other input (C,), C =
+    W's axis 0."""
+    ctx.require_rank(0, range(3, 6), "W")
+    if not ctx.attrs["epsilon"] > 0:
+        ctx.attr_fail("epsilon", "must be > 0")
+    shape = ctx.shape(0)
+    channels = None if shape is None else (shape[0],)
+    for i in range(1, 6):
+        ctx.require_shape(i, channels, f"one entry per output channel of input 'W' {shape}")
+    return [ctx.out(shape), ctx.out(channels)]

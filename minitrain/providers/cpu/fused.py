@@ -3,9 +3,9 @@ one call, the activation applied in place, so a fused plan gives the unfused pla
 import numpy as np
 
 from ..._ext import activation as _act
-from ...ops.fused import KERNEL_NAMES, activation_alpha, max_pool_tiles
+from ...ops.fused import ACTIVATIONS, KERNEL_NAMES, activation_alpha, clip_bounds, max_pool_tiles
 from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
-from ...registry import KernelContext, register_kernel
+from ...registry import KernelContext, lookup, register_kernel
 from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel
 from .loss import softmax_cross_entropy, softmax_cross_entropy_grad
@@ -15,9 +15,13 @@ from .streaming import should_stream
 
 
 def activate_in_place(ctx, y):
-    """y = act(y) for the fused op's activation."""
+    """y = act(y) for the fused op's activation (Clip: min(max(y, min), max), as clip.py's)."""
     flat = y.reshape(-1)
-    _act.forward(KERNEL_NAMES[ctx.attrs["activation"]], flat, flat, activation_alpha(ctx.attrs), kernel_threads())
+    if ctx.attrs["activation"] == "Clip":
+        low, high = clip_bounds(ctx.attrs)
+        np.minimum(np.maximum(flat, low, out=flat), high, out=flat)
+    else:
+        _act.forward(KERNEL_NAMES[ctx.attrs["activation"]], flat, flat, activation_alpha(ctx.attrs), kernel_threads())
     return y
 
 
@@ -31,12 +35,23 @@ def fused_conv(ctx):
     return {"Y": activate_in_place(ctx, conv_kernel(ctx)["Y"])}
 
 
+def activation_gradient(ctx, dy, xy):
+    """The activation's gradient dX: activation.pyx's kernel, or for an activation it lacks
+    (HardSwish) the CPU kernel of its gradient op."""
+    act = ctx.attrs["activation"]
+    if act not in KERNEL_NAMES:
+        kernel = lookup(ACTIVATIONS[act], MS_DOMAIN, 1, "cpu", ctx.dtype)[1]
+        return kernel(_part(ctx, ACTIVATIONS[act], [dy, xy], ("dX",), {}))["dX"]
+    dx = np.empty_like(dy)
+    _act.backward(KERNEL_NAMES[act], dy.reshape(-1), xy.reshape(-1), dx.reshape(-1), activation_alpha(ctx.attrs),
+                  kernel_threads(), should_stream(dy, xy, dx))
+    return dx
+
+
 @register_kernel("ActivationGradBias", domain=FUSED_DOMAIN)
 def activation_grad_bias(ctx):
     dy, xy = ctx.inputs
-    dx = np.empty_like(dy)
-    _act.backward(KERNEL_NAMES[ctx.attrs["activation"]], dy.reshape(-1), xy.reshape(-1), dx.reshape(-1),
-                  activation_alpha(ctx.attrs), kernel_threads(), should_stream(dy, xy, dx))
+    dx = activation_gradient(ctx, dy, xy)
     out = {"dX": dx}
     if ctx.wants("dB"):     # SumToShape's sum for a Gemm's (N, C), ConvGrad's for (N, C, ...)
         out["dB"] = np.sum(dx, axis=0) if dx.ndim == 2 else bias_grad(dx)
@@ -67,3 +82,14 @@ def softmax_cross_entropy_with_grad(ctx):
     grad = softmax_cross_entropy_grad(_part(ctx, ctx.op_type, [dy, forward["log_prob"], labels, weights],
                                             ("d_logits",)))
     return {"output": forward["output"], "d_logits": grad["d_logits"]}
+
+
+@register_kernel("BatchNormFold", domain=FUSED_DOMAIN)
+def batch_norm_fold(ctx):
+    """The inference BatchNormalization's per-channel factor and shift (normalization.py's,
+    in float64) applied to the Conv's weight and bias."""
+    w, scale, bias, mean, var, b = (ctx.inputs + [None])[:6]
+    factor = scale.astype(np.float64) * (1.0 / np.sqrt(var.astype(np.float64) + ctx.attrs["epsilon"]))
+    shift = (0.0 if b is None else b.astype(np.float64)) - mean.astype(np.float64)
+    w_folded = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(ctx.dtype)
+    return {"W_folded": w_folded, "B_folded": (shift * factor + bias.astype(np.float64)).astype(ctx.dtype)}

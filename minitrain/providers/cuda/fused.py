@@ -4,13 +4,16 @@ CPU's are (providers/cpu/fused.py):
   * FusedGemm: the cuBLAS product, then one launch adding beta * C and applying the activation
     (Gemm + Relu unfused: C's broadcast, the product, the activation);
   * FusedConv: the convolution (through the algorithm search, without bias), then one launch
-    adding the bias and applying the activation;
-  * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction),
+    adding the bias and applying the activation (Clip's bounds among the launch's parameters);
+  * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction;
+    HardSwishGrad's formula shared with its own kernel through cuda/hard_swish.cuh),
     each channel's elements split over blocks that add up their sums in a fixed order;
   * MaxPoolActivationGrad: the same split of dB's sums, a thread per pooling window: it finds
     the window's maximum again in X, then writes the window's dX through the activation's
     gradient (dY at the maximum, 0 elsewhere), so the forward MaxPool writes no Indices and no
     dX of MaxPoolGrad goes through memory;
+  * BatchNormFold: one launch for the folded weight and bias (unfused: BatchNormalization's
+    pass over the Conv's output);
   * SoftmaxCrossEntropyLossWithGrad: one launch for the rows' losses and d_logits, one for the
     loss's reduction (unfused: four), plus the weight sum first when weights or ignore_index
     make the mean's divisor unknown to the host.
@@ -20,7 +23,7 @@ import math
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
-from ...ops.fused import ACTIVATIONS, activation_alpha, max_pool_tiles
+from ...ops.fused import ACTIVATIONS, activation_alpha, clip_bounds, max_pool_tiles
 from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import register_kernel
 from ..plan_cache import cached_plan
@@ -30,21 +33,27 @@ from .conv.kernels import run_primitive
 from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
-BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiT")
+BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiTT")
 ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
 MAX_POOL_ACTIVATION_GRAD_BIAS = {    # by the count of spatial axes
     rank: Kernel("fused", f"max_pool_activation_grad_bias_r{rank}", "PPPPPPqqqiT" + pool.GEOM) for rank in (1, 2, 3)}
+BATCH_NORM_FOLD = Kernel("fused", "batch_norm_fold", "PPPPPPPPqqqd")
 SPLIT_ELEMENTS = 2048       # items (elements, windows) of a channel per block of the bias-gradient kernels, at least
 BLOCKS_PER_MULTIPROCESSOR = 8   # of those kernels, when the channels have items enough
 SCE_WITH_GRAD = {(variant, suffix): Kernel("fused", f"sce_with_grad_{variant}_{suffix}", "PPPPPdPPPqqqqiiP")
                  for variant in ("warp", "thread") for suffix in loss.LABEL_SUFFIX.values()}
 
 
+def activation_parameters(attrs):
+    """The activation's two parameters in cuda/fused.cu: Clip's bounds, or (alpha, 0)."""
+    return clip_bounds(attrs) if attrs["activation"] == "Clip" else (activation_alpha(attrs), 0.0)
+
+
 def bias_activation(ctx, y, bias, beta, layout):
     """y = act(y + beta * bias[...]) in place; layout: (outer_div, outer_mod, outer_stride,
     inner_mod, inner_stride) locating element i's bias (cuda/fused.cu)."""
     BIAS_ACTIVATION.launch_elements(ctx.provider, y.dtype, y.size, y, 0 if bias is None else bias, y.size, *layout,
-                                    beta, ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
+                                    beta, ACTIVATION_CODES[ctx.attrs["activation"]], *activation_parameters(ctx.attrs))
 
 
 @register_kernel("FusedGemm", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
@@ -146,6 +155,19 @@ def max_pool_activation_grad(ctx):
         prov, x.dtype, grid, (BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
         ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs), *geom)
     return gradient_outputs(ctx, dx, db)
+
+
+@register_kernel("BatchNormFold", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def batch_norm_fold(ctx):
+    w, scale, bias, mean, var, b = (ctx.inputs + [None])[:6]
+    prov = ctx.provider
+    w_folded, b_folded = prov.empty(w.shape, w.dtype), prov.empty((w.shape[0],), w.dtype)
+    channels = w.shape[0]
+    if channels:
+        BATCH_NORM_FOLD.launch_elements(prov, w.dtype, max(w.size, channels), w, scale, bias, mean, var,
+                                        0 if b is None else b, w_folded, b_folded, w.size, w.size // channels,
+                                        channels, ctx.attrs["epsilon"])
+    return {"W_folded": w_folded, "B_folded": b_folded}
 
 
 @register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)

@@ -16,7 +16,10 @@ launch; inputs fed as device tensors are copied into them directly.  Host values
 afresh every execution (a Dropout seed: `uploaded`) ride along the same way.
 
 A plan is not captured when a node runs on another provider or reads a per-run input from host
-memory; a capture that fails (an allocation sequence that differs from the recorded one, an
+memory, but for the shape arithmetic of run-time shape subgraphs (shape_folding.py): host nodes
+computing integers from the dims that Shape and Size read and from integer initializers, whose
+values the input signature fixes, so a replay needs them no more than the launch parameters
+they gave the kernels after them.  A capture that fails (an allocation sequence that differs from the recorded one, an
 operation the driver cannot capture) turns capture off for the plan.  Either way one log line
 says why and the plan runs uncaptured, with the same results.
 """
@@ -57,11 +60,31 @@ class _Signature(Signature):
     memory_plan: object = None
 
 
+DIMS_QUERIES = {("Shape", ""), ("Size", "")}     # their host outputs read a tensor's dims, never its data
+
+
+def _integer(plan, name):
+    t = plan.types.get(name)
+    return t is not None and np.dtype(t.dtype).kind in "iu"
+
+
 def capture_blocker(plan, provider):
     """Why `plan` cannot be captured on `provider`, or None."""
-    others = sorted({s.provider for s in plan.steps} - {provider.name})
+    fixed = {name for name in plan.graph.initializers if plan.locations[name] != provider.name and _integer(plan, name)}
+    others = set()
+    for step in plan.steps:
+        node, outputs = step.node, [o for o in step.node.outputs if o]
+        if step.provider == provider.name:
+            if (node.op_type, node.domain) in DIMS_QUERIES:
+                fixed.update(outputs)
+            if node.op_type == "MemcpyFromHost":
+                return f"node {node.name!r} copies {node.inputs[0]!r} from host memory at every step"
+        elif all(not x or x in fixed for x in node.inputs) and all(_integer(plan, o) for o in outputs):
+            fixed.update(outputs)       # shape arithmetic: the same at every run of a signature
+        else:
+            others.add(step.provider)
     if others:
-        return f"nodes run on {', '.join(others)}"
+        return f"nodes run on {', '.join(sorted(others))}"
     host = [v.name for v in plan.graph.inputs
             if v.name in plan.needed_inputs and plan.locations[v.name] != provider.name]
     if host:
