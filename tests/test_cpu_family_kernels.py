@@ -1,5 +1,5 @@
 """The Cython kernels behind Resize / ResizeGrad, the per-sample normalisations, SumToShape,
-Where and Erf on the CPU, beyond their op-table rows: shapes large enough for the threaded paths
+Where, Erf and Clip on the CPU, beyond their op-table rows: shapes large enough for the threaded paths
 (one thread and two), every layout form the kernels special-case, against NumPy references
 written out here; and the kernels' own checks of their buffers."""
 import numpy as np
@@ -235,3 +235,17 @@ def test_erf_kernel_against_scipy(dtype, atol, threads):
     np.testing.assert_allclose(got, scipy_erf(x.astype(np.float64)), rtol=0, atol=atol)
     assert np.isnan(run_node("Erf", [np.array([np.nan], dtype)])[0]).all()
     assert run_node("Erf", [np.array(0.5, dtype)])[0].shape == ()
+
+
+# ------------------------------------------------------------------ Clip
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("low,high", [(0.0, 6.0), (-0.5, None), (None, 0.2), (None, None), (0.5, -0.5),
+                                      (-np.inf, np.inf)])
+def test_clip_kernel_matches_numpy(low, high, dtype, threads, rng):
+    x = (rng.standard_normal((16, 24, 20, 9)) * 4).astype(dtype).transpose(0, 2, 1, 3)
+    x[0, 0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    bounds = [None if b is None else np.array(b, dtype) for b in (low, high)]
+    got = run_node("Clip", [x, *bounds])[0]
+    want = np.minimum(np.maximum(x, -np.inf if low is None else dtype(low)), np.inf if high is None else dtype(high))
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got, want)

@@ -1,6 +1,7 @@
 """CPU kernels of broadcasting arithmetic (NumPy ufuncs, vectorised) and SumToShape
 (minitrain._ext.sum_to_shape where the summed axes lie before and after one run of kept axes,
 NumPy otherwise)."""
+import functools
 import math
 
 import numpy as np
@@ -51,13 +52,20 @@ def middle_layout(x_shape, axes):
     return tuple(math.prod(d for d, _ in part) for part in (sizes[:first], sizes[first:last], sizes[last:]))
 
 
+@functools.lru_cache(maxsize=512)
+def _sum_plan(x_shape, shape):
+    """(summed axes, middle_layout of them) of a SumToShape from x_shape to shape: a training
+    step asks for the same few shapes every time."""
+    axes = broadcast_axes(x_shape, shape)
+    return axes, middle_layout(x_shape, axes)
+
+
 def sum_to_shape(x, shape):
     """Sum `x` over the axes along which an array of `shape` was broadcast to x.shape."""
-    axes = broadcast_axes(x.shape, shape)
     shape = tuple(int(d) for d in shape)
+    axes, layout = _sum_plan(x.shape, shape)
     if not axes:
         return x.reshape(shape)
-    layout = middle_layout(x.shape, axes)
     if layout is None or x.dtype not in (np.float32, np.float64):
         return np.sum(x, axis=axes).reshape(shape)
     out = np.empty(shape, x.dtype)
