@@ -1,8 +1,9 @@
 # cython: language_level=3
 """The pointwise activations of exported CNNs and their gradients over flat contiguous buffers
 (minitrain/ops/pointwise_activation.py has the formulas; cuda/pointwise_activation.cu the same
-ones on the GPU).  Each op takes two parameters a and b: alpha and beta (HardSigmoid), alpha
-and gamma (Selu), alpha (Elu), none (the others).
+ones on the GPU), erf (the Erf of Gelu as opsets before 20 export it) and clip (ReLU6 as Clip).
+Each op takes two parameters a and b: alpha and beta (HardSigmoid), alpha and gamma (Selu),
+alpha (Elu), the bounds (clip), none (the others).
 
 As ext/activation.pyx does, the work is cut into chunks of CHUNK elements handed to OpenMP
 threads, each a plain loop; float32 takes the vectorisable exp of fastmath.h and erf and log1p
@@ -35,6 +36,8 @@ cdef enum:
     SELU = 4
     GELU = 5
     FAST_GELU = 6
+    ERF = 7
+    CLIP = 8
 
 cdef double GELU_TANH_SCALE = sqrt(2.0 / 3.141592653589793)
 cdef double GELU_TANH_CUBIC = 0.044715
@@ -125,6 +128,13 @@ cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real a, r
     elif op == FAST_GELU:
         for i in range(n):
             y[i] = x[i] * _gelu_tanh_s(x[i])
+    elif op == ERF:
+        for i in range(n):
+            y[i] = _erf(x[i])
+    elif op == CLIP:            # max with a, then min with b: NaN stays NaN, and a > b gives b everywhere
+        for i in range(n):
+            v = a if x[i] < a else x[i]
+            y[i] = b if v > b else v
 
 
 cdef void _backward_chunk(int op, const real* dy, const real* x, real* dx, Py_ssize_t n, real a,
@@ -182,11 +192,11 @@ cdef void _backward(int op, const real[::1] dy, const real[::1] x, real[::1] dx,
 
 # --------------------------------------------------------------------------- Python entry points
 _OPS = {"hard_sigmoid": HARD_SIGMOID, "hard_swish": HARD_SWISH, "softplus": SOFTPLUS, "elu": ELU, "selu": SELU,
-        "gelu": GELU, "fast_gelu": FAST_GELU}
+        "gelu": GELU, "fast_gelu": FAST_GELU, "erf": ERF, "clip": CLIP}
 
 
 def forward(str name, const real[::1] x, real[::1] y, double a, double b, int num_threads):
-    """y = f(x) for f in hard_sigmoid, hard_swish, softplus, elu, selu, gelu, fast_gelu."""
+    """y = f(x) for f in hard_sigmoid, hard_swish, softplus, elu, selu, gelu, fast_gelu, erf, clip."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"activation {name}: buffers of {x.shape[0]} and {y.shape[0]} elements")
     cdef int op = _OPS[name]
@@ -197,6 +207,8 @@ def forward(str name, const real[::1] x, real[::1] y, double a, double b, int nu
 
 def backward(str name, const real[::1] dy, const real[::1] x, real[::1] dx, double a, double b, int num_threads):
     """dx = f'(x) dy for the gradient ops (each reads the forward input X)."""
+    if name in ("erf", "clip"):
+        raise ValueError(f"activation gradient {name}: {name} has no gradient kernel (its gradient is a graph)")
     if not dy.shape[0] == x.shape[0] == dx.shape[0]:
         raise ValueError(f"activation gradient {name}: buffers of {dy.shape[0]}, {x.shape[0]} "
                          f"and {dx.shape[0]} elements")

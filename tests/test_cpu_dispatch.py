@@ -13,7 +13,7 @@ from minitrain._ext import dispatch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The core checks of each kernel module (conv, conv_direct, conv_depthwise, pool, avg_pool_flat, activation,
-# softmax): values against references and gradients against finite differences, forward and
+# softmax; resize, sample_normalization, sum_to_shape, where and pointwise_activation's erf and clip): values against references and gradients against finite differences, forward and
 # backward, float32 and float64, vector bodies and tails.
 CORE_CHECKS = [
     "tests/test_conv.py::test_conv_matrix[1-g1-2-1-p1]",
@@ -60,6 +60,7 @@ CORE_CHECKS = [
     "tests/test_op_table.py::test_gradient[LogSoftmax-v13--cpu-float64]",
     "tests/test_softmax.py::test_float32_exp_is_accurate_in_loop_bodies_and_tails",
     "tests/test_softmax.py::test_streamed_rows_match_the_plain_ones",
+    "tests/test_cpu_family_kernels.py",
 ]
 
 

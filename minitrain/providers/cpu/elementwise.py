@@ -1,9 +1,16 @@
-"""CPU kernels of broadcasting arithmetic and SumToShape (NumPy ufuncs, vectorised)."""
+"""CPU kernels of broadcasting arithmetic (NumPy ufuncs, vectorised) and SumToShape
+(minitrain._ext.sum_to_shape where the summed axes lie before and after one run of kept axes,
+NumPy otherwise)."""
+import functools
+import math
+
 import numpy as np
 
+from ..._ext import sum_to_shape as _sums
 from ...ops.elementwise import broadcast_axes
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
+from ...threads import kernel_threads
 
 
 def _binary(ufunc, output):
@@ -34,11 +41,36 @@ def sum_(ctx):
     return {"sum": total}
 
 
+def middle_layout(x_shape, axes):
+    """(outer, kept, inner) when the summed `axes` of x_shape, its axes of size 1 left aside,
+    are all before or after its kept ones; None otherwise."""
+    sizes = [(d, a in axes) for a, d in enumerate(x_shape) if d != 1]
+    kept = [k for k, (_, summed) in enumerate(sizes) if not summed]
+    first, last = (kept[0], kept[-1] + 1) if kept else (len(sizes), len(sizes))
+    if any(summed for _, summed in sizes[first:last]):
+        return None
+    return tuple(math.prod(d for d, _ in part) for part in (sizes[:first], sizes[first:last], sizes[last:]))
+
+
+@functools.lru_cache(maxsize=512)
+def _sum_plan(x_shape, shape):
+    """(summed axes, middle_layout of them) of a SumToShape from x_shape to shape: a training
+    step asks for the same few shapes every time."""
+    axes = broadcast_axes(x_shape, shape)
+    return axes, middle_layout(x_shape, axes)
+
+
 def sum_to_shape(x, shape):
     """Sum `x` over the axes along which an array of `shape` was broadcast to x.shape."""
-    axes = broadcast_axes(x.shape, shape)
     shape = tuple(int(d) for d in shape)
-    return np.sum(x, axis=axes).reshape(shape) if axes else x.reshape(shape)
+    axes, layout = _sum_plan(x.shape, shape)
+    if not axes:
+        return x.reshape(shape)
+    if layout is None or x.dtype not in (np.float32, np.float64):
+        return np.sum(x, axis=axes).reshape(shape)
+    out = np.empty(shape, x.dtype)
+    _sums.middle_sums(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), *layout, kernel_threads())
+    return out
 
 
 @register_kernel("SumToShape", domain=MS_DOMAIN)

@@ -1,12 +1,17 @@
-"""CPU kernels of Resize, Upsample and ResizeGrad (NumPy), one resized axis at a time: nearest
-mode takes entries along the axis, linear mode blends two; the gradient adds dY back along the
-same maps (np.add.at), the axes in reverse order."""
+"""CPU kernels of Resize, Upsample and ResizeGrad, one resized axis at a time
+(minitrain._ext.resize): nearest mode takes entries along the axis, linear mode blends two; the
+gradient adds dY back along the same maps, the axes in reverse order.  float16 is resized in
+float32."""
+import math
+
 import numpy as np
 
+from ..._ext import resize as _resize
 from ...ops.resize import (grad_plan, is_identity, linear_taps, nearest_positions, node_plan, scale_list, settings,
                            source_coordinates)
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
+from ...threads import kernel_threads
 
 
 def _working_dtype(dtype):
@@ -14,41 +19,46 @@ def _working_dtype(dtype):
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def resize_array(x, plan, mode, coordinates, nearest):
-    y = x.astype(_working_dtype(x.dtype), copy=False)
-    for axis, resize in enumerate(plan):
-        if is_identity(mode, coordinates, resize):
-            continue
-        coordinate = source_coordinates(coordinates, resize)
-        if mode == "nearest":
-            y = np.take(y, nearest_positions(nearest, resize, coordinate), axis=axis)
-            continue
+def _resize_axis(kernels, src, axis, length, resize, mode, coordinates, nearest):
+    """`src` with `axis` made `length` long by kernels[mode] (a forward or gradient kernel of
+    minitrain._ext.resize) along the axis's maps: positions in nearest mode, left and right
+    positions and right weights in linear mode."""
+    shape = list(src.shape)
+    shape[axis] = length
+    dst = np.empty(shape, src.dtype)
+    if src.size == 0 or dst.size == 0:
+        dst.fill(0)
+        return dst
+    coordinate = source_coordinates(coordinates, resize)
+    if mode == "nearest":
+        maps = (np.ascontiguousarray(nearest_positions(nearest, resize, coordinate), dtype=np.int64),)
+    else:
         left, right, weight = linear_taps(resize, coordinate)
-        shape = [1] * y.ndim
-        shape[axis] = -1
-        weight = weight.astype(y.dtype).reshape(shape)
-        y = np.take(y, left, axis=axis) * (1 - weight) + np.take(y, right, axis=axis) * weight
-    return np.ascontiguousarray(y, dtype=x.dtype)
+        maps = tuple(np.ascontiguousarray(m, dtype=t) for m, t in ((left, np.int64), (right, np.int64), (weight, src.dtype)))
+    outer, inner = math.prod(src.shape[:axis]), math.prod(src.shape[axis + 1:])
+    kernels[mode](src.reshape(-1), dst.reshape(-1), outer, resize.size, resize.out, inner, *maps, kernel_threads())
+    return dst
+
+
+_FORWARD = {"nearest": _resize.nearest, "linear": _resize.linear}
+_GRADIENT = {"nearest": _resize.nearest_grad, "linear": _resize.linear_grad}
+
+
+def resize_array(x, plan, mode, coordinates, nearest):
+    y = np.ascontiguousarray(x, dtype=_working_dtype(x.dtype))
+    for axis, resize in enumerate(plan):
+        if not is_identity(mode, coordinates, resize):
+            y = _resize_axis(_FORWARD, y, axis, resize.out, resize, mode, coordinates, nearest)
+    return y.astype(x.dtype, copy=False)
 
 
 def resize_gradient_array(dy, plan, mode, coordinates, nearest):
-    dx = dy.astype(_working_dtype(dy.dtype), copy=False)
+    dx = np.ascontiguousarray(dy, dtype=_working_dtype(dy.dtype))
     for axis in reversed(range(len(plan))):
         resize = plan[axis]
-        if is_identity(mode, coordinates, resize):
-            continue
-        coordinate = source_coordinates(coordinates, resize)
-        rows = np.moveaxis(dx, axis, 0)
-        folded = np.zeros((resize.size,) + rows.shape[1:], dtype=dx.dtype)
-        if mode == "nearest":
-            np.add.at(folded, nearest_positions(nearest, resize, coordinate), rows)
-        else:
-            left, right, weight = linear_taps(resize, coordinate)
-            weight = weight.astype(dx.dtype).reshape((-1,) + (1,) * (rows.ndim - 1))
-            np.add.at(folded, left, rows * (1 - weight))
-            np.add.at(folded, right, rows * weight)
-        dx = np.moveaxis(folded, 0, axis)
-    return np.ascontiguousarray(dx, dtype=dy.dtype)
+        if not is_identity(mode, coordinates, resize):
+            dx = _resize_axis(_GRADIENT, dx, axis, resize.size, resize, mode, coordinates, nearest)
+    return dx.astype(dy.dtype, copy=False)
 
 
 @register_kernel("Upsample", since=7, end=8, dtypes=FLOAT_TYPES)

@@ -1,79 +1,49 @@
 """CPU kernels of LayerNormalization, InstanceNormalization, GroupNormalization and their
-gradients (ops/sample_normalization.py): NumPy passes over X viewed as (rows, cols), the
-affine entries gathered per (row % period, col) as ops/sample_normalization.layout says.
-Sums run in float32 for float16 data, in the data's type otherwise."""
+gradients (ops/sample_normalization.py): minitrain._ext.sample_normalization over X viewed as
+(rows, cols), the affine entry of each element as ops/sample_normalization.layout says.
+float16 data is normalised in float32, its statistics stored as float16."""
 import numpy as np
 
-from ...ops.sample_normalization import layout, accumulation_dtype, stats_shape
+from ..._ext import sample_normalization as _norm
+from ...ops.sample_normalization import accumulation_dtype, layout, stats_shape
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
+from ...threads import kernel_threads
 
 
-def _affine_table(param, rows_layout):
-    """The affine entry of each (row % period, col), shape (period, cols)."""
-    _, cols, period, stride = rows_layout
-    index = (np.arange(period)[:, None] * cols + np.arange(cols)[None, :]) // stride
-    return param.reshape(-1)[index]
-
-
-def _param_sums(values, param, rows_layout):
-    """Sum of `values` (rows, cols) per affine entry, in param's shape."""
-    rows, cols, period, stride = rows_layout
-    per_slot = values.reshape(rows // period, period, cols).sum(axis=0)
-    index = (np.arange(period)[:, None] * cols + np.arange(cols)[None, :]) // stride
-    return np.bincount(index.reshape(-1), per_slot.reshape(-1), minlength=param.size).reshape(param.shape)
-
-
-def _rows(ctx, x, scale):
-    """(layout, X as (rows, cols) in the accumulation type, that type)."""
-    rows_layout = layout(ctx.op_type.removesuffix("Grad"), x.shape, ctx.attrs, scale.size)
-    rows, cols, _, _ = rows_layout
-    acc = accumulation_dtype(x.dtype)
-    return rows_layout, x.reshape(rows, cols).astype(acc, copy=False), acc
+def _flat(array, dtype):
+    """`array` as a contiguous 1-D array of `dtype` (a view when it already is one)."""
+    return np.ascontiguousarray(array, dtype=dtype).reshape(-1)
 
 
 def normalization(ctx):
     x, scale, bias = (list(ctx.inputs) + [None])[:3]
-    rows_layout, x2, acc = _rows(ctx, x, scale)
-    rows, cols, period, _ = rows_layout
-    if x.size == 0:
-        mean = inv_std = np.zeros(rows, acc)
-        y = np.empty_like(x)
-    else:
-        mean = x2.mean(axis=1)
-        centered = x2 - mean[:, None]
-        inv_std = 1.0 / np.sqrt(np.mean(centered * centered, axis=1) + acc.type(ctx.attrs["epsilon"]))
-        normalized = (centered * inv_std[:, None]).reshape(rows // period, period, cols)
-        y = normalized * _affine_table(scale.astype(acc), rows_layout)
-        if bias is not None:
-            y += _affine_table(bias.astype(acc), rows_layout)
-        y = y.astype(x.dtype).reshape(x.shape)
+    rows, cols, period, stride = layout(ctx.op_type, x.shape, ctx.attrs, scale.size)
+    acc = accumulation_dtype(x.dtype)
+    mean, inv_std = np.zeros(rows, acc), np.zeros(rows, acc)
+    y = np.empty(x.shape, acc)
+    if x.size:
+        _norm.forward(_flat(x, acc), _flat(scale, acc), None if bias is None else _flat(bias, acc), y.reshape(-1),
+                      mean, inv_std, rows, cols, period, stride, float(ctx.attrs["epsilon"]), kernel_threads())
     stats = stats_shape(ctx.op_type, x.shape, ctx.attrs)
-    out = dict(zip(_OUTPUTS[ctx.op_type], (y, *(s.astype(x.dtype).reshape(stats) for s in (mean, inv_std)))))
+    out = dict(zip(_OUTPUTS[ctx.op_type], (y.astype(x.dtype, copy=False),
+                                           *(s.astype(x.dtype).reshape(stats) for s in (mean, inv_std)))))
     return {k: v for k, v in out.items() if ctx.wants(k)}
 
 
 def normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
-    rows_layout, x2, acc = _rows(ctx, x, scale)
-    rows, cols, period, _ = rows_layout
-    dy2 = dy.reshape(rows, cols).astype(acc, copy=False)
-    normalized = (x2 - mean.reshape(rows, 1)) * inv_std.reshape(rows, 1)
-    out = {}
-    if ctx.wants("dX"):
-        affine = _affine_table(scale.astype(acc), rows_layout)
-        g = (dy2.reshape(rows // period, period, cols) * affine).reshape(rows, cols)
-        if cols:
-            dx = inv_std.reshape(rows, 1) * (g - g.mean(axis=1, keepdims=True)
-                                             - normalized * (g * normalized).mean(axis=1, keepdims=True))
-        else:
-            dx = g
-        out["dX"] = dx.astype(x.dtype).reshape(x.shape)
-    if ctx.wants("dscale"):
-        out["dscale"] = _param_sums(dy2 * normalized, scale, rows_layout).astype(x.dtype)
-    if ctx.wants("dbias"):
-        out["dbias"] = _param_sums(dy2, scale, rows_layout).astype(x.dtype)
-    return out
+    rows, cols, period, stride = layout(ctx.op_type.removesuffix("Grad"), x.shape, ctx.attrs, scale.size)
+    acc = accumulation_dtype(x.dtype)
+    dx = np.zeros(x.shape, acc) if ctx.wants("dX") else None
+    sums = ctx.wants("dscale") or ctx.wants("dbias")
+    dscale, dbias = (np.zeros(scale.shape, acc), np.zeros(scale.shape, acc)) if sums else (None, None)
+    if x.size:
+        _norm.backward(_flat(dy, acc), _flat(x, acc), _flat(scale, acc), _flat(mean, acc), _flat(inv_std, acc),
+                       None if dx is None else dx.reshape(-1), None if dscale is None else dscale.reshape(-1),
+                       None if dbias is None else dbias.reshape(-1), rows, cols, period, stride, kernel_threads())
+    out = {"dX": dx, "dscale": dscale, "dbias": dbias}
+    return {k: v.astype(x.dtype, copy=False) for k, v in out.items() if ctx.wants(k)}
 
 
 _OUTPUTS = {"LayerNormalization": ("Y", "Mean", "InvStdDev"), "InstanceNormalization": ("output", "mean", "inv_std_dev"),
