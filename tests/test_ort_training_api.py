@@ -38,8 +38,8 @@ import ort_models  # noqa: E402
 folders = ort_models.folders     # the artifacts fixture, shared with the other ORT tests
 from minitrain.executor import Executor  # noqa: E402
 from minitrain.onnx import load, training  # noqa: E402
-from minitrain.scheduler import schedule  # noqa: E402
 from minitrain.onnx.ort_checkpoint_format import read_checkpoint  # noqa: E402
+from minitrain.scheduler import schedule  # noqa: E402
 
 RTOL = 1e-5
 STEPS = 10
