@@ -4,11 +4,10 @@ FusedConv (fusion/activation.py) and HardSwishGrad with the bias gradient after 
 ActivationGradBias (fusion/activation_grad_bias.py).  Each fused op against the unfused nodes,
 each rule's conditions, and sessions with fusion on against the same sessions with it off."""
 import io
-import os
-import sys
 
 import numpy as np
 import pytest
+from test_fusion import op_counts
 
 import minitrain
 from minitrain import nn, optim, run_node
@@ -20,9 +19,6 @@ from minitrain.graph import Graph
 from minitrain.ops.fused import FUSED_DOMAIN
 from minitrain.scheduler import schedule
 from minitrain.training import TrainingSession
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_fusion import op_counts  # noqa: E402
 
 MS = "com.microsoft"
 

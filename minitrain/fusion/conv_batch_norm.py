@@ -2,9 +2,9 @@
 normalisation folded into the Conv's weight and bias (minitrain/ops/fused.py).
 
 The fold is a node of the plan, run every step on the current parameters and statistics, so
-the folded weights follow whatever training did to them since (an eval plan built once serves
-the whole run) while the pass over the activations that BatchNormalization makes goes: the
-fold reads the weights, a small fraction of what the Conv reads.  The Conv's output must have
+the folded weights always follow training (an eval plan is built once and serves the whole
+run).  What goes is BatchNormalization's pass over the activations; the fold reads only the
+weights, a small fraction of what the Conv reads.  The Conv's output must have
 no reader but the BatchNormalization, and the BatchNormalization must normalise with its
 input statistics (training_mode 0, or at version 9 no running statistics asked for) and give
 nothing but Y.  Rounding differs from the unfused pair's (the Conv sums scaled products)."""
