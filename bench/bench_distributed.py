@@ -316,7 +316,8 @@ def main():
              scaling_table, ""]
     if bucket_counts:
         lines += ["minitrain's step on 2 ranks by count of gradient buckets, ms, with (in brackets) the all-reduce "
-                  "time the backward pass leaves exposed (profiled uncaptured steps; bench_distributed.py --buckets):", "", bucket_table(records, bucket_counts), ""]
+                  "time the backward pass leaves exposed (profiled uncaptured steps; bench_distributed.py --buckets):",
+                  "", bucket_table(records, bucket_counts), ""]
     if device == "cuda":
         lines += [f"Targets at batch 1024 per GPU: minitrain's 2-GPU throughput >= {TARGET_SCALING}x its 1-GPU "
                   f"throughput, and its 2-GPU step <= {TARGET_VS_DDP}x PyTorch DDP's.", ""]

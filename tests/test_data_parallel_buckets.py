@@ -36,7 +36,8 @@ def test_one_bucket_holds_every_gradient_last_layer_first(session):
 
 
 @pytest.mark.parametrize("count, expected", [
-    (2, [{"11.weight", "11.bias", "9.weight", "9.bias", "7.weight"}, {"7.bias", "3.weight", "3.bias", "0.weight", "0.bias"}]),
+    (2, [{"11.weight", "11.bias", "9.weight", "9.bias", "7.weight"},
+         {"7.bias", "3.weight", "3.bias", "0.weight", "0.bias"}]),
     (3, [{"11.weight", "11.bias", "9.weight", "9.bias", "7.weight"}, {"7.bias", "3.weight", "3.bias"},
          {"0.weight", "0.bias"}]),
 ])

@@ -8,11 +8,11 @@ graphs and does at start, so that every rank applies the update of the global ba
   WaitAllReduce: MPI on the CPU, NCCL on CUDA), then read back as views (SliceFlat).  The
   scheduler starts a bucket's all-reduce right after its last gradient and waits for it only
   before the update, so on CUDA, where the copies and the all-reduce run on a second stream,
-  the backward pass of the layers before hides them (the last bucket's stay exposed).  The optimizer update reads the
-  views, so gradient-norm clipping, and the update of gradients accumulated over micro-batches,
-  see the mean gradient over ranks: the gradient of a mean loss over the global batch, as one
-  process would compute it (a loss with reduction "sum" is summed over the ranks instead,
-  scale 1, for the same reason).
+  the rest of the backward pass hides them (the last bucket's stay exposed).  The optimizer
+  update reads the views, so gradient-norm clipping, and the update of gradients accumulated
+  over micro-batches, see the mean gradient over ranks: the gradient of a mean loss over the
+  global batch, as one process would compute it (a loss with reduction "sum" is summed over
+  the ranks instead, scale 1, for the same reason).
 - At start, rank 0's parameters, optimizer state and BatchNorm statistics are broadcast to every
   rank; each rank's Dropout draws another stream (seed + rank).
 - The ranks must train the same thing: a digest of the session (parameters, input and target
@@ -30,7 +30,7 @@ from ..distributed.collectives import allgather_object, allreduce_mean, broadcas
 from ..distributed.world import world
 from ..errors import DistributedUnavailableError, WorldMismatchError
 from ..inference import topological_order
-from ..ops.schema import MINITRAIN_DOMAIN, MS_DOMAIN
+from ..ops.schema import MINITRAIN_DOMAIN
 
 DEFAULT_BUCKETS = 2
 
