@@ -5,8 +5,9 @@ collectives), as ONNX Runtime training does.
     session = TrainingSession(model, loss, SGD(lr=0.1), input_shape=..., data_parallel=True)
 
 Every rank trains the same model on its share of each global batch; the training graph sums the
-gradients of all ranks before the optimizer update, one all-reduce per bucket of gradients
-(StartAllReduce / WaitAllReduce, started as soon as the backward pass has produced the bucket),
+gradients of all ranks before the optimizer update: one all-reduce of one fused buffer per step,
+or one per bucket of gradients (StartAllReduce / WaitAllReduce, started as soon as the backward
+pass has produced the bucket),
 so every rank applies the update of the global batch.  mpi4py is imported by
 init() only: `import minitrain` never starts MPI.
 """

@@ -1,9 +1,10 @@
 """Data parallelism in a TrainingSession (`data_parallel=True`): what the session adds to its
 graphs and does at start, so that every rank applies the update of the global batch.
 
-- The gradient graph gets the all-reduce of the averaged gradients, in buckets as PyTorch DDP
-  makes them: the gradients, in the order the backward pass produces them, are split into
-  `buckets` groups of about equal size; each group is copied into one flat buffer, scaled by
+- The gradient graph gets the all-reduce of the averaged gradients: by default one collective
+  over one fused flat buffer per step, as ONNX Runtime's NcclAllReduce; with `buckets` > 1 in
+  buckets as PyTorch DDP makes them: the gradients, in the order the backward pass produces
+  them, are split into `buckets` groups of about equal size; each group is copied into one flat buffer, scaled by
   1 / world size on the way, and summed there over the ranks (StartAllReduce and
   WaitAllReduce: MPI on the CPU, NCCL on CUDA), then read back as views (SliceFlat).  The
   scheduler starts a bucket's all-reduce right after its last gradient and waits for it only
@@ -32,7 +33,7 @@ from ..errors import DistributedUnavailableError, WorldMismatchError
 from ..inference import topological_order
 from ..ops.schema import MINITRAIN_DOMAIN
 
-DEFAULT_BUCKETS = 2
+DEFAULT_BUCKETS = 1
 
 
 def require_world():

@@ -53,8 +53,8 @@ and `last_grad_norm` are fetched without waiting and read when asked for.
 Data parallelism: `data_parallel=True`, after minitrain.distributed.init() in every process that
 mpiexec launched, trains one model on all of them (training/data_parallel.py): rank 0's state
 is broadcast at start, and every update applies the gradients averaged over the ranks by the
-all-reduce nodes in the graph (one per bucket of gradients, overlapping the backward pass), so
-each rank feeds its share of the global batch.
+all-reduce nodes in the graph (one, or one per bucket of gradients overlapping the backward
+pass), so each rank feeds its share of the global batch.
 `average_batchnorm_statistics()` averages the BatchNorm running statistics before evaluation
 or a checkpoint; `broadcast_state()` sends rank 0's state to every rank (after rank 0 loaded a
 checkpoint).  Gradients read through `grads` are this rank's own, before the average.
