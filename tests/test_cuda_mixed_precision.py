@@ -7,8 +7,10 @@ import pytest
 
 import minitrain
 from minitrain import nn
+from minitrain.autocast import PRECISIONS
 from minitrain.cli import load_example
 from minitrain.data import load_digits, load_mnist1d
+from minitrain.inference import infer_types
 from minitrain.optim import SGD, AdamW, CosineLR, LinearWarmup
 from minitrain.training import TrainingSession
 from minitrain.training.loss_scale import DynamicLossScale
@@ -73,6 +75,13 @@ def test_no_node_of_an_autocast_plan_falls_back_to_the_cpu(precision):
         assert not on_cpu, f"{example} {precision}: on the CPU: {on_cpu}"
         casts = [step for step in s.train_plan.steps if step.node.op_type == "Cast"]
         assert casts, f"{example} {precision}: no Cast in the plan"
+        # BatchNorm and its gradient run on the low-precision data, no Cast on either side
+        types = infer_types(s.train_plan.graph)
+        bn = [step.node for step in s.train_plan.steps
+              if step.node.op_type in ("BatchNormalization", "BatchNormalizationGrad")]
+        assert bn and {types[n.inputs[0]].dtype for n in bn} == {PRECISIONS[precision].low}, example
+        data = {n.inputs[0] for n in bn} | {n.outputs[0] for n in bn}
+        assert not [c.node.name for c in casts if {*c.node.inputs, *c.node.outputs} & data], example
 
 
 def overflow_session(scale, capture=True):
