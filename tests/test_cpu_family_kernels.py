@@ -98,6 +98,24 @@ def test_bilinear_resize_gradient_of_a_unet_sized_map_against_torch(rng):
     np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_gradient_along_the_last_axis_matches_numpy_with_and_without_infinities(mode, rng):
+    """The last axis's gradient runs as a matrix product for finite dY; an infinity takes the
+    kernel, so that it stays in the entries its output position feeds."""
+    attrs = {"mode": mode, "coordinate_transformation_mode": "half_pixel"}
+    scales = np.array([1.0, 1.0, 1.0, 2.5])
+    x = rng.standard_normal((2, 3, 4, 6))
+    dy = rng.standard_normal((2, 3, 4, 15))
+    _, maps = _resize_reference(x, 3, 15, mode)
+    for special in (None, np.inf):
+        if special is not None:
+            dy[0, 0, 0, 7] = special
+        dx = run_node("ResizeGrad", [dy, x, None, scales], attrs=attrs, domain=MS)[0]
+        want = _resize_grad_reference(dy, 3, 6, maps)
+        np.testing.assert_allclose(dx, want, rtol=1e-12, atol=1e-12)
+        assert np.isnan(dx).sum() == np.isnan(want).sum() == 0
+
+
 # ------------------------------------------------------------------ per-sample normalisations
 def _normalization_reference(x, scale, bias, epsilon, period, stride):
     rows, cols = x.shape

@@ -8,6 +8,7 @@ from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import KernelContext, lookup, register_kernel
 from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel
+from .elementwise import sum_to_shape
 from .loss import softmax_cross_entropy, softmax_cross_entropy_grad
 from .math import gemm
 from .pool import max_pool, max_pool_grad
@@ -54,7 +55,7 @@ def activation_grad_bias(ctx):
     dx = activation_gradient(ctx, dy, xy)
     out = {"dX": dx}
     if ctx.wants("dB"):     # SumToShape's sum for a Gemm's (N, C), ConvGrad's for (N, C, ...)
-        out["dB"] = np.sum(dx, axis=0) if dx.ndim == 2 else bias_grad(dx)
+        out["dB"] = sum_to_shape(dx, dx.shape[1:]) if dx.ndim == 2 else bias_grad(dx)
     return out
 
 

@@ -1,7 +1,12 @@
 """CPU kernels of Resize, Upsample and ResizeGrad, one resized axis at a time
 (minitrain._ext.resize): nearest mode takes entries along the axis, linear mode blends two; the
 gradient adds dY back along the same maps, the axes in reverse order.  float16 is resized in
-float32."""
+float32.
+
+The gradient along a short last axis of finite data is a product with the (size, out) matrix
+of the map instead (BLAS): there the kernel scatters one element at a time, each add waiting
+on the store before it to the same entry.  Entries the map does not use are zeros, which would
+turn an infinity elsewhere in the row into NaN, hence finite data only."""
 import math
 
 import numpy as np
@@ -12,6 +17,9 @@ from ...ops.resize import (grad_plan, is_identity, linear_taps, nearest_position
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .blas import gemm
+
+DENSE_AXIS_LIMIT = 64   # the longest last axis whose gradient is a matrix product
 
 
 def _working_dtype(dtype):
@@ -35,9 +43,25 @@ def _resize_axis(kernels, src, axis, length, resize, mode, coordinates, nearest)
     else:
         left, right, weight = linear_taps(resize, coordinate)
         maps = tuple(np.ascontiguousarray(m, dtype=t) for m, t in ((left, np.int64), (right, np.int64), (weight, src.dtype)))
+    if kernels is _GRADIENT and axis == src.ndim - 1 and resize.size <= DENSE_AXIS_LIMIT and np.isfinite(src).all():
+        return gemm(src.reshape(-1, resize.out), _map_matrix(maps, resize, src.dtype), trans_b=True).reshape(shape)
     outer, inner = math.prod(src.shape[:axis]), math.prod(src.shape[axis + 1:])
     kernels[mode](src.reshape(-1), dst.reshape(-1), outer, resize.size, resize.out, inner, *maps, kernel_threads())
     return dst
+
+
+def _map_matrix(maps, resize, dtype):
+    """The (size, out) matrix of an axis's map: column j holds the weights output j takes of
+    each input position (positions that a clamped tap reaches twice add up)."""
+    matrix = np.zeros((resize.size, resize.out), dtype)
+    columns = np.arange(resize.out)
+    if len(maps) == 1:
+        matrix[maps[0], columns] = 1
+    else:
+        left, right, weight = maps
+        np.add.at(matrix, (left, columns), 1 - weight)
+        np.add.at(matrix, (right, columns), weight)
+    return matrix
 
 
 _FORWARD = {"nearest": _resize.nearest, "linear": _resize.linear}
