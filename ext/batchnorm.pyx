@@ -2,9 +2,12 @@
 """Batch normalisation over a contiguous (N, C, D) buffer: element (n, c, d) sits at
 (n * C + c) * D + d, D the product of the spatial dims (1 for (N, C) input).
 
-Per-channel sums run serially inside each channel (channels in parallel), in double, so the
-results do not depend on the thread count.  Elementwise passes run over the N * C planes in
-parallel.
+One call does a whole node: ext/batchnorm.h takes a unit of channels at a time (one channel
+of large planes, a block of channels of small ones), its sums, its coefficients, the
+elementwise pass that uses them while its planes are still in cache, and its per-channel
+outputs (statistics, running averages, dscale, dbias), so a call allocates nothing.  Units run
+in parallel; sums run in double in an order fixed by the shape alone, so results do not depend
+on the thread count.
 """
 from cython.parallel cimport prange
 
@@ -15,78 +18,71 @@ ctypedef fused real:
 
 include "thresholds.pxi"
 
+cdef extern from "batchnorm.h":
+    Py_ssize_t mt_bn_unit_channels(Py_ssize_t d) noexcept nogil
+    void mt_bn_forward_f(const float* x, float* y, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d, Py_ssize_t c0,
+                         Py_ssize_t c1, const float* scale, const float* bias, const float* input_mean,
+                         const float* input_var, double epsilon, double momentum, int training,
+                         float* saved_mean, float* saved_inv_std, float* running_mean,
+                         float* running_var) noexcept nogil
+    void mt_bn_forward_d(const double* x, double* y, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d, Py_ssize_t c0,
+                         Py_ssize_t c1, const double* scale, const double* bias, const double* input_mean,
+                         const double* input_var, double epsilon, double momentum, int training,
+                         double* saved_mean, double* saved_inv_std, double* running_mean,
+                         double* running_var) noexcept nogil
+    void mt_bn_backward_f(const float* dy, const float* x, float* dx, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
+                          Py_ssize_t c0, Py_ssize_t c1, const float* scale, const float* mean,
+                          const float* inv_std, int training, float* dscale, float* dbias) noexcept nogil
+    void mt_bn_backward_d(const double* dy, const double* x, double* dx, Py_ssize_t n, Py_ssize_t c,
+                          Py_ssize_t d, Py_ssize_t c0, Py_ssize_t c1, const double* scale, const double* mean,
+                          const double* inv_std, int training, double* dscale, double* dbias) noexcept nogil
+
 
 cdef inline int _threads(Py_ssize_t work, int num_threads) noexcept nogil:
     return threads_for(work, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)
 
 
-def channel_stats(const real[::1] x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
-                  double[::1] mean, double[::1] var, int num_threads):
-    """Per-channel mean and biased variance (two passes)."""
-    cdef Py_ssize_t ch, i, j, base
-    cdef double s, diff, count = <double> (n * d)
-    for ch in prange(c, nogil=True, schedule="static", num_threads=_threads(n * c * d, num_threads)):
-        s = 0
-        for i in range(n):
-            base = (i * c + ch) * d
-            for j in range(d):
-                s = s + x[base + j]
-        s = s / count
-        mean[ch] = s
-        diff = 0
-        for i in range(n):
-            base = (i * c + ch) * d
-            for j in range(d):
-                diff = diff + (x[base + j] - s) * (x[base + j] - s)
-        var[ch] = diff / count
+def forward(const real[::1] x, real[::1] y, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
+            const real[::1] scale, const real[::1] bias, const real[::1] input_mean,
+            const real[::1] input_var, double epsilon, double momentum, bint training,
+            real[::1] saved_mean, real[::1] saved_inv_std, real[::1] running_mean,
+            real[::1] running_var, int num_threads):
+    """BatchNormalization of the (n, c, d) buffer x into y (ext/batchnorm.h's mt_bn_forward):
+    batch statistics and running averages when training, input_mean and input_var otherwise
+    (running_* untouched).  Units of a channel or a block of channels in parallel."""
+    cdef Py_ssize_t unit = mt_bn_unit_channels(d), units = (c + unit - 1) // unit, u, c0, c1
+    if c == 0:
+        return
+    for u in prange(units, nogil=True, schedule="static", num_threads=_threads(n * c * d, num_threads)):
+        c0 = u * unit
+        c1 = min(c0 + unit, c)
+        if real is float:
+            mt_bn_forward_f(&x[0], &y[0], n, c, d, c0, c1, &scale[0], &bias[0], &input_mean[0], &input_var[0],
+                            epsilon, momentum, training, &saved_mean[0], &saved_inv_std[0], &running_mean[0],
+                            &running_var[0])
+        else:
+            mt_bn_forward_d(&x[0], &y[0], n, c, d, c0, c1, &scale[0], &bias[0], &input_mean[0], &input_var[0],
+                            epsilon, momentum, training, &saved_mean[0], &saved_inv_std[0], &running_mean[0],
+                            &running_var[0])
 
 
-def normalize(const real[::1] x, real[::1] y, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
-              const real[::1] mul, const real[::1] add, int num_threads):
-    """y = x * mul[c] + add[c] (the affine form of (x - mean) * inv_std * scale + B)."""
-    cdef Py_ssize_t plane, ch, j, base
-    cdef real a, b
-    for plane in prange(n * c, nogil=True, schedule="static", num_threads=_threads(n * c * d, num_threads)):
-        ch = plane % c
-        a = mul[ch]
-        b = add[ch]
-        base = plane * d
-        for j in range(d):
-            y[base + j] = x[base + j] * a + b
-
-
-def grad_sums(const real[::1] dy, const real[::1] x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
-              const real[::1] mean, const real[::1] inv_std, double[::1] dbias, double[::1] dscale,
-              int num_threads):
-    """dbias[c] = sum(dy), dscale[c] = sum(dy * (x - mean) * inv_std)."""
-    cdef Py_ssize_t ch, i, j, base
-    cdef double sb, sx, m
-    for ch in prange(c, nogil=True, schedule="static", num_threads=_threads(n * c * d, num_threads)):
-        sb = 0
-        sx = 0
-        m = mean[ch]
-        for i in range(n):
-            base = (i * c + ch) * d
-            for j in range(d):
-                sb = sb + dy[base + j]
-                sx = sx + dy[base + j] * (x[base + j] - m)
-        dbias[ch] = sb
-        dscale[ch] = sx * inv_std[ch]
-
-
-def grad_input(const real[::1] dy, const real[::1] x, real[::1] dx, Py_ssize_t n, Py_ssize_t c,
-               Py_ssize_t d, const real[::1] mean, const real[::1] k_dy, const real[::1] k_x,
-               const real[::1] k_0, int num_threads):
-    """dx = k_dy[c] * dy + k_x[c] * (x - mean[c]) + k_0[c] (training: the batch-statistics
-    terms are in k_x and k_0; inference: k_x = k_0 = 0)."""
-    cdef Py_ssize_t plane, ch, j, base
-    cdef real a, b, e, m
-    for plane in prange(n * c, nogil=True, schedule="static", num_threads=_threads(n * c * d, num_threads)):
-        ch = plane % c
-        a = k_dy[ch]
-        b = k_x[ch]
-        e = k_0[ch]
-        m = mean[ch]
-        base = plane * d
-        for j in range(d):
-            dx[base + j] = a * dy[base + j] + b * (x[base + j] - m) + e
+def backward(const real[::1] dy, const real[::1] x, real[::1] dx, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
+             const real[::1] scale, const real[::1] mean, const real[::1] inv_std, bint training,
+             real[::1] dscale, real[::1] dbias, int num_threads):
+    """BatchNormalizationGrad (ext/batchnorm.h's mt_bn_backward): dscale and dbias when they are
+    given (not None), dx when it is given; the batch statistics' paths when training."""
+    cdef Py_ssize_t unit = mt_bn_unit_channels(d), units = (c + unit - 1) // unit, u, c0, c1
+    cdef real* dx_data = NULL if dx is None else &dx[0]
+    cdef real* dscale_data = NULL if dscale is None else &dscale[0]
+    cdef real* dbias_data = NULL if dbias is None else &dbias[0]
+    if c == 0:
+        return
+    for u in prange(units, nogil=True, schedule="static", num_threads=_threads(n * c * d, num_threads)):
+        c0 = u * unit
+        c1 = min(c0 + unit, c)
+        if real is float:
+            mt_bn_backward_f(&dy[0], &x[0], dx_data, n, c, d, c0, c1, &scale[0], &mean[0], &inv_std[0], training,
+                             dscale_data, dbias_data)
+        else:
+            mt_bn_backward_d(&dy[0], &x[0], dx_data, n, c, d, c0, c1, &scale[0], &mean[0], &inv_std[0], training,
+                             dscale_data, dbias_data)

@@ -301,3 +301,55 @@ def test_optimizer_kernels_take_a_rate_per_parameter():
     with pytest.raises(OpAttributeError, match="weight_decays"):
         run_node("SGDOptimizer", [np.array(0.5), w, b, gw, gb], attrs={"weight_decays": [1.0]},
                  domain="com.microsoft")
+
+
+def _sgd_many(dtype, momentum, nesterov, max_norm):
+    """Tensors below and above the parallel threshold (the large ones split in 8192-element
+    chunks), updated by one SGDOptimizer node: (inputs before, norm, tensors after)."""
+    rng = np.random.default_rng(0)
+    shapes = [(5,), (300, 700), (3, 3), (20000,)]
+    groups = 3 if momentum else 2
+    tensors = [rng.standard_normal(s).astype(dtype) for _ in range(groups) for s in shapes]
+    start = [t.copy() for t in tensors]
+    (norm,) = run_node("SGDOptimizer", [np.array(0.1, dtype), *tensors], domain="com.microsoft",
+                       attrs={"momentum": momentum, "nesterov": nesterov, "weight_decay": 0.01, "max_norm": max_norm})
+    return start, norm, tensors
+
+
+@pytest.mark.parametrize("momentum,nesterov,max_norm", [(0.0, 0, 0.0), (0.9, 0, 0.0), (0.9, 1, 0.0), (0.9, 0, 50.0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sgd_kernel_updates_every_tensor_in_one_call(momentum, nesterov, max_norm, dtype, threads):
+    """The norm comes from the update's own pass (no clipping) or a pass before it (clipping)."""
+    start, norm, after = _sgd_many(dtype, momentum, nesterov, max_norm)
+    count = 4
+    grads = [g.astype(np.float64) for g in start[count:2 * count]]
+    expected_norm = math.sqrt(sum(float(np.sum(g ** 2)) for g in grads))
+    assert norm.dtype == dtype
+    np.testing.assert_allclose(norm, expected_norm, rtol=1e-12 if dtype == np.float64 else 1e-6)
+    scale = min(1.0, max_norm / (expected_norm + 1e-6)) if max_norm else 1.0
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for k in range(count):
+        w = start[k].astype(np.float64)
+        d = grads[k] * scale + 0.01 * w
+        if momentum:
+            buf = momentum * start[2 * count + k] + d
+            np.testing.assert_allclose(after[2 * count + k], buf, rtol=tol, atol=tol)
+            d = d + momentum * buf if nesterov else buf
+        np.testing.assert_allclose(after[k], w - 0.1 * d, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("momentum,max_norm", [(0.0, 0.0), (0.9, 50.0)])
+def test_sgd_kernel_gives_the_same_bits_at_every_thread_count(momentum, max_norm):
+    import minitrain
+    old = minitrain.get_num_threads()
+    runs = []
+    try:
+        for count in (1, 2):
+            minitrain.set_num_threads(count)
+            runs.append(_sgd_many(np.float32, momentum, 0, max_norm)[1:])
+    finally:
+        minitrain.set_num_threads(old)
+    (norm1, after1), (norm2, after2) = runs
+    assert norm1.tobytes() == norm2.tobytes()
+    for one, two in zip(after1, after2):
+        np.testing.assert_array_equal(one, two)

@@ -3,7 +3,7 @@
 The hot kernels exist once per ISA level (minitrain._ext.<level>.<name>); this package binds
 the level that dispatch.py chose under the plain names, so `from minitrain._ext import conv`
 (or `import minitrain._ext.conv`) gets the build this CPU runs.  The other kernels
-(batchnorm, loss, optimizer) are single modules built for the baseline level.
+(loss, optimizer and the like) are single modules built for the baseline level.
 """
 import importlib
 import sys

@@ -1,5 +1,7 @@
-"""CPU kernels of BatchNormalization and BatchNormalizationGrad (Cython passes over
-(N, C, D) planes; the per-channel coefficients are small NumPy vectors)."""
+"""CPU kernels of BatchNormalization and BatchNormalizationGrad: one Cython call per node
+(ext/batchnorm.pyx), which also writes the per-channel outputs."""
+import math
+
 import numpy as np
 
 from ..._ext import batchnorm as _bn
@@ -11,8 +13,7 @@ from .batchnorm_types import in_data_type
 
 
 def _ncd(x):
-    n, c = x.shape[0], x.shape[1]
-    return n, c, int(np.prod(x.shape[2:], dtype=np.int64))
+    return x.shape[0], x.shape[1], math.prod(x.shape[2:])
 
 
 @register_kernel("BatchNormalization", since=9, end=13)
@@ -22,25 +23,16 @@ def batch_normalization(ctx):
     x, scale, bias, input_mean, input_var = ctx.inputs
     a = ctx.attrs
     n, c, d = _ncd(x)
-    threads = kernel_threads()
     training = is_training(a, ctx.wants)
-    if training:
-        if n * d == 0:
-            ctx.fail(f"training mode needs at least one value per channel, X has shape {x.shape}")
-        mean, var = np.empty(c), np.empty(c)
-        _bn.channel_stats(x.reshape(-1), n, c, d, mean, var, threads)
-    else:
-        mean, var = input_mean.astype(np.float64), input_var.astype(np.float64)
-    inv_std = 1.0 / np.sqrt(var + a["epsilon"])
-    mul = (scale * inv_std).astype(ctx.dtype)
-    add = (bias - mean * scale * inv_std).astype(ctx.dtype)
+    if training and n * d == 0:
+        ctx.fail(f"training mode needs at least one value per channel, X has shape {x.shape}")
     y = np.empty_like(x)
-    _bn.normalize(x.reshape(-1), y.reshape(-1), n, c, d, mul, add, threads)
-    out = {"Y": y, "saved_mean": mean.astype(ctx.dtype), "saved_inv_std": inv_std.astype(ctx.dtype)}
+    saved_mean, saved_inv_std, running_mean, running_var = (np.empty(c, ctx.dtype) for _ in range(4))
+    _bn.forward(x.reshape(-1), y.reshape(-1), n, c, d, scale, bias, input_mean, input_var, a["epsilon"],
+                a["momentum"], training, saved_mean, saved_inv_std, running_mean, running_var, kernel_threads())
+    out = {"Y": y, "saved_mean": saved_mean, "saved_inv_std": saved_inv_std}
     if training:
-        m = a["momentum"]
-        out["running_mean"] = (m * input_mean + (1 - m) * mean).astype(ctx.dtype)
-        out["running_var"] = (m * input_var + (1 - m) * var).astype(ctx.dtype)
+        out["running_mean"], out["running_var"] = running_mean, running_var
     return out
 
 
@@ -49,22 +41,10 @@ def batch_normalization(ctx):
 def batch_normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
     n, c, d = _ncd(x)
-    threads = kernel_threads()
-    training = bool(ctx.attrs["training_mode"])
-    out = {}
-    if training or ctx.wants("dscale") or ctx.wants("dbias"):
-        dbias, dscale = np.empty(c), np.empty(c)
-        _bn.grad_sums(dy.reshape(-1), x.reshape(-1), n, c, d, mean, inv_std, dbias, dscale, threads)
-        out["dscale"], out["dbias"] = dscale.astype(ctx.dtype), dbias.astype(ctx.dtype)
-    if ctx.wants("dX"):
-        k_dy = scale.astype(np.float64) * inv_std
-        if training:
-            count = n * d
-            k_x, k_0 = -k_dy * inv_std * dscale / count, -k_dy * dbias / count
-        else:
-            k_x = k_0 = np.zeros(c)
-        dx = np.empty_like(x)
-        _bn.grad_input(dy.reshape(-1), x.reshape(-1), dx.reshape(-1), n, c, d, mean,
-                       *(k.astype(ctx.dtype) for k in (k_dy, k_x, k_0)), threads)
-        out["dX"] = dx
+    sums = ctx.wants("dscale") or ctx.wants("dbias")
+    dx = np.empty_like(x) if ctx.wants("dX") else None
+    dscale, dbias = (np.empty(c, ctx.dtype), np.empty(c, ctx.dtype)) if sums else (None, None)
+    _bn.backward(dy.reshape(-1), x.reshape(-1), None if dx is None else dx.reshape(-1), n, c, d, scale, mean,
+                 inv_std, bool(ctx.attrs["training_mode"]), dscale, dbias, kernel_threads())
+    out = {"dX": dx, "dscale": dscale, "dbias": dbias}
     return {k: v for k, v in out.items() if ctx.wants(k)}

@@ -30,21 +30,22 @@ def skipped(norm, attrs):
 
 @register_kernel("SGDOptimizer", domain=MS_DOMAIN)
 def sgd(ctx):
+    """All parameters in one Cython call; the gradient norm comes from the update's own pass
+    unless clipping or skip_non_finite needs it first."""
     a = ctx.attrs
     tensors = ctx.inputs[1:]
     momentum = a["momentum"]
     count = tensor_groups(len(tensors), 3 if momentum else 2)
-    params, grads = tensors[:count], tensors[count:2 * count]
-    buffers = tensors[2 * count:] if momentum else [np.empty(0, ctx.dtype)] * count
+    params, grads, buffers = list(tensors[:count]), list(tensors[count:2 * count]), list(tensors[2 * count:])
+    rates, decays = (np.array(v, dtype=np.float64) for v in per_parameter(ctx.inputs[0], a, count))
     threads = kernel_threads()
-    norm = global_norm(grads, threads)
-    if skipped(norm, a):
+    update = (params, grads, buffers, rates, decays, momentum)
+    if a["max_norm"] == 0 and not a["skip_non_finite"]:
+        norm = math.sqrt(_opt.sgd_update_all(*update, 1.0, bool(a["nesterov"]), True, threads))
         return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
-    scale = clip_scale(norm, a["max_norm"])
-    rates, decays = per_parameter(ctx.inputs[0], a, count)
-    for w, g, buf, lr, decay in zip(params, grads, buffers, rates, decays):
-        _opt.sgd_update(w.reshape(-1), g.reshape(-1), buf.reshape(-1),
-                        lr, momentum, decay, scale, bool(a["nesterov"]), threads)
+    norm = global_norm(grads, threads)
+    if not skipped(norm, a):
+        _opt.sgd_update_all(*update, clip_scale(norm, a["max_norm"]), bool(a["nesterov"]), False, threads)
     return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
 
 
