@@ -8,7 +8,9 @@ timed in interleaved rounds (harness.py), time per step being wall time with a s
 at the end of each call.  On CUDA both sides are fed device-resident batches and replay their
 whole step from a CUDA Graph: minitrain its captured step, PyTorch a torch.cuda.graph of its
 step, captured after warm-up steps on a side stream (as bench/amp.py does); PyTorch's eager
-step is timed too, as an extra column, on its own copy of the model.
+step is timed too, as an extra column, on its own copy of the model.  A last column says how
+minitrain's steps ran on CUDA: how many of them replayed the captured graph, or why capture was
+off (the graphs' `disabled` reason, or steps run plainly after a signature was turned off).
 
 --profile prints, per family, the shares of minitrain's step by op type (node times summed by
 op type over profiled steps, TrainingSession.profile_step: host wall time on the CPU, CUDA
@@ -139,6 +141,21 @@ def op_type_shares(session, feed):
     return 1e3 * total / PROFILED_STEPS, shares
 
 
+def capture_state(session):
+    """How the training steps of `session` ran so far: the share replayed from the captured
+    graph, or why the step was not captured."""
+    graphs = session._train.graphs
+    if graphs is None:
+        return "capture off"
+    if graphs.disabled:
+        return f"not captured: {graphs.disabled}"
+    stats = graphs.stats
+    state = f"{stats['replays']}/{session._train.calls} replayed"
+    if stats["plain"] or stats["diverged"]:
+        state += f" ({stats['plain']} plain, {stats['diverged']} diverged: see the minitrain.capture log)"
+    return state
+
+
 def profile_row(family, session, feed):
     ms, shares = op_type_shares(session, feed)
     return [family, f"{ms:.3g}", ", ".join(f"{op} {share:.0%}" for op, share in shares[:TOP_OP_TYPES])]
@@ -158,14 +175,15 @@ def main():
         times = interleaved(timed, rounds=arg("--rounds", 3), min_time=arg("--min-time", 0.5))
         peer = "torch graph" if "torch graph" in times else "torch eager"
         rows.append([family, fmt(times["minitrain"])] + [fmt(times[name]) for name in timed if name != "minitrain"]
-                    + [ratio(times["minitrain"], times[peer])])
+                    + [ratio(times["minitrain"], times[peer])] + ([capture_state(session)] if device == "cuda" else []))
         print(" | ".join(rows[-1]), flush=True)
         if "--profile" in sys.argv:
             profiles.append(profile_row(family, session, feed))
             print(" | ".join(profiles[-1]), flush=True)
         del session, feed, timed
     peers = ["PyTorch graph ms", "PyTorch eager ms"] if device == "cuda" else ["PyTorch ms"]
-    header = ["family", "minitrain ms"] + peers + [f"minitrain / {peers[0][:-3]}"]
+    header = ["family", "minitrain ms"] + peers + [f"minitrain / {peers[0][:-3]}"] + \
+        (["minitrain steps"] if device == "cuda" else [])
     text = (f"# Model families: training step, {device}, batch {batch} of 3x{size}x{size}, {THREADS} threads\n\n"
             + markdown_table(header, rows) + "\n")
     if profiles:

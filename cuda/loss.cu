@@ -55,15 +55,44 @@ __device__ void sce_reduce_impl(const double* partial, int64_t rows, int mean, T
     if (threadIdx.x == 0) out[0] = from_acc<T>((acc_t<T>)(mean ? loss / weight : loss));
 }
 
-// wsum[0] = the sum of the rows' weights (the mean's divisor), labels checked; one block.
+// The first level of sce_reduce over many rows: block b writes the sums of partial[r] and
+// partial[rows + r] over its chunk of rows [b * chunk, (b + 1) * chunk) to sums[b] and
+// sums[gridDim.x + b], which sce_reduce then adds up as gridDim.x rows.
+__device__ void sce_reduce_chunks_impl(const double* partial, int64_t rows, int64_t chunk, double* sums) {
+    const int64_t begin = (int64_t)blockIdx.x * chunk, end = min(rows, begin + chunk);
+    double loss = 0.0, weight = 0.0;
+    for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) {
+        loss += partial[r];
+        weight += partial[rows + r];
+    }
+    loss = block_sum(loss);
+    weight = block_sum(weight);
+    if (threadIdx.x == 0) {
+        sums[blockIdx.x] = loss;
+        sums[gridDim.x + blockIdx.x] = weight;
+    }
+}
+
+// wsum[b] = the sum of the weights of block b's chunk of rows [b * chunk, (b + 1) * chunk),
+// labels checked: with one block over every row, the mean's divisor; with more, the partial
+// sums that sce_sum adds up.
 template <typename T, typename L>
-__device__ void sce_weight_sum_impl(const L* labels, const T* weights, int64_t rows, int64_t C,
+__device__ void sce_weight_sum_impl(const L* labels, const T* weights, int64_t rows, int64_t chunk, int64_t C,
                                     int64_t ignore_index, int has_ignore, unsigned long long* bad, double* wsum) {
+    const int64_t begin = (int64_t)blockIdx.x * chunk, end = min(rows, begin + chunk);
     double s = 0.0;
-    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x)
         s += (double)class_weight(weights, row_label(labels, r, C, ignore_index, has_ignore, bad, true));
     s = block_sum(s);
-    if (threadIdx.x == 0) wsum[0] = s;
+    if (threadIdx.x == 0) wsum[blockIdx.x] = s;
+}
+
+// out[0] = sum(partial[:count]); one block.
+__device__ void sce_sum_impl(const double* partial, int64_t count, double* out) {
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) out[0] = s;
 }
 
 // d_logits = (exp(log_prob) - onehot(label)) * coef, coef = weight * dY[r] (none), weight * dY
@@ -99,9 +128,10 @@ __device__ void sce_grad_impl(const T* dy, const T* log_prob, const L* labels, c
                                   ignore_index, has_ignore, bad);                                          \
     }                                                                                                      \
     extern "C" __global__ void sce_weight_sum_##LS##_##S(const L* labels, const T* weights, int64_t rows,  \
-                                                         int64_t C, int64_t ignore_index, int has_ignore,  \
-                                                         unsigned long long* bad, double* wsum) {          \
-        sce_weight_sum_impl<T, L>(labels, weights, rows, C, ignore_index, has_ignore, bad, wsum);          \
+                                                         int64_t chunk, int64_t C, int64_t ignore_index,   \
+                                                         int has_ignore, unsigned long long* bad,          \
+                                                         double* wsum) {                                   \
+        sce_weight_sum_impl<T, L>(labels, weights, rows, chunk, C, ignore_index, has_ignore, bad, wsum);   \
     }                                                                                                      \
     extern "C" __global__ void sce_grad_##LS##_##S(                                                        \
         const T* dy, const T* log_prob, const L* labels, const T* weights, const double* wsum, T* dx,       \
@@ -116,6 +146,14 @@ __device__ void sce_grad_impl(const T* dy, const T* log_prob, const L* labels, c
     SCE_KERNELS(T, S, int32_t, i32)                                                               \
     extern "C" __global__ void sce_reduce_##S(const double* partial, int64_t rows, int mean, T* out) { \
         sce_reduce_impl<T>(partial, rows, mean, out);                                             \
+    }                                                                                             \
+    /* the sums in double are the same for every T: named per T for the launcher */               \
+    extern "C" __global__ void sce_reduce_chunks_##S(const double* partial, int64_t rows, int64_t chunk, \
+                                                     double* sums) {                              \
+        sce_reduce_chunks_impl(partial, rows, chunk, sums);                                       \
+    }                                                                                             \
+    extern "C" __global__ void sce_sum_##S(const double* partial, int64_t count, double* out) {   \
+        sce_sum_impl(partial, count, out);                                                        \
     }
 MT_FOR_FLOATS(SCE)
 

@@ -75,6 +75,62 @@ def test_device_inputs_give_device_outputs(rng):
     np.testing.assert_allclose(cuda.to_numpy(dx), expected_dx, rtol=1e-12, atol=1e-15)
 
 
+LARGE_SCE_CASES = [  # per-pixel scores whose rows are summed in chunks, then over the chunks
+    ((8, 5, 128, 128), True, 1, np.int64),
+    ((3, 4, 1031, 7), False, -1, np.int32),      # a last chunk of fewer rows
+    ((2, 3, 1200, 1000), True, None, np.int64),  # the most chunks (loss.MAX_CHUNKS)
+]
+
+
+def _device_run(op, inputs, attrs, domain=""):
+    cuda = get_provider("cuda")
+    return [cuda.to_numpy(r) for r in run_node(op, [cuda.from_numpy(x) for x in inputs], attrs=attrs,
+                                                domain=domain, provider="cuda")]
+
+
+@pytest.mark.parametrize("case", range(len(LARGE_SCE_CASES)))
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_large_per_pixel_losses_reduce_as_on_the_cpu_and_reproducibly(case, reduction, dtype, rng):
+    """The loss, its gradient, the fused loss-with-gradient and NegativeLogLikelihoodLoss: each
+    reduces its rows (and their weights, the mean's divisor) in two levels; the CPU's results,
+    the same bits on every run."""
+    from minitrain.ops.fused import FUSED_DOMAIN
+    from minitrain.providers.cuda.loss import row_chunks
+    shape, weighted, ignore, label_dtype = LARGE_SCE_CASES[case]
+    assert row_chunks(shape[0] * int(np.prod(shape[2:])))[1] > 1
+    inputs = [x.astype(dtype) if x.dtype.kind == "f" else x
+              for x in sce_inputs(rng, shape, weighted, ignore, label_dtype)]
+    scores, labels, weights = inputs[0], inputs[1], inputs[2:]
+    attrs = sce_attrs(reduction, ignore)
+    seed = np.array(0.75, dtype)
+    _, log_prob = check_parity("SoftmaxCrossEntropyLoss", inputs, attrs, dtypes=[dtype])
+    log_prob = log_prob.astype(dtype)
+    cases = [("SoftmaxCrossEntropyLoss", inputs, ""),
+             ("SoftmaxCrossEntropyLossGrad", [seed, log_prob, labels] + weights, MS),
+             ("SoftmaxCrossEntropyLossWithGrad", [scores, labels, seed] + weights, FUSED_DOMAIN),
+             ("NegativeLogLikelihoodLoss", [log_prob, labels] + weights, ""),
+             ("NegativeLogLikelihoodLossGrad", [seed, log_prob, labels] + weights, MS)]
+    for op, args, domain in cases:
+        check_parity(op, args, attrs, domain=domain, dtypes=[dtype])
+        first, again = _device_run(op, args, attrs, domain), _device_run(op, args, attrs, domain)
+        for a, b in zip(first, again):
+            assert a.tobytes() == b.tobytes(), op
+
+
+def test_a_bad_label_in_a_late_chunk_of_a_large_mean_is_the_cpu_error(rng):
+    from minitrain.providers.cuda.loss import check_labels
+    scores, labels = sce_inputs(rng, (4, 3, 256, 256), False, None, np.int64)
+    labels[3, 200, 17] = 9
+    grad_inputs = [np.array(1.0), np.log(np.full(scores.shape, 1 / 3)), labels]
+    expected = _cpu_error("SoftmaxCrossEntropyLossGrad", grad_inputs, {}, MS)
+    cuda = get_provider("cuda")
+    run_node("SoftmaxCrossEntropyLossGrad", [cuda.from_numpy(x) for x in grad_inputs], domain=MS, provider="cuda")
+    with pytest.raises(ShapeError) as error:
+        check_labels(cuda)
+    assert str(error.value) == expected
+
+
 BAD_LABELS = [  # labels, attributes
     (np.array([0, 3, 1]), {}),
     (np.array([0, -1, 1]), {}),

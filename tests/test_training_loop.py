@@ -114,9 +114,9 @@ def test_a_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, mo
     session, loader, test = setup()
     real_step, calls = session.train_step, []
 
-    def diverging(x, y, wait=True):
+    def diverging(x, y, **options):
         calls.append(1)
-        loss = real_step(x, y, wait=wait)
+        loss = real_step(x, y, **options)
         if len(calls) == 3:
             return PendingScalar(PendingValues({"loss": float("nan"), "output": loss.values["output"]}), "loss")
         return loss

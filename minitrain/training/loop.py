@@ -214,10 +214,10 @@ def fit(session, loader, *, epochs, test=None, task="classification", out_dir=No
             if i == steps:
                 break
             if profile and epoch == first_epoch and i == min(PROFILED_STEP, steps - 1):
-                loss = session.profile_step(xb, yb, profile if ranks.main else None)
+                loss = session.profile_step(xb, yb, profile if ranks.main else None, fetch_output=True)
                 log(f"wrote a Chrome trace of one step to {profile}")
             else:
-                loss = session.train_step(xb, yb, wait=False)
+                loss = session.train_step(xb, yb, wait=False, fetch_output=True)
             queued.append((i, loss, np.asarray(yb)))
             settle(LAG)
         settle(0)

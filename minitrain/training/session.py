@@ -47,8 +47,12 @@ them to the host arrays (the model's parameters, `optimizer.state`), which `save
 On CUDA each plan's whole step is captured into a CUDA Graph once its input signature has run
 twice, and replayed after that (`capture=False` turns it off, for debugging; see
 providers/cuda/capture/step_graph.py); `train_step(..., wait=False)` returns at once with the loss as
-a PendingScalar, so the host queues the next step while the GPU runs this one.  `last_output`
-and `last_grad_norm` are fetched without waiting and read when asked for.
+a PendingScalar, so the host queues the next step while the GPU runs this one.  The loss and
+`last_grad_norm` are fetched without waiting and read when asked for.  The model's output is
+not copied to the host at every step (on a per-pixel model it outweighs the rest of the
+fetch many times over): `last_output` copies it when read, from the device tensor that the
+last training run left (valid until the next one), and `train_step(..., fetch_output=True)`
+queues its copy with the loss, for a caller that reads it after later steps (the fit loop).
 
 Data parallelism: `data_parallel=True`, after minitrain.distributed.init() in every process that
 mpiexec launched, trains one model on all of them (training/data_parallel.py): rank 0's state
@@ -173,7 +177,8 @@ class TrainingSession:
         self._eval = {}          # with_loss -> Executor
         self._profiled = None    # the training plan run node by node, timed
         self._grad_buffers = {}  # parameter -> host array of its accumulated gradient
-        self._last = None        # PendingValues of the last training run's output
+        self._last = None        # PendingValues of the last training run's loss (and gradient norm)
+        self._output = None      # PendingValues of the last training run's output
         self._batch_checked = self.world is None
         if self.world is not None:
             data_parallelism.check_world_agrees(data_parallelism.describe(self))
@@ -325,23 +330,29 @@ class TrainingSession:
 
     @property
     def last_output(self):
-        """The model's output on the last training batch (host array)."""
-        return None if self._last is None else self._last["output"]
+        """The model's output on the last training batch (host array; copied from the device,
+        waiting for it, when first read after a step that did not fetch it)."""
+        return None if self._output is None else self._output["output"]
 
     @property
     def last_grad_norm(self):
         """The global gradient norm (before clipping) of the last update."""
         return self.optimizer.last_grad_norm
 
-    def _fetched(self, results, loss_name, output_name, norm_name=None):
-        """Queue the copies of a run's loss, output (and gradient norm) to the host; returns
-        the loss as a PendingScalar."""
-        values = {"loss": results[loss_name], "output": results[output_name]}
+    def _fetched(self, results, loss_name, output_name, norm_name=None, fetch_output=False):
+        """Queue the copies of a run's loss (gradient norm, and output when `fetch_output`) to
+        the host; keep the output for last_output; returns the loss as a PendingScalar."""
+        values = {"loss": results[loss_name]}
+        if fetch_output:
+            values["output"] = results[output_name]
         if norm_name is not None:
             values["norm"] = results[norm_name]
         if FOUND_INF in results:
             values["found_inf"] = results[FOUND_INF]
         self._last = self._provider.fetch_async(values)
+        output = results[output_name]
+        self._output = self._last if fetch_output else PendingValues(
+            None, lambda: {"output": self._provider.to_numpy(output)})
         if norm_name is not None:
             self.optimizer.updated(PendingScalar(self._last, "norm"))
         return PendingScalar(self._last, "loss")
@@ -355,10 +366,12 @@ class TrainingSession:
             raise ValueError(f"TrainingSession: requires_grad of {[names.get(id(p)) for p in changed]} changed "
                              "after the session was built; build a new TrainingSession to train with it")
 
-    def train_step(self, inputs, targets, micro_batches=1, *, wait=True):
+    def train_step(self, inputs, targets, micro_batches=1, *, wait=True, fetch_output=False):
         """One update on this batch; returns the loss (mean over micro-batches when split).
         wait=False (one micro-batch) returns at once with a PendingScalar: float() of it
-        waits for the step."""
+        waits for the step.  fetch_output=True (one micro-batch) queues the copy of the
+        model's output with the loss's: the PendingScalar's `values["output"]`, readable
+        after later steps."""
         self._check_requires_grad()
         self._check_batch(inputs, targets)
         self.zero_grad()
@@ -366,7 +379,7 @@ class TrainingSession:
             results = self._train.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
                                       [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
                                       to_host=False)
-            loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
+            loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name, fetch_output)
             return float(loss) if wait else loss
         n = len(inputs)
         if not 1 <= micro_batches <= n:
@@ -380,13 +393,14 @@ class TrainingSession:
             outputs.append(self.last_output)
         self.step()
         self.zero_grad()
-        self._last = PendingValues({"output": np.concatenate(outputs)})
+        self._output = PendingValues({"output": np.concatenate(outputs)})
         return total if mean else total * micro_batches
 
-    def profile_step(self, inputs, targets, path=None):
+    def profile_step(self, inputs, targets, path=None, *, fetch_output=False):
         """One update like train_step, run node by node with every node timed (GPU time from
         events on a device); writes the Chrome trace of it to `path` when given.  Returns the
-        loss as a PendingScalar; `self._profiled.profile` holds the per-node seconds."""
+        loss as a PendingScalar (its output fetched as train_step's `fetch_output` says);
+        `self._profiled.profile` holds the per-node seconds."""
         if self._profiled is None:
             self._profiled = self._executor(self.train_plan, profile=True)
         self._check_requires_grad()
@@ -394,7 +408,7 @@ class TrainingSession:
         results = self._profiled.run({**self._feeds(inputs, targets), **self.optimizer.feeds()},
                                      [self.loss_name, self.output_name, self.norm_name, *self._scaler_fetch],
                                      to_host=False)
-        loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name)
+        loss = self._fetched(results, self.loss_name, self.output_name, self.norm_name, fetch_output)
         if path:
             self._profiled.profiler.write_chrome_trace(path)
         return loss

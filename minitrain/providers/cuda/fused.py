@@ -189,9 +189,7 @@ def softmax_cross_entropy_with_grad(ctx):
         output, partial = prov.empty((), ctx.dtype), prov.empty((2, rows), np.float64)
     wsum = 0
     if rows and reduction == "mean" and (not isinstance(weights, int) or has_ignore):
-        wsum = prov.empty((1,), np.float64)
-        loss.KERNELS["sce_weight_sum", suffix].launch(prov, ctx.dtype, *loss.ONE_BLOCK, labels, weights, rows, c,
-                                                      ignore, has_ignore, guard.flag, wsum)
+        wsum = loss.weight_sum(prov, ctx.dtype, labels, weights, rows, c, ignore, has_ignore, guard.flag)
     if rows:
         args = (scores, labels, weights, dy, wsum, float(rows), d_logits, output if partial is None else 0,
                 0 if partial is None else partial, rows, c, d, ignore, has_ignore, loss.REDUCTIONS[reduction],
@@ -203,5 +201,5 @@ def softmax_cross_entropy_with_grad(ctx):
             SCE_WITH_GRAD["thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)
         guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     if partial is not None:
-        loss.REDUCE.launch(prov, ctx.dtype, *loss.ONE_BLOCK, partial, rows, int(reduction == "mean"), output)
+        loss.reduce_rows(prov, ctx.dtype, partial, rows, reduction == "mean", output)
     return {"output": output, "d_logits": d_logits}

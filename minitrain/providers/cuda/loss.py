@@ -8,6 +8,11 @@ it once that copy has landed, so no call waits for the GPU.  The error (ShapeErr
 kernel's message) is raised when the host next waits for the provider's stream (fetching the
 loss, run_node's results), by the next loss call on the provider, or by
 `check_labels(provider)`, which waits.
+
+The mean and sum over the rows (the losses and their weights, the mean's divisor) add up in
+double in an order fixed by the number of rows alone, so a loss is the same on every device and
+every run: one block over a few rows; over many (a per-pixel loss), blocks of chunks of rows
+first, then one block over their sums (`row_chunks`).
 """
 from __future__ import annotations
 
@@ -25,12 +30,51 @@ from .launch import BLOCK, MAX_BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 LABEL_SUFFIX = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
 SIGNATURES = {"sce_forward_warp": "PPPPPPqqqqiP", "sce_forward_thread": "PPPPPPqqqqiP",
-              "sce_weight_sum": "PPqqqiPP", "sce_grad": "PPPPPPqqqqiiP"}
+              "sce_weight_sum": "PPqqqqiPP", "sce_grad": "PPPPPPqqqqiiP"}
 KERNELS = {(name, suffix): Kernel("loss", f"{name}_{suffix}", sig)
            for name, sig in SIGNATURES.items() for suffix in LABEL_SUFFIX.values()}
 REDUCE = Kernel("loss", "sce_reduce", "PqiP")
+REDUCE_CHUNKS = Kernel("loss", "sce_reduce_chunks", "PqqP")
+SUM = Kernel("loss", "sce_sum", "PqP")
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 ONE_BLOCK = ((1, 1, 1), (MAX_BLOCK, 1, 1))
+MIN_CHUNK_ROWS = 1024       # rows a block of the first level adds up, at the least
+MAX_CHUNKS = MAX_BLOCK      # chunks of rows, at most: the second level's one block takes one each
+
+
+def row_chunks(rows):
+    """(rows per chunk, chunks) of the sums over `rows` rows: one chunk (one block) up to
+    MIN_CHUNK_ROWS rows, else enough to fill the device's blocks and at most MAX_CHUNKS."""
+    chunk = max(MIN_CHUNK_ROWS, -(-rows // MAX_CHUNKS))
+    return chunk, -(-rows // chunk)
+
+
+def reduce_rows(provider, dtype, partial, rows, mean, out):
+    """out = the sum of the rows' losses, partial[0] of a (2, rows) float64 array, divided by
+    the sum of their weights, partial[1], when `mean`."""
+    chunk, chunks = row_chunks(rows)
+    if chunks > 1:
+        sums = provider.empty((2, chunks), np.float64)
+        REDUCE_CHUNKS.launch(provider, dtype, (chunks, 1, 1), (BLOCK, 1, 1), partial, rows, chunk, sums)
+        partial, rows = sums, chunks
+    REDUCE.launch(provider, dtype, *ONE_BLOCK, partial, rows, int(mean), out)
+
+
+def weight_sum(provider, dtype, labels, weights, rows, num_classes, ignore, has_ignore, flag):
+    """A (1,) float64 device array: the sum of the class weights of the rows' labels (the
+    mean's divisor; 0 weights: every class weighs 1), the labels checked into `flag`."""
+    kernel = KERNELS["sce_weight_sum", LABEL_SUFFIX[np.dtype(labels.dtype)]]
+    wsum = provider.empty((1,), np.float64)
+    chunk, chunks = row_chunks(rows)
+    if chunks > 1:
+        sums = provider.empty((chunks,), np.float64)
+        kernel.launch(provider, dtype, (chunks, 1, 1), (BLOCK, 1, 1), labels, weights, rows, chunk, num_classes,
+                      ignore, has_ignore, flag, sums)
+        SUM.launch(provider, dtype, *ONE_BLOCK, sums, chunks, wsum)
+    else:
+        kernel.launch(provider, dtype, *ONE_BLOCK, labels, weights, rows, chunk, num_classes, ignore, has_ignore,
+                      flag, wsum)
+    return wsum
 
 
 class LabelGuard:
@@ -135,7 +179,7 @@ def softmax_cross_entropy(ctx):
             KERNELS["sce_forward_thread", suffix].launch_elements(prov, ctx.dtype, rows, *args)
         guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     if partial is not None:
-        REDUCE.launch(prov, ctx.dtype, *ONE_BLOCK, partial, rows, int(reduction == "mean"), loss)
+        reduce_rows(prov, ctx.dtype, partial, rows, reduction == "mean", loss)
     out = {"output": loss}
     if log_prob is not None:
         out["log_prob"] = log_prob
@@ -157,9 +201,7 @@ def softmax_cross_entropy_grad(ctx):
     wsum = 0
     if reduction == REDUCTIONS["mean"] or (c == 0 and n * d):
         # the mean's divisor; with no classes there is no element to report a bad label from
-        wsum = prov.empty((1,), np.float64)
-        KERNELS["sce_weight_sum", suffix].launch(prov, ctx.dtype, *ONE_BLOCK, labels, weights, n * d, c,
-                                                 ignore, has_ignore, guard.flag, wsum)
+        wsum = weight_sum(prov, ctx.dtype, labels, weights, n * d, c, ignore, has_ignore, guard.flag)
     KERNELS["sce_grad", suffix].launch_elements(prov, ctx.dtype, dx.size, dy, log_prob, labels, weights, wsum, dx,
                                                 n, c, d, ignore, has_ignore, reduction, guard.flag)
     if n * d:

@@ -9,7 +9,7 @@ import numpy as np
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
-from .loss import KERNELS as LOSS_KERNELS, LABEL_SUFFIX, ONE_BLOCK, REDUCE, REDUCTIONS, label_guard
+from .loss import LABEL_SUFFIX, REDUCTIONS, label_guard, reduce_rows, weight_sum
 
 _FORWARD = {s: Kernel("nll", f"nll_forward_{s}", "PPPPPqqqqiP") for s in LABEL_SUFFIX.values()}
 _GRAD = {s: Kernel("nll", f"nll_grad_{s}", "PPPPPqqqqiiP") for s in LABEL_SUFFIX.values()}
@@ -41,7 +41,7 @@ def nll_loss(ctx):
                                          d, ignore, has_ignore, guard.flag)
         guard.launched(ctx.who, c, ctx.attrs.get("ignore_index"))
     if partial is not None:
-        REDUCE.launch(prov, ctx.dtype, *ONE_BLOCK, partial, rows, int(reduction == "mean"), loss)
+        reduce_rows(prov, ctx.dtype, partial, rows, reduction == "mean", loss)
     return {"loss": loss}
 
 
@@ -59,9 +59,7 @@ def nll_loss_grad(ctx):
     wsum = 0
     if reduction == REDUCTIONS["mean"] or (c == 0 and n * d):
         # the mean's divisor; with no classes there is no element to report a bad target from
-        wsum = prov.empty((1,), np.float64)
-        LOSS_KERNELS["sce_weight_sum", suffix].launch(prov, ctx.dtype, *ONE_BLOCK, target, weight, n * d, c, ignore,
-                                                      has_ignore, guard.flag, wsum)
+        wsum = weight_sum(prov, ctx.dtype, target, weight, n * d, c, ignore, has_ignore, guard.flag)
     _GRAD[suffix].launch_elements(prov, ctx.dtype, dx.size, dy, target, weight, wsum, dx, n, c, d, ignore,
                                   has_ignore, reduction, guard.flag)
     if n * d:
