@@ -124,9 +124,9 @@ def _check(graph):
         if version is None:
             failures.append(f"{where}: the model imports no opset for this domain")
             continue
-        if shapes.try_fold(node, node.attrs, version, dims_of):
-            continue
         try:
+            if shapes.try_fold(node, node.attrs, version, dims_of):
+                continue
             for i, name in enumerate(node.inputs):
                 if shapes.is_shape_value(name):
                     array = shapes.constant_for(name, node, i, dims_of(node.inputs[0]))
