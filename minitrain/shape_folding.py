@@ -73,11 +73,14 @@ def _binary(op, a, b):
 
 
 class ShapeFolder:
-    """The shape values of one traced graph, by value name."""
+    """The shape values of one traced graph, by value name; `initializers` (name -> array): the
+    graph's, whose int ones (0-d or 1-d) are known values."""
 
-    def __init__(self):
+    def __init__(self, initializers=None):
         self.values = {}
         self.sources = {}       # value name -> (the node that computed it, its domain's opset)
+        for name, array in (initializers or {}).items():
+            self.add_constant(name, array)
 
     def is_shape_value(self, name):
         return name in self.values

@@ -109,9 +109,7 @@ def _check(graph):
     shape inference declared for its inputs (its dtypes and shapes only where they are known)."""
     types = {v.name: v.type for v in graph.inputs}
     types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
-    shapes = ShapeFolder()
-    for name, array in graph.initializers.items():
-        shapes.add_constant(name, array)
+    shapes = ShapeFolder(graph.initializers)
 
     def dims_of(name):
         t = types.get(name)
