@@ -16,8 +16,8 @@ location, the plan holds an explicit copy node (MemcpyFromHost or MemcpyToHost, 
 device provider) before the consumer.
 
 Constant nodes, and the cheap nodes computed from constants only, are folded while planning
-(constant_folding.py): the plan holds their values in `constants`, placed like initializers, and
-no step for them.
+(constant_folding.py, from Constant nodes alone): the plan holds their values in `constants`,
+placed like initializers, and no step for them.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .binding import bind
 from .caches import LRUCache
-from .constant_folding import folded_outputs
+from .constant_folding import fold_node
 from .errors import GraphError, KernelNotFoundError
 from .graph import Node
 from .inference import check_graph_node, initializer_type, topological_order
@@ -167,7 +167,7 @@ def schedule(graph, fetch=None, providers="cpu"):
     for node in order:
         checked = check_graph_node(graph, node, types)
         kept_node = id(node) in kept_ids
-        folded = folded_outputs(node, graph.opset(node.domain), constants, checked) if kept_node else None
+        folded = fold_node(node, graph.opset(node.domain), constants) if kept_node else None
         if folded is not None:
             for name, array in zip((o for o in node.outputs if o), folded):
                 constants[name] = array

@@ -4,8 +4,11 @@ for view, flatten, reshape and chunk.
 
 A ShapeFolder evaluates such nodes on the host when a graph is traced (nn.GraphModule's replay,
 the importer's check), on values that are the dims of a tensor's type: ints, or names for the
-symbolic ones (the batch "N").  What the subgraph computes then reaches its consumer as a
-constant, so no step runs a node for it and nothing is copied between device and host:
+symbolic ones (the batch "N").  Values all of whose entries are known fold as every constant does
+(constant_folding.py: its ops, its evaluation through run_node); the ShapeFolder carries the
+names through Gather, Unsqueeze, Squeeze, Concat, Slice, Cast and the integer arithmetic.  What
+the subgraph computes then reaches its consumer as a constant, so no step runs a node for it and
+nothing is copied between device and host:
 
 - a value whose entries are all known becomes that int64 constant;
 - Reshape's target shape with symbolic entries still folds when each of them is the data's own
@@ -24,12 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .constant_folding import FOLDED_OPS, fold_node, shape_entries
 from .errors import GraphError
-from .ops.schema import TENSOR_PROTO_DTYPES
+from .ops.schema import ONNX_DOMAIN, TENSOR_PROTO_DTYPES
+from .registry import find
 
-SHAPE_OPS = frozenset({"Shape", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add", "Sub",
-                       "Mul", "Div", "Cast", "Identity"})
-HOST_OPS = SHAPE_OPS - {"Constant", "Add", "Sub", "Mul"}     # those with CPU kernels for int64
 INT_TYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 
@@ -71,11 +73,14 @@ def _binary(op, a, b):
 
 
 class ShapeFolder:
-    """The shape values of one traced graph, by value name."""
+    """The shape values of one traced graph, by value name; `initializers` (name -> array): the
+    graph's, whose int ones (0-d or 1-d) are known values."""
 
-    def __init__(self):
+    def __init__(self, initializers=None):
         self.values = {}
-        self.sources = {}       # value name -> the node that computed it
+        self.sources = {}       # value name -> (the node that computed it, its domain's opset)
+        for name, array in (initializers or {}).items():
+            self.add_constant(name, array)
 
     def is_shape_value(self, name):
         return name in self.values
@@ -88,15 +93,22 @@ class ShapeFolder:
 
     def try_fold(self, node, attrs, opset, dims_of):
         """Evaluate `node` when it is a shape op on shape values; returns True when its outputs
-        are now shape values.  dims_of(name) gives a tensor's dims (ints or names) or None."""
-        if node.op_type not in SHAPE_OPS or node.domain or len(node.outputs) != 1:
+        are now shape values.  dims_of(name) gives a tensor's dims (ints or names) or None.
+        Known values fold as every constant does (constant_folding.fold_node); the entries
+        that are names are carried through the ops here."""
+        if node.op_type not in FOLDED_OPS or node.domain or len(node.outputs) != 1:
             return False
         inputs = [self.values.get(name) if name else None for name in node.inputs]
-        result = self._evaluate(node.op_type, node.inputs, inputs, attrs, opset, dims_of)
+        known = {name: value.array() for name, value in zip(node.inputs, inputs) if value is not None and value.known}
+        folded = fold_node(node, opset, known, dims_of)
+        if folded is not None:
+            result = _from_array(folded[0])
+        else:
+            result = self._evaluate(node.op_type, node.inputs, inputs, attrs, opset, dims_of)
         if result is None:
             return False
         self.values[node.outputs[0]] = result
-        self.sources[node.outputs[0]] = node
+        self.sources[node.outputs[0]] = (node, opset)
         return True
 
     def run_time_nodes(self, name):
@@ -107,32 +119,26 @@ class ShapeFolder:
         while stack:
             value, ready = stack.pop()
             if ready:
-                order.append(self.sources[value])
+                order.append(self.sources[value][0])
                 continue
             if value in seen or self.values[value].known:
                 continue
             seen.add(value)
-            node = self.sources[value]
-            if node.op_type not in HOST_OPS:
+            node, opset = self.sources[value]
+            if find(node.op_type, ONNX_DOMAIN, opset, "cpu", np.int64) is None:
                 raise GraphError(f"node {node.name!r} ({node.op_type}) computes {value!r} = "
                                  f"{list(self.values[value].entries)} from symbolic dims; it would run at every "
-                                 f"step, and has no host kernel for int64 (those that do: {sorted(HOST_OPS)})")
+                                 f"step, and has no host kernel for int64")
             stack.append((value, True))
             stack.extend((x, False) for x in reversed(node.inputs) if x in self.values)
         return order
 
     def _evaluate(self, op, names, inputs, attrs, opset, dims_of):
-        if op == "Constant":
-            value = attrs.get("value")
-            if value is None and ("value_int" in attrs or "value_ints" in attrs):
-                value = np.asarray(attrs.get("value_int", attrs.get("value_ints")), dtype=np.int64)
-            return None if value is None else _from_array(value)
+        """The shape value of `op` on `inputs` (entries ints or names), or None: what fold_node
+        leaves, a name among the entries or int64 arithmetic the host has no kernel for."""
         if op == "Shape":
             dims = dims_of(names[0])
-            if dims is None:
-                return None
-            start, end = attrs.get("start", 0), attrs.get("end")
-            return ShapeValue(list(dims)[start:end])
+            return None if dims is None else ShapeValue(shape_entries(dims, attrs))
         present = [v for v, name in zip(inputs, names) if name]
         if any(v is None for v in present) or not present:
             return None

@@ -1,14 +1,14 @@
 """Constant folding at plan time (minitrain/constant_folding.py): Constant nodes and the cheap
 nodes computed from constants only leave no step in the plan, their values are the plan's
-constants and the results are unchanged; initializers (parameters, state) and ops outside
-FOLDED_OPS are never folded."""
+constants and the results are unchanged; initializers (parameters, state), ops outside
+FOLDED_OPS and values larger than MAX_ELEMENTS are never folded."""
 import textwrap
 
 import numpy as np
 import pytest
 
 from minitrain import Executor, Graph
-from minitrain.constant_folding import FOLDED_OPS
+from minitrain.constant_folding import FOLDED_OPS, MAX_ELEMENTS
 from minitrain.scheduler import schedule
 from stubbed_cuda import run_stubbed
 
@@ -94,6 +94,21 @@ def test_ops_outside_the_folded_set_stay_steps():
     executor = Executor(plan)
     first, second = (executor.run({})[g.outputs[0]] for _ in range(2))
     assert not np.array_equal(first, second)
+
+
+def test_a_value_beyond_the_size_limit_stays_a_step():
+    """A plan constant lives as long as the plan: a node of constants whose output holds more than
+    MAX_ELEMENTS values is computed by its step, which holds the memory only while it runs."""
+    g = Graph(opset_imports={"": 17})
+    g.add_input("x", np.float32, (MAX_ELEMENTS + 1,))
+    size = g.add_node("Constant", [], attrs={"value": np.array([MAX_ELEMENTS + 1], np.int64)})
+    ones = g.add_node("ConstantOfShape", [size], attrs={"value": np.ones(1, np.float32)})
+    g.outputs.append(g.add_node("Add", ["x", ones]))
+    plan = schedule(g)
+    assert _steps(plan) == ["ConstantOfShape", "Add"]
+    assert list(plan.constants) == [size]
+    x = np.arange(MAX_ELEMENTS + 1, dtype=np.float32)
+    np.testing.assert_array_equal(Executor(plan).run({"x": x})[g.outputs[0]], x + 1)
 
 
 def test_nodes_no_fetched_value_needs_are_neither_folded_nor_run():

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 
 from minitrain import nn, optim  # noqa: E402
-from minitrain.errors import GraphError  # noqa: E402
+from minitrain.errors import GraphError, OnnxImportError  # noqa: E402
 from minitrain.graph import Node  # noqa: E402
 from minitrain.onnx import load  # noqa: E402
 from minitrain.shape_folding import ShapeFolder  # noqa: E402
@@ -93,6 +93,29 @@ def test_folder_evaluates_torch_chunk_arithmetic():
     folder.values["target"] = folder.values["s"]
     assert folder.constant_for("target", reshape, 1, ("N", 8, 4, 4)).tolist() == [0, 8, 4, 4]
     assert folder.constant_for("target", Node("Expand", ["x", "target"], ["y"]), 1, None) is None
+
+
+def test_known_values_fold_by_the_shared_rule():
+    """Values with no symbolic entry fold through constant_folding.fold_node: Size of known dims
+    and a Reshape of known ints too, which the symbolic evaluation does not cover."""
+    folder = ShapeFolder()
+    folder.add_constant("flat", np.array([-1]))
+    dims = {"x": (2, 8, 4, 4), "y": ("N", 8)}
+    for node in (Node("Size", ["x"], ["n"]), Node("Shape", ["x"], ["s"], {"start": 1}),
+                 Node("Reshape", ["s", "flat"], ["s1"])):
+        assert folder.try_fold(node, node.attrs, 17, dims.get)
+    assert folder.values["n"].array().tolist() == 256 and folder.values["s1"].array().tolist() == [8, 4, 4]
+    assert not folder.try_fold(Node("Size", ["y"], ["m"]), {}, 17, dims.get)
+
+
+def test_a_bad_constant_is_one_of_the_import_failures():
+    from onnx import helper
+    nodes = [helper.make_node("Constant", [], ["c"], value_string="two", name="text"),
+             helper.make_node("Relu", ["x"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 3])])
+    with pytest.raises(OnnxImportError, match=r"node 'text' \(Constant.*value_string"):
+        load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 def test_run_time_nodes_come_in_order_and_need_host_kernels():

@@ -70,9 +70,7 @@ class GraphModule(Module):
         builder.graph.opset_imports.update(graph.opset_imports)
         state = {**self._parameters, **self._buffers}
         env = dict(zip(graph.input_names, inputs))
-        shapes = ShapeFolder()
-        for name, array in graph.initializers.items():
-            shapes.add_constant(name, array)
+        shapes = ShapeFolder(graph.initializers)
 
         def dims_of(name):
             value = env.get(name, state.get(name))

@@ -109,9 +109,7 @@ def _check(graph):
     shape inference declared for its inputs (its dtypes and shapes only where they are known)."""
     types = {v.name: v.type for v in graph.inputs}
     types.update({name: initializer_type(a) for name, a in graph.initializers.items()})
-    shapes = ShapeFolder()
-    for name, array in graph.initializers.items():
-        shapes.add_constant(name, array)
+    shapes = ShapeFolder(graph.initializers)
 
     def dims_of(name):
         t = types.get(name)
@@ -124,9 +122,9 @@ def _check(graph):
         if version is None:
             failures.append(f"{where}: the model imports no opset for this domain")
             continue
-        if shapes.try_fold(node, node.attrs, version, dims_of):
-            continue
         try:
+            if shapes.try_fold(node, node.attrs, version, dims_of):
+                continue
             for i, name in enumerate(node.inputs):
                 if shapes.is_shape_value(name):
                     array = shapes.constant_for(name, node, i, dims_of(node.inputs[0]))

@@ -17,12 +17,12 @@ afresh every execution (a Dropout seed: `uploaded`) ride along the same way.
 
 A plan is not captured when a node runs on another provider or reads a per-run input from host
 memory, but for the shape arithmetic of run-time shape subgraphs (shape_folding.py): host nodes
-of its ops computing integers from the dims that Shape and Size read and from integer
-initializers, whose values the input signature fixes, so a replay needs them no more than the
-launch parameters they gave the kernels after them.  A capture that fails (an allocation
-sequence that differs from the recorded one, an operation the driver cannot capture) turns
-capture off for the plan.  Either way one log line says why and the plan runs uncaptured, with
-the same results.
+of the ops that fold (constant_folding.FOLDED_OPS: deterministic, no side effect) computing
+integers from the dims that Shape and Size read and from integer initializers, whose values the
+input signature fixes, so a replay needs them no more than the launch parameters they gave the
+kernels after them.  A capture that fails (an allocation sequence that differs from the recorded
+one, an operation the driver cannot capture) turns capture off for the plan.  Either way one log
+line says why and the plan runs uncaptured, with the same results.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pycuda.driver as driver
 
-from ....shape_folding import HOST_OPS
+from ....constant_folding import FOLDED_OPS
 from ....step_replay import Signature, StepReplay
 from .arena import AllocationTrace, ArenaAllocator
 from ..libs.graphs import StreamCapture
@@ -81,7 +81,7 @@ def capture_blocker(plan, provider):
                 fixed.update(outputs)
             if node.op_type == "MemcpyFromHost":
                 return f"node {node.name!r} copies {node.inputs[0]!r} from host memory at every step"
-        elif (node.op_type in HOST_OPS and not node.domain and all(not x or x in fixed for x in node.inputs)
+        elif (node.op_type in FOLDED_OPS and not node.domain and all(not x or x in fixed for x in node.inputs)
               and all(_integer(plan, o) for o in outputs)):
             fixed.update(outputs)       # shape arithmetic: the same at every run of a signature
         else:
