@@ -1,12 +1,16 @@
 // The table of a multi-tensor launch (built by minitrain/providers/cuda/optimizer.py):
-// `tensors` rows of TABLE_COLS int64 (the addresses of param, grad, state 1, state 2, and the
-// element count), then one (tensor, first element) pair per block; block b works on `chunk`
-// elements of its tensor from there.
+// `tensors` rows of TABLE_COLS int64 (the addresses of param, grad, state 1, state 2, the
+// element count, and the gradient's type: 0 for the parameter's own, MT_GRAD_HALF or
+// MT_GRAD_BF16 for a 16-bit gradient of a float32 parameter), then one (tensor, first element)
+// pair per block; block b works on `chunk` elements of its tensor from there.
 #pragma once
 #include <stdint.h>
+#include <type_traits>
 
-#ifndef MT_TABLE_COLS
-#error "MT_TABLE_COLS comes from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
+#include "common.cuh"
+
+#if !defined(MT_TABLE_COLS) || !defined(MT_GRAD_HALF) || !defined(MT_GRAD_BF16)
+#error "MT_TABLE_COLS and MT_GRAD_* come from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
 #endif
 #define TABLE_COLS MT_TABLE_COLS
 
@@ -28,4 +32,15 @@ __device__ __forceinline__ Chunk block_chunk(const int64_t* table, int64_t tenso
 
 template <typename T> __device__ __forceinline__ T* column(const Chunk& c, int k) {
     return reinterpret_cast<T*>(c.row[k]);
+}
+
+// Calls body(g) with the chunk's gradient as a pointer of its own element type: T's, or for
+// float32 parameters a float16 or bfloat16 gradient (the row's type column), which body reads
+// through to_acc, widening each element exactly.  The branch is uniform over the block.
+template <typename T, typename Body> __device__ __forceinline__ void with_gradient(const Chunk& c, Body body) {
+    if constexpr (std::is_same<T, float>::value) {
+        if (c.row[5] == MT_GRAD_HALF) return body(column<const __half>(c, 1));
+        if (c.row[5] == MT_GRAD_BF16) return body(column<const __nv_bfloat16>(c, 1));
+    }
+    body(column<const T>(c, 1));
 }

@@ -1,7 +1,8 @@
 """CUDA kernels of InPlaceAccumulator (cuda/accumulate.cu): buffer += scale * value in place,
 the scale read from device memory, and of InPlaceAccumulatorV2: buffer = value or buffer +=
 value, the overwrite flag read from device memory (so a captured step follows it); the same
-registrations as providers/cpu/accumulate.py."""
+registrations as providers/cpu/accumulate.py.  A float32 buffer accumulates a float16 or
+bfloat16 value through its own kernel, which widens each element as it reads it."""
 import numpy as np
 
 from ...ops.schema import MS_DOMAIN
@@ -9,14 +10,15 @@ from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
 
 ACCUMULATE = Kernel("accumulate", "accumulate", "PPqP")
+WIDENING_ACCUMULATE = Kernel("accumulate", "accumulate_f32_from", "PPqP")   # picked by the value's type
 ACCUMULATE_V2 = Kernel("accumulate", "accumulate_v2", "PPqP")
 
 
 @register_kernel("InPlaceAccumulator", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def accumulate(ctx):
     buffer, value, scale = (ctx.inputs + [None])[:3]
-    ACCUMULATE.launch_elements(ctx.provider, ctx.dtype, buffer.size, buffer, value, buffer.size,
-                               0 if scale is None else scale)
+    kernel, dtype = (ACCUMULATE, ctx.dtype) if value.dtype == buffer.dtype else (WIDENING_ACCUMULATE, value.dtype)
+    kernel.launch_elements(ctx.provider, dtype, buffer.size, buffer, value, buffer.size, 0 if scale is None else scale)
     return {"accumulated": buffer}
 
 
