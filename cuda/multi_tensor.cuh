@@ -9,8 +9,14 @@
 
 #include "common.cuh"
 
-#if !defined(MT_TABLE_COLS) || !defined(MT_GRAD_HALF) || !defined(MT_GRAD_BF16)
-#error "MT_TABLE_COLS and MT_GRAD_* come from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
+#ifndef MT_TABLE_COLS
+#error "MT_TABLE_COLS comes from minitrain/providers/cuda/launch.py (nvcc -DMT_TABLE_COLS=...)"
+#endif
+#ifndef MT_GRAD_HALF
+#error "MT_GRAD_HALF comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GRAD_HALF=...)"
+#endif
+#ifndef MT_GRAD_BF16
+#error "MT_GRAD_BF16 comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GRAD_BF16=...)"
 #endif
 #define TABLE_COLS MT_TABLE_COLS
 
@@ -34,13 +40,19 @@ template <typename T> __device__ __forceinline__ T* column(const Chunk& c, int k
     return reinterpret_cast<T*>(c.row[k]);
 }
 
-// Calls body(g) with the chunk's gradient as a pointer of its own element type: T's, or for
-// float32 parameters a float16 or bfloat16 gradient (the row's type column), which body reads
-// through to_acc, widening each element exactly.  The branch is uniform over the block.
-template <typename T, typename Body> __device__ __forceinline__ void with_gradient(const Chunk& c, Body body) {
+// Calls body(g) with `gradient` as a pointer of its own element type: T's (type 0), or for
+// float32 parameters a float16 (MT_GRAD_HALF) or bfloat16 (MT_GRAD_BF16) gradient, which body
+// reads through to_acc, widening each element exactly.  The branch is uniform over the grid.
+template <typename T, typename Body>
+__device__ __forceinline__ void with_gradient_type(const void* gradient, int64_t type, Body body) {
     if constexpr (std::is_same<T, float>::value) {
-        if (c.row[5] == MT_GRAD_HALF) return body(column<const __half>(c, 1));
-        if (c.row[5] == MT_GRAD_BF16) return body(column<const __nv_bfloat16>(c, 1));
+        if (type == MT_GRAD_HALF) return body(static_cast<const __half*>(gradient));
+        if (type == MT_GRAD_BF16) return body(static_cast<const __nv_bfloat16*>(gradient));
     }
-    body(column<const T>(c, 1));
+    body(static_cast<const T*>(gradient));
+}
+
+// with_gradient_type on the chunk's gradient, of the type its row names.
+template <typename T, typename Body> __device__ __forceinline__ void with_gradient(const Chunk& c, Body body) {
+    with_gradient_type<T>(column<const void>(c, 1), c.row[5], body);
 }
