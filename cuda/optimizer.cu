@@ -7,7 +7,9 @@
 // per block; block b updates `chunk` elements of its tensor from there.  The clipping scale is
 // read from device memory, written by mt_norm_finish, so a clipped step never waits for the host;
 // so is the go-ahead of an update that skips itself on a non-finite gradient (skip_non_finite).
-// Formulas and rounding follow ext/optimizer.pyx (PyTorch's SGD, Adam, AdamW).
+// Formulas and rounding follow ext/optimizer.pyx (PyTorch's SGD, Adam, AdamW).  Float32
+// parameters may have float16 or bfloat16 gradients, read through with_gradient
+// (multi_tensor.cuh): the update is that of the gradient's exact float32 widening.
 #include "common.cuh"
 #include "block_sum.cuh"
 #include "multi_tensor.cuh"
@@ -15,12 +17,13 @@
 // partial[b] = the sum of squares of block b's gradient elements, in double.
 template <typename T> __device__ void mt_sq_norm_impl(const int64_t* table, int64_t tensors, int64_t chunk, double* partial) {
     const Chunk c = block_chunk(table, tensors, chunk);
-    const T* g = column<const T>(c, 1);
     double s = 0.0;
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const double v = (double)to_acc<T>(g[i]);
-        s += v * v;
-    }
+    with_gradient<T>(c, [&](auto g) {
+        for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+            const double v = (double)to_acc(g[i]);
+            s += v * v;
+        }
+    });
     s = block_sum(s);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -59,19 +62,20 @@ __device__ void mt_sgd_impl(const int64_t* table, int64_t tensors, int64_t chunk
     const A lr = to_acc<T>(learning_rate[lr_stride * c.tensor]);
     const A weight_decay = decays ? (A)decays[c.tensor] : uniform_decay;
     T* w = column<T>(c, 0);
-    const T* g = column<const T>(c, 1);
     T* buf = column<T>(c, 2);
     const A sc = scale ? (A)scale[0] : A(1);
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const A wi = to_acc<T>(w[i]);
-        A d = sc * to_acc<T>(g[i]) + weight_decay * wi;
-        if (buf) {
-            const A b = momentum * to_acc<T>(buf[i]) + d;
-            buf[i] = from_acc<T>(b);
-            d = nesterov ? d + momentum * b : b;
+    with_gradient<T>(c, [&](auto g) {
+        for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+            const A wi = to_acc<T>(w[i]);
+            A d = sc * (A)to_acc(g[i]) + weight_decay * wi;
+            if (buf) {
+                const A b = momentum * to_acc<T>(buf[i]) + d;
+                buf[i] = from_acc<T>(b);
+                d = nesterov ? d + momentum * b : b;
+            }
+            w[i] = from_acc<T>(wi - lr * d);
         }
-        w[i] = from_acc<T>(wi - lr * d);
-    }
+    });
 }
 
 // Adam (decay added to the gradient: weight_decay != 0, shrink 1) and AdamW (decoupled: w
@@ -101,19 +105,20 @@ __device__ void mt_adam_impl(const int64_t* table, int64_t tensors, int64_t chun
     const A step = (A)(adam_mode == 0 ? lr_d / bias1 : lr_d * sqrt(bias2) / bias1);
     const A inv_sqrt_bias2 = adam_mode == 0 ? (A)(1.0 / sqrt(bias2)) : A(1);
     T* w = column<T>(c, 0);
-    const T* g = column<const T>(c, 1);
     T* m = column<T>(c, 2);
     T* v = column<T>(c, 3);
     const A sc = scale ? (A)scale[0] : A(1);
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-        const A wi = to_acc<T>(w[i]);
-        const A d = sc * to_acc<T>(g[i]) + weight_decay * wi;
-        const A mi = beta1 * to_acc<T>(m[i]) + (A(1) - beta1) * d;
-        const A vi = beta2 * to_acc<T>(v[i]) + (A(1) - beta2) * d * d;
-        m[i] = from_acc<T>(mi);
-        v[i] = from_acc<T>(vi);
-        w[i] = from_acc<T>((wi * shrink_before - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps)) * shrink_after);
-    }
+    with_gradient<T>(c, [&](auto g) {
+        for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+            const A wi = to_acc<T>(w[i]);
+            const A d = sc * (A)to_acc(g[i]) + weight_decay * wi;
+            const A mi = beta1 * to_acc<T>(m[i]) + (A(1) - beta1) * d;
+            const A vi = beta2 * to_acc<T>(v[i]) + (A(1) - beta2) * d * d;
+            m[i] = from_acc<T>(mi);
+            v[i] = from_acc<T>(vi);
+            w[i] = from_acc<T>((wi * shrink_before - step * mi / (sqrt(vi) * inv_sqrt_bias2 + eps)) * shrink_after);
+        }
+    });
 }
 
 #define OPTIMIZER(T, S)                                                                                  \

@@ -22,11 +22,13 @@ low-precision network keeps its activations low through every BatchNorm.
 Only float32 and `low` values are cast (float64 and integer tensors never are, as in
 PyTorch).  One Cast per (value, type) serves every reader.  Parameters stay float32
 initializers: a parameter read by a LOW op is cast in the forward graph, and the gradient of
-that Cast (a Cast back to float32, ops/compare.py) hands the optimizer a float32 gradient, so
-master weights and optimizer state never leave float32.  The values named in `keep` (graph
-outputs, fetched values, state updates) keep their names and element types: where such a
-value comes out of a low-precision node, the node writes a new value and a Cast to float32
-gives the kept one.
+that Cast is a Cast back to float32 (ops/compare.py), so master weights and optimizer state
+never leave float32.  The optimizer updates and the gradient accumulator read float16 and
+bfloat16 gradients of float32 parameters themselves, widening each element exactly as they
+read it: `uncast_gradients` hands them the low-precision gradient in place of that Cast, which
+so drops out of the training plan.  The values named in `keep` (graph outputs, fetched values,
+state updates) keep their names and element types: where such a value comes out of a
+low-precision node, the node writes a new value and a Cast to float32 gives the kept one.
 
 The pass runs on the forward graph before the gradient graph is built, so the gradient graph,
 fusion, the scheduler and every provider see ordinary nodes.  A graph the policy leaves alone
@@ -46,6 +48,7 @@ from .errors import DTypeError, PrecisionError
 from .graph import Node
 from .inference import check_graph_node, infer_types, initializer_type, topological_order
 from .ops.compare import ONNX_CODE
+from .ops.optimizer import LOW_GRADIENT_TYPES
 from .ops.schema import MS_DOMAIN, ONNX_DOMAIN, TensorType, get_schema
 
 FLOAT32 = np.dtype(np.float32)
@@ -245,3 +248,23 @@ def autocast(graph, low, keep=()):
     nodes where values cross between types (see the module docstring).  low: the
     low-precision element type; keep: value names whose name and type must not change."""
     return _Autocast(graph, low, keep).run()
+
+
+def uncast_gradients(graph, grads):
+    """`grads` (parameter -> gradient value of `graph`) with each gradient that is the float32
+    Cast of a float16 or bfloat16 value, and that nothing reads yet, replaced by that value: the
+    optimizer updates and InPlaceAccumulator read such a gradient exactly as its Cast would give
+    it (ops/optimizer.py), so the Cast, a launch and a pass over the gradient, is left out of
+    the plan."""
+    producers, readers = graph.producers(), graph.consumers()
+    casts = {param: producers[grad] for param, grad in grads.items()
+             if grad in producers and producers[grad].op_type == "Cast" and not readers.get(grad)}
+    uncast = dict(grads)
+    if not casts:
+        return uncast
+    types = infer_types(graph)
+    for param, cast in casts.items():
+        source = cast.inputs[0]
+        if types[cast.outputs[0]].dtype == FLOAT32 and types[source].dtype in LOW_GRADIENT_TYPES:
+            uncast[param] = source
+    return uncast

@@ -395,3 +395,27 @@ def test_low_precision_training_graph_type_checks(name):
         assert [types[y].dtype for y in n.outputs if y] == [low] + [F32] * (len([y for y in n.outputs if y]) - 1)
     data = {n.inputs[0] for n in bn} | {n.outputs[0] for n in bn} | {n.inputs[1] for n in bn}
     assert not [n.name for n in grad_graph.nodes if n.op_type == "Cast" and {*n.inputs, *n.outputs} & data]
+
+
+def test_bf16_update_reads_the_low_gradients_with_no_cast_between():
+    """In the bf16 training graph a CUDA session builds (here through the session's own
+    update-building step), the optimizer update reads each LOW op's weight and bias gradient as
+    the bfloat16 value the backward pass makes, not its Cast to float32, and BatchNorm's float32
+    gradients as they are; the master weights and state stay float32."""
+    low = PRECISIONS["bf16"].low
+    if low is None:
+        pytest.skip("NumPy has no bfloat16 without ml_dtypes")
+    s = session()
+    forward, _, loss, updates = s._build(training=True)
+    g = autocast(forward, low, keep=[*forward.outputs, *updates])
+    train, grads = build_gradient_graph(g, loss, list(s.params))
+    norm = s._add_update(train, grads)
+    update = train.producers()[norm]
+    count = len(s.trained)
+    params, read = update.inputs[1:1 + count], update.inputs[1 + count:1 + 2 * count]
+    producers, types = train.producers(), infer_types(train)
+    assert not [x for x in read if producers[x].op_type == "Cast"]
+    cast_weights = {p for p in params if {n.op_type for n in g.consumers()[p]} == {"Cast"}}
+    assert len(cast_weights) == 8       # 2 convs' and 2 linears' weight and bias
+    assert [types[x].dtype for x in read] == [low if p in cast_weights else F32 for p in params]
+    assert {types[x].dtype for x in update.inputs if x not in read} == {F32}   # rate, params, momenta

@@ -1,6 +1,7 @@
 """Mixed precision on the GPU: 300 steps of the LeNet and 1D CNN examples in bf16 and fp16 track
 the float32 run (loss curve within 2%, test accuracy within 0.5 points) with each step one
-captured CUDA Graph; no node of an autocast plan falls back to the CPU; fp16's loss scale skips
+captured CUDA Graph; no node of an autocast plan falls back to the CPU; bf16's update reads the
+bfloat16 weight gradients with no Cast between; fp16's loss scale skips
 an overflowing update inside a captured step and recovers; a checkpoint resumes bitwise."""
 import numpy as np
 import pytest
@@ -82,6 +83,30 @@ def test_no_node_of_an_autocast_plan_falls_back_to_the_cpu(precision):
         assert bn and {types[n.inputs[0]].dtype for n in bn} == {PRECISIONS[precision].low}, example
         data = {n.inputs[0] for n in bn} | {n.outputs[0] for n in bn}
         assert not [c.node.name for c in casts if {*c.node.inputs, *c.node.outputs} & data], example
+
+
+def test_bf16_update_reads_the_low_gradients_with_no_cast_between():
+    """The update of a bf16 plan, and the accumulation of micro-batch gradients, read the
+    bfloat16 gradients of the LOW ops' weights as the backward pass makes them: no Cast between
+    a gradient and the optimizer or its accumulator."""
+    for example, (_, shape) in EXAMPLES.items():
+        s = TrainingSession(load_example(example).build_model(), nn.CrossEntropyLoss(), AdamW(1e-3),
+                            input_shape=shape, device="cuda", precision="bf16")
+        steps = [step.node for step in s.train_plan.steps]
+        producers = {out: node for node in steps for out in node.outputs if out}
+        update = next(node for node in steps if node.name == "optimizer_update")
+        count = len(s.trained)
+        grads = update.inputs[2 + count:2 + 2 * count]        # learning rate, step, params, grads, m, v
+        assert not [x for x in grads if producers[x].op_type == "Cast"], example
+        types = infer_types(s.train_plan.graph)
+        assert PRECISIONS["bf16"].low in {types[x].dtype for x in grads}, example
+        # the same for the gradient accumulation plan: InPlaceAccumulator reads them as they are
+        rng = np.random.default_rng(0)
+        s.accumulate(rng.standard_normal((4, *shape)).astype(np.float32), rng.integers(0, 10, 4))
+        steps = [step.node for step in s._grad.plan.steps]
+        producers = {out: node for node in steps for out in node.outputs if out}
+        accumulated = [node.inputs[1] for node in steps if node.op_type == "InPlaceAccumulator"]
+        assert len(accumulated) == count and not [x for x in accumulated if producers[x].op_type == "Cast"], example
 
 
 def overflow_session(scale, capture=True):

@@ -6,7 +6,9 @@ micro-batches inside a compiled plan.
 **This op writes its first input in place**, like the optimizer updates: buffer += scale *
 value, and the output `accumulated` is the buffer itself (the same array, no copy), so a
 session's accumulation buffers stay where they live.  `scale` is an optional scalar of the
-element type (1 when absent).  The op has no gradient.
+element type (1 when absent).  A float32 buffer also accumulates a float16 or bfloat16 value,
+widened exactly as it is read (a mixed-precision gradient, as the optimizer updates read them:
+ops/optimizer.py).  The op has no gradient.
 
     InPlaceAccumulatorV2(buffer, value, [overwrite_flag]) -> updated_flag, [accumulated]
 
@@ -18,14 +20,23 @@ the optional `accumulated` is the buffer itself.
 """
 import numpy as np
 
-from .schema import MS_DOMAIN, Input, schema
+from ..errors import DTypeError
+from .optimizer import LOW_GRADIENT_TYPES
+from .schema import GRAPH_FLOAT_TYPES, MS_DOMAIN, Input, schema
 from .shape_utils import shapes_differ
 
 
-@schema("InPlaceAccumulator", domain=MS_DOMAIN, inputs=["buffer", "value", Input("scale", optional=True)],
+@schema("InPlaceAccumulator", domain=MS_DOMAIN,
+        inputs=["buffer", Input("value", types=GRAPH_FLOAT_TYPES), Input("scale", optional=True)],
         outputs=["accumulated"])
 def infer_accumulator(ctx):
-    """accumulated: the buffer, of its shape; value must have the same shape."""
+    """accumulated: the buffer, of its shape; value must have the same shape, and the buffer's
+    type or, for a float32 buffer, float16 or bfloat16."""
+    value_type = ctx.input_types[1].dtype
+    low = LOW_GRADIENT_TYPES if ctx.dtype == np.float32 else ()
+    if value_type != ctx.dtype and value_type not in low:
+        also = f" or {' / '.join(str(d) for d in low)}" if low else ""
+        ctx.fail(f"input 'value' has dtype {value_type}; expected the buffer's {ctx.dtype}{also}", DTypeError)
     buffer, value, scale = ctx.shape(0), ctx.shape(1), ctx.shape(2)
     check_same_shape(ctx, "value", buffer, value)
     if scale is not None and (len(scale) > 1 or (len(scale) == 1 and scale[0] != 1)):

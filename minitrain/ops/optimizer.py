@@ -24,10 +24,23 @@ the 1-based count of updates including this one (Adam's bias correction).
 With skip_non_finite = 1 (float16 loss scaling) an update whose global gradient norm is inf or
 NaN, that is, whose gradients hold an inf or NaN, leaves parameters and state untouched (ONNX
 Runtime's update_signal, decided here on the device); the norm output still reports it.
+
+Parameters, state and the learning rate share one float type T.  The gradients are of type T
+too, or, when T is float32, float16 or bfloat16 (each gradient its own): a mixed-precision
+update reads the 16-bit gradients as they come out of the backward pass, widening each element
+exactly to float32 as it is read, so that no Cast node and no float32 copy of a gradient
+stands between the backward pass and float32 master weights (the graph's gradients of
+autocast's Casts, minitrain/autocast.py).  The global norm reads them the same way.
 """
 import numpy as np
 
-from .schema import MS_DOMAIN, Attr, Input, schema
+from ..bfloat16 import BFLOAT16_TYPES
+from ..errors import DTypeError
+from .schema import GRAPH_FLOAT_TYPES, MS_DOMAIN, Attr, Input, schema
+
+# The gradient types an update of float32 parameters reads besides float32 itself.
+LOW_GRADIENT_TYPES = (np.dtype(np.float16),) + BFLOAT16_TYPES
+TENSORS = Input("tensors", types=GRAPH_FLOAT_TYPES, variadic=True)
 
 _COMMON = {"weight_decay": Attr("float", 0.0), "weight_decays": Attr("floats"), "max_norm": Attr("float", 0.0),
            "skip_non_finite": Attr("int", 0)}
@@ -63,6 +76,7 @@ def _check_update(ctx, first_tensor, groups):
     if count is None:
         ctx.fail(f"input 'tensors' holds {len(shapes)} tensors; expected {groups} groups of equal "
                  f"length (params, grads{', state' * (groups - 2)})")
+    _check_tensor_types(ctx, ctx.input_types[first_tensor:], count)
     lr = ctx.shape(0)
     if lr is not None and (len(lr) > 1 or (len(lr) == 1 and lr[0] not in (1, count))):
         ctx.fail(f"input 'learning_rate' must be a scalar or hold one rate per parameter ({count}), "
@@ -78,7 +92,21 @@ def _check_update(ctx, first_tensor, groups):
     return [ctx.out(())]
 
 
-@schema("SGDOptimizer", domain=MS_DOMAIN, inputs=["learning_rate", Input("tensors", variadic=True)],
+def _check_tensor_types(ctx, types, count):
+    """Parameters and state of the learning rate's type T; each gradient of type T or, when T is
+    float32, of a LOW_GRADIENT_TYPES type (see the module docstring)."""
+    low = LOW_GRADIENT_TYPES if ctx.dtype == np.float32 else ()
+    for i, t in enumerate(types):
+        gradient = count <= i < 2 * count
+        if t is None or t.dtype == ctx.dtype or (gradient and t.dtype in low):
+            continue
+        what = f"gradient #{i - count}" if gradient else f"tensor #{i} (a parameter or its state)"
+        also = f" or {' / '.join(str(d) for d in low)}" if gradient and low else ""
+        ctx.fail(f"input 'tensors': {what} has dtype {t.dtype}; expected the learning rate's {ctx.dtype}{also}",
+                 DTypeError)
+
+
+@schema("SGDOptimizer", domain=MS_DOMAIN, inputs=["learning_rate", TENSORS],
         outputs=["grad_norm"], attrs=SGD_ATTRS)
 def infer_sgd(ctx):
     """In place: params -= lr * update (see the module docstring); output: the gradient norm."""
@@ -90,7 +118,7 @@ def infer_sgd(ctx):
 
 
 @schema("AdamOptimizer", domain=MS_DOMAIN,
-        inputs=["learning_rate", Input("step", types=(np.int64,)), Input("tensors", variadic=True)],
+        inputs=["learning_rate", Input("step", types=(np.int64,)), TENSORS],
         outputs=["grad_norm"], attrs=ADAM_ATTRS)
 def infer_adam(ctx):
     """In place: Adam/AdamW update of params and moments; output: the gradient norm."""

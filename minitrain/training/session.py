@@ -69,7 +69,7 @@ import logging
 
 import numpy as np
 
-from ..autocast import autocast, default_precision, resolve_precision
+from ..autocast import autocast, default_precision, resolve_precision, uncast_gradients
 from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
@@ -209,8 +209,9 @@ class TrainingSession:
 
     def _add_update(self, graph, grads):
         """Append the optimizer update (and the loss scale's update after it) to `graph`;
-        returns the name of the update's gradient norm."""
-        norm = self.optimizer.add_to_graph(graph, self._averaged(graph, grads),
+        returns the name of the update's gradient norm.  The update reads a low-precision
+        gradient as it is, not its Cast to float32 (autocast.uncast_gradients)."""
+        norm = self.optimizer.add_to_graph(graph, uncast_gradients(graph, self._averaged(graph, grads)),
                                            skip_non_finite=self.loss_scale is not None)
         if self.loss_scale is not None:
             self.loss_scale.add_update(graph, norm)
@@ -422,11 +423,12 @@ class TrainingSession:
 
     def _build_accumulation(self):
         """The gradient plan, each gradient added in place into its buffer (InPlaceAccumulator
-        nodes), and the update plan that applies the optimizer to those buffers."""
+        nodes, which read a low-precision gradient as it is: autocast.uncast_gradients), and the
+        update plan that applies the optimizer to those buffers."""
         graph = self.grad_graph.copy()
         graph.add_input(SCALE_INPUT, self.input_spec[0], ())
         accumulated, buffers = [], {}
-        for param, grad_name in self.grad_names.items():
+        for param, grad_name in uncast_gradients(graph, self.grad_names).items():
             self._grad_buffers[param] = np.zeros_like(self.params[param])
             buffers[param] = graph.add_initializer(f"grad_acc.{param}", self._grad_buffers[param])
             accumulated.append(graph.add_node("InPlaceAccumulator", [buffers[param], grad_name, SCALE_INPUT],

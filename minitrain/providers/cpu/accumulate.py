@@ -1,14 +1,17 @@
-"""CPU kernels of InPlaceAccumulator (buffer += scale * value) and InPlaceAccumulatorV2
-(buffer = value or buffer += value), in place (NumPy)."""
+"""CPU kernels of InPlaceAccumulator (buffer += scale * value; a 16-bit value widened to the
+float32 buffer's type first, exactly) and InPlaceAccumulatorV2 (buffer = value or buffer +=
+value), in place (NumPy)."""
 import numpy as np
 
 from ...ops.schema import FLOAT_TYPES, MS_DOMAIN
 from ...registry import register_kernel
+from .optimizer import widened
 
 
 @register_kernel("InPlaceAccumulator", domain=MS_DOMAIN, dtypes=FLOAT_TYPES)
 def accumulate(ctx):
     buffer, value, scale = (ctx.inputs + [None])[:3]
+    value = widened(value)
     factor = 1.0 if scale is None else float(scale.reshape(-1)[0])
     if factor == 1.0:
         np.add(buffer, value, out=buffer)

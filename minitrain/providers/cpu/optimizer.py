@@ -1,5 +1,6 @@
 """CPU kernels of SGDOptimizer and AdamOptimizer: in-place multi-tensor updates (Cython; Hugging
-Face's AdamW, adam_mode 1, in NumPy)."""
+Face's AdamW, adam_mode 1, in NumPy).  A float16 or bfloat16 gradient of a float32 parameter is
+widened to float32 as it is read (exactly), so the update is that of its float32 Cast."""
 import math
 
 import numpy as np
@@ -15,7 +16,13 @@ from .ort_optimizer import adamw_update
 
 def global_norm(grads, threads):
     """L2 norm of all gradients together, accumulated in double in a fixed order."""
-    return math.sqrt(sum(_opt.squared_norm(g.reshape(-1), threads) for g in grads))
+    return math.sqrt(sum(_opt.squared_norm(widened(g).reshape(-1), threads) for g in grads))
+
+
+def widened(grad):
+    """`grad` as the kernels read it: a 16-bit gradient widened to float32 (exact), others as
+    they are."""
+    return grad.astype(np.float32) if grad.dtype.itemsize == 2 else grad
 
 
 def clip_scale(norm, max_norm):
@@ -36,7 +43,8 @@ def sgd(ctx):
     tensors = ctx.inputs[1:]
     momentum = a["momentum"]
     count = tensor_groups(len(tensors), 3 if momentum else 2)
-    params, grads, buffers = list(tensors[:count]), list(tensors[count:2 * count]), list(tensors[2 * count:])
+    params, buffers = list(tensors[:count]), list(tensors[2 * count:])
+    grads = [widened(g) for g in tensors[count:2 * count]]
     rates, decays = (np.array(v, dtype=np.float64) for v in per_parameter(ctx.inputs[0], a, count))
     threads = kernel_threads()
     update = (params, grads, buffers, rates, decays, momentum)
@@ -70,7 +78,7 @@ def adam(ctx):
         return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
     bias1, bias2 = 1 - a["beta1"] ** step, 1 - a["beta2"] ** step
     for k in range(count):
-        _opt.adam_update(params[k].reshape(-1), grads[k].reshape(-1), m[k].reshape(-1), v[k].reshape(-1),
+        _opt.adam_update(params[k].reshape(-1), widened(grads[k]).reshape(-1), m[k].reshape(-1), v[k].reshape(-1),
                          rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k],
                          bool(a["decoupled_weight_decay"]), scale, bias1, bias2, threads)
     return {"grad_norm": np.array(norm, dtype=ctx.dtype)}
@@ -82,5 +90,6 @@ def _huggingface_adamw(ctx, params, grads, m, v, rates, decays, scale, step):
     a, dtype = ctx.attrs, np.dtype(ctx.dtype)
     corrections = bias_corrections(a["beta1"], a["beta2"], step, True, dtype)
     for k, (w, g) in enumerate(zip(params, grads)):
+        g = widened(g)
         g = g * dtype.type(scale) if scale < 1 else g
         adamw_update(w, g, m[k], v[k], rates[k], a["beta1"], a["beta2"], a["epsilon"], decays[k], 1, *corrections)

@@ -16,12 +16,15 @@ BLOCKS_PER_SM = 16          # blocks per multiprocessor that fill the device in 
 # constants of cuda/*.cu, passed as -D flags
 ROWS_X = 4                  # conv_tiled.cu: outputs of a row per thread of the register-tiled kernels
 SUM_COLS_SPLIT = 8          # elementwise.cu: sum_cols' blockDim.y
-TABLE_COLS = 5              # optimizer.cu: a tensor row of the multi-tensor table (param, grad, state 1, 2, count)
+TABLE_COLS = 6              # optimizer.cu: a tensor row of the multi-tensor table (param, grad, state 1, 2, count,
+                            # the gradient's type)
+GRAD_HALF, GRAD_BF16 = 1, 2 # multi_tensor.cuh: a row's gradient type, float16 / bfloat16 under float32 parameters
 MAX_RANK = 8                # strided.cuh: dims of a strided kernel's plan
 NARROW_COLS = 32            # sample_norm.cu: rows this short get a thread each, not a block
 GEMM1D_TILE = 8             # conv_gemm1d.cu: a thread's register tile is GEMM1D_TILE x GEMM1D_TILE outputs
 GEMM1D_CHUNK = 32           # conv_gemm1d.cu: positions the weight gradient stages at a time
 DEFINES = {"MT_ROWS_X": ROWS_X, "MT_SUM_COLS_SPLIT": SUM_COLS_SPLIT, "MT_TABLE_COLS": TABLE_COLS,
+           "MT_GRAD_HALF": GRAD_HALF, "MT_GRAD_BF16": GRAD_BF16,
            "MT_MAX_RANK": MAX_RANK, "MT_NARROW_COLS": NARROW_COLS, "MT_GEMM1D_TILE": GEMM1D_TILE,
            "MT_GEMM1D_CHUNK": GEMM1D_CHUNK}
 

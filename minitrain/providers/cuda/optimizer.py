@@ -11,6 +11,8 @@ stays a device scalar.  The table of tensor addresses that a launch walks is cac
 provider by content, so a training loop whose buffers come back at the same addresses copies
 nothing to the device per step.  Parameter groups reach the kernels as one learning rate per
 parameter (the `learning_rate` input) and a cached device array of per-parameter decays.
+A float16 or bfloat16 gradient of a float32 parameter is read as it is, each element widened to
+float32 in the kernel: its row of the table names the gradient's type (GRADIENT_TYPE_CODES).
 """
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ import collections
 
 import numpy as np
 
+from ...bfloat16 import BFLOAT16_TYPES
 from ...ops.optimizer import tensor_groups
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
-from .launch import BLOCK, MAX_BLOCK, TABLE_COLS
+from .launch import BLOCK, GRAD_BF16, GRAD_HALF, MAX_BLOCK, TABLE_COLS
 
 MIN_CHUNK, MAX_CHUNK = 2048, 32768     # elements per block of a multi-tensor launch
 BLOCKS_PER_SM = 4
@@ -32,6 +35,8 @@ SQ_NORM = Kernel("optimizer", "mt_sq_norm", "PqqP")
 NORM_FINISH = Kernel("optimizer", "mt_norm_finish", "PqPPdi")
 SGD = Kernel("optimizer", "mt_sgd", "PqqPPqPTTi")
 ADAM = Kernel("optimizer", "mt_adam", "PqqPddTdiPPqPii")
+# A row's gradient type where it is not the parameter's own (multi_tensor.cuh's with_gradient).
+GRADIENT_TYPE_CODES = {np.dtype(np.float16): GRAD_HALF, **{t: GRAD_BF16 for t in BFLOAT16_TYPES}}
 
 def chunk_size(provider, elements):
     """Elements per block: small enough that a small model's update still spreads over every
@@ -42,13 +47,16 @@ def chunk_size(provider, elements):
 
 def tensor_table(provider, columns):
     """The device table of a multi-tensor launch over `columns` (lists of GPUArrays or None:
-    params, grads, state 1, state 2), its block count and the elements per block."""
+    params, grads, state 1, state 2), its block count and the elements per block; each row
+    names its gradient's type where it differs from the parameter's."""
     params = columns[0]
     chunk = chunk_size(provider, sum(p.size for p in params))
     rows = np.zeros((len(params), TABLE_COLS), np.int64)
     for j, column in enumerate(columns):
         rows[:, j] = [0 if t is None else device_ptr(t) for t in column]
     rows[:, 4] = [p.size for p in params]
+    rows[:, 5] = [0 if g is None or g.dtype == p.dtype else GRADIENT_TYPE_CODES[np.dtype(g.dtype)]
+                  for p, g in zip(params, columns[1])]
     pairs = np.array([(k, start) for k, p in enumerate(params) for start in range(0, p.size, chunk)],
                      np.int64).reshape(-1, 2)
     table = np.concatenate([rows.reshape(-1), pairs.reshape(-1)])
