@@ -3,6 +3,8 @@ ClipGrad against the Less/Where/Greater/Where nodes it replaces (NaN, infinities
 absent bounds included), against finite differences and PyTorch, the rule's conditions on
 hand-built chains, and sessions (a ReLU6 network, an exported MobileNetV2) trained with the
 rule against the same sessions without it."""
+import dataclasses
+
 import numpy as np
 import pytest
 from test_fusion import op_counts
@@ -12,6 +14,7 @@ from minitrain import nn, optim, run_node
 from minitrain.errors import ShapeError
 from minitrain.executor import Executor
 from minitrain.fusion import clip_grad, fuse
+from minitrain.fusion.rewrite import Rewrite
 from minitrain.gradcheck import numeric_gradient
 from minitrain.graph import Graph
 from minitrain.ops.fused import FUSED_DOMAIN
@@ -175,9 +178,13 @@ def test_a_where_of_another_value_than_zero_stays(zero):
     assert "ClipGrad" not in op_counts(fuse(chain_graph(zero=zero), ["dX1"]))
 
 
-def test_no_clip_grad_where_no_kernel_runs_it(monkeypatch):
-    """ClipGrad only where its kernel runs on the chain's provider."""
-    monkeypatch.setattr(clip_grad, "FUSED", "NoSuchFusedOp")
+def test_no_clip_grad_on_another_provider_than_the_chain(monkeypatch):
+    real = Rewrite.kernel_for
+
+    def clip_grad_elsewhere(self, op_type, domain, dtype):
+        kdef = real(self, op_type, domain, dtype)
+        return dataclasses.replace(kdef, provider="cuda") if op_type == "ClipGrad" else kdef
+    monkeypatch.setattr(Rewrite, "kernel_for", clip_grad_elsewhere)
     assert op_counts(fuse(chain_graph(), ["dX1"]))["Where"] == 2
 
 

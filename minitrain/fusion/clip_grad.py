@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph import Node
 from ..ops.schema import FUSED_DOMAIN, ONNX_DOMAIN
 from .rewrite import fused_node
 
@@ -19,8 +20,8 @@ BOUNDS = {"Less": 0, "Greater": 1}      # the comparison -> the index of the bou
 @dataclass
 class Mask:
     """One Where of the chain: dX = Where(compare(X, bound), 0, passed)."""
-    where: object
-    compare: object
+    where: Node
+    compare: Node
 
     @property
     def x(self):
@@ -42,6 +43,7 @@ def only_read_by(rewrite, name, node):
 
 
 def is_positive_zero(value):
+    """Whether a constant (or None) is one +0: Where's 0 there is the fused op's."""
     return value is not None and value.size == 1 and value.reshape(-1)[0] == 0 and not np.signbit(value).any()
 
 
