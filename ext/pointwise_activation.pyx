@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The pointwise activations of exported CNNs and their gradients over flat contiguous buffers
 (minitrain/ops/pointwise_activation.py has the formulas; cuda/pointwise_activation.cu the same
-ones on the GPU), erf (the Erf of Gelu as opsets before 20 export it) and clip (ReLU6 as Clip).
+ones on the GPU), erf (the Erf of Gelu as opsets before 20 export it) and clip (ReLU6 as Clip)
+with its gradient (the fused ClipGrad).
 Each op takes two parameters a and b: alpha and beta (HardSigmoid), alpha and gamma (Selu),
 alpha (Elu), the bounds (clip), none (the others).
 
@@ -169,6 +170,10 @@ cdef void _backward_chunk(int op, const real* dy, const real* x, real* dx, Py_ss
             v = x[i]
             t = _gelu_tanh_s(v)
             dx[i] = dy[i] * (t + 2 * v * t * (one - t) * (<real>GELU_TANH_SCALE * (one + <real>(3 * GELU_TANH_CUBIC) * v * v)))
+    elif op == CLIP:           # ClipGrad's: 0 outside [a, b], dY inside and where x is NaN
+        for i in range(n):
+            v = x[i]
+            dx[i] = 0 if (v < a) | (v > b) else dy[i]
 
 
 cdef void _forward(int op, const real[::1] x, real[::1] y, real a, real b, int num_threads) noexcept nogil:
@@ -206,8 +211,9 @@ def forward(str name, const real[::1] x, real[::1] y, double a, double b, int nu
 
 
 def backward(str name, const real[::1] dy, const real[::1] x, real[::1] dx, double a, double b, int num_threads):
-    """dx = f'(x) dy for the gradient ops (each reads the forward input X)."""
-    if name in ("erf", "clip"):
+    """dx = f'(x) dy for the gradient ops (each reads the forward input X); clip's with its
+    bounds a and b is the fused ClipGrad's."""
+    if name == "erf":
         raise ValueError(f"activation gradient {name}: {name} has no gradient kernel (its gradient is a graph)")
     if not dy.shape[0] == x.shape[0] == dx.shape[0]:
         raise ValueError(f"activation gradient {name}: buffers of {dy.shape[0]}, {x.shape[0]} "

@@ -20,6 +20,7 @@ import numpy as np
 from minitrain.bfloat16 import BFLOAT16
 
 MS = "com.microsoft"
+FUSED = "ai.minitrain.fused"
 HUGE_INT = 2 ** 40
 BEYOND_INT64 = 2 ** 63
 
@@ -76,6 +77,7 @@ SAMPLES = {
     ("", "MatMul"): ([f(2, 3, 4), f(4, 5)], {}, None),
     (MS, "FusedGemm"): ([f(2, 3), f(4, 3), f(4)], {"transA": 0, "transB": 1, "alpha": 0.5, "beta": 2.0,
                                                    "activation": "LeakyRelu", "activation_alpha": 0.1}, None),
+    (FUSED, "ClipGrad"): ([f(2, 3), f(2, 3) * 4, np.array(0.0), np.array(6.0)], {}, None),
     (MS, "FusedConv"): ([f(2, 4, 6, 5), f(6, 2, 3, 3), f(6)],
                         {"pads": [1, 0, 1, 0], "strides": [2, 1], "dilations": [1, 1], "group": 2,
                          "kernel_shape": [3, 3], "auto_pad": "NOTSET", "activation": "LeakyRelu",

@@ -327,6 +327,17 @@ def batch_norm_fold(inputs, attrs):
     return {"W_folded": w * factor.reshape((-1,) + (1,) * (w.ndim - 1)), "B_folded": (b - mean) * factor + bias}
 
 
+def clip_grad(inputs, attrs):
+    """dY, but 0 where X < min or X > max (an absent bound clips nothing, a NaN X passes dY)."""
+    dy, x, low, high = (list(inputs) + [None, None])[:4]
+    outside = np.zeros(x.shape, bool)
+    if low is not None:
+        outside |= x < low
+    if high is not None:
+        outside |= x > high
+    return {"dX": np.where(outside, 0.0, dy)}
+
+
 def _fused(forward, alpha_of):
     def reference(inputs, attrs):
         y = forward(inputs, attrs)
@@ -1422,6 +1433,12 @@ ROWS = [
                                          kernel_shape=[2, 2]),
                                     case(normal(1, 2, 3), normal(1, 2, 6), activation="Tanh", kernel_shape=[2])),
           domain=FUSED, outputs=("dX", "dB")),
+    OpRow("ClipGrad", (sample(FUSED, "ClipGrad"),
+                       case(normal(3, 4), small_integers(3, 4), np.array(-1.0), np.array(1.0)),
+                       case(normal(2, 3, 2, 2), small_integers(2, 3, 2, 2), np.array([0.0])),
+                       case(normal(5), small_integers(5), None, np.array(1.0)), case(normal(2, 3), normal(2, 3)),
+                       case(normal(4), small_integers(4), np.array(1.0), np.array(-1.0))),
+          domain=FUSED, reference=clip_grad, outputs=("dX",)),
     OpRow("BatchNormFold", (case(normal(4, 2, 3, 3), normal(4), normal(4), normal(4), positive(4)),
                             case(normal(3, 1, 2), normal(3), normal(3), normal(3), positive(3), normal(3), epsilon=0.1)),
           domain=FUSED, reference=batch_norm_fold, outputs=("W_folded", "B_folded")),

@@ -19,6 +19,7 @@ from ..inference import infer_types, topological_order
 from . import (
     activation,
     activation_grad_bias,
+    clip_grad,
     conv_batch_norm,
     max_pool_activation_grad,
     relu_max_pool,
@@ -27,7 +28,7 @@ from . import (
 from .rewrite import Rewrite
 
 RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, activation, max_pool_activation_grad,
-         activation_grad_bias)
+         activation_grad_bias, clip_grad)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

@@ -16,6 +16,10 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         (kernel_shape = strides, no padding or dilation, floor rounding): the gradient reads X
         (the activation's output that the MaxPool pooled), and each window's maximum is found
         again in X, as MaxPool found it, instead of read from Indices.
+    ClipGrad(dY, X, min?, max?) -> dX
+        Clip's gradient (ops/clip.py's Less, Greater and Where nodes) in one pass: dX = 0 where
+        X < min or X > max, else dY; a NaN X passes dY (it fails both comparisons) and an absent
+        bound clips nothing.
     SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
         SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
         dY, in one pass over the scores (no log_prob kept between them).
@@ -125,6 +129,15 @@ def infer_max_pool_activation_grad(ctx):
                                lambda message, error: ctx.fail(message, error), "input 'X'")
         ctx.require_shape(0, tuple(shape[:2]) + tuple(tiles), "input 'X' pooled by kernel_shape tiles")
     return [ctx.out(shape), ctx.out((shape[1],))]
+
+
+@schema("ClipGrad", domain=FUSED_DOMAIN, inputs=["dY", "X", Input("min", optional=True), Input("max", optional=True)],
+        outputs=["dX"])
+def infer_clip_grad(ctx):
+    """dX like dY and X; min and max, when given, hold one number each (Clip's bounds)."""
+    ctx.require_scalar(2, "one lower bound for every element")
+    ctx.require_scalar(3, "one upper bound for every element")
+    return same_as_inputs(ctx)
 
 
 @schema("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN,

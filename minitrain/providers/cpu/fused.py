@@ -3,6 +3,7 @@ one call, the activation applied in place, so a fused plan gives the unfused pla
 import numpy as np
 
 from ..._ext import activation as _act
+from ..._ext import pointwise_activation as _pa
 from ...ops.fused import ACTIVATIONS, KERNEL_NAMES, activation_alpha, clip_bounds, max_pool_tiles
 from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import KernelContext, lookup, register_kernel
@@ -57,6 +58,17 @@ def activation_grad_bias(ctx):
     if ctx.wants("dB"):     # SumToShape's sum for a Gemm's (N, C), ConvGrad's for (N, C, ...)
         out["dB"] = sum_to_shape(dx, dx.shape[1:]) if dx.ndim == 2 else bias_grad(dx)
     return out
+
+
+@register_kernel("ClipGrad", domain=FUSED_DOMAIN)
+def clip_grad(ctx):
+    """pointwise_activation.pyx's clip gradient: one pass where the unfused nodes take four."""
+    dy, x, low, high = (ctx.inputs + [None, None])[:4]
+    dx = np.empty(x.shape, x.dtype)
+    _pa.backward("clip", np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx.reshape(-1),
+                 -np.inf if low is None else float(low.reshape(())),      # an absent bound clips nothing
+                 np.inf if high is None else float(high.reshape(())), kernel_threads())
+    return {"dX": dx}
 
 
 def _part(ctx, op_type, inputs, wanted, attrs=None, output_shapes=None):

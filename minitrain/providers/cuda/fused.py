@@ -12,6 +12,8 @@ CPU's are (providers/cpu/fused.py):
     the window's maximum again in X, then writes the window's dX through the activation's
     gradient (dY at the maximum, 0 elsewhere), so the forward MaxPool writes no Indices and no
     dX of MaxPoolGrad goes through memory;
+  * ClipGrad: one launch over dY and X (cuda/clip_grad.cu; unfused: Less, Where, Greater,
+    Where), the bounds read on the device;
   * BatchNormFold: one launch for the folded weight and bias (unfused: BatchNormalization's
     pass over the Conv's output);
   * SoftmaxCrossEntropyLossWithGrad: one launch for the rows' losses and d_logits, one for the
@@ -30,6 +32,7 @@ from ..plan_cache import cached_plan
 from . import loss, pool
 from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .conv.kernels import run_primitive
+from .elementwise import packs
 from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
@@ -38,6 +41,7 @@ ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
 MAX_POOL_ACTIVATION_GRAD_BIAS = {    # by the count of spatial axes
     rank: Kernel("fused", f"max_pool_activation_grad_bias_r{rank}", "PPPPPPqqqiT" + pool.GEOM) for rank in (1, 2, 3)}
 BATCH_NORM_FOLD = Kernel("fused", "batch_norm_fold", "PPPPPPPPqqqd")
+CLIP_GRAD = Kernel("clip_grad", "clip_grad", "PPPqPP")
 SPLIT_ELEMENTS = 2048       # items (elements, windows) of a channel per block of the bias-gradient kernels, at least
 BLOCKS_PER_MULTIPROCESSOR = 8   # of those kernels, when the channels have items enough
 SCE_WITH_GRAD = {(variant, suffix): Kernel("fused", f"sce_with_grad_{variant}_{suffix}", "PPPPPdPPPqqqqiiP")
@@ -155,6 +159,16 @@ def max_pool_activation_grad(ctx):
         prov, x.dtype, grid, (BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
         ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs), *geom)
     return gradient_outputs(ctx, dx, db)
+
+
+@register_kernel("ClipGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def clip_grad(ctx):
+    """An absent bound is a null pointer: it clips nothing."""
+    dy, x, low, high = (ctx.inputs + [None, None])[:4]
+    dx = ctx.provider.empty(x.shape, x.dtype)
+    CLIP_GRAD.launch_elements(ctx.provider, x.dtype, packs(x), dy, x, dx, x.size, 0 if low is None else low,
+                              0 if high is None else high)
+    return {"dX": dx}
 
 
 @register_kernel("BatchNormFold", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
