@@ -12,7 +12,8 @@
 //     TILE positions 32 apart (so a warp's loads and stores are consecutive).  Per chunk of
 //     input channels the block stages the source window (SPAN + k - 1 values a channel, halo
 //     included) and the weights (tap-major, channels contiguous), then every thread takes
-//     TILE x TILE products per (channel, tap).
+//     TILE x TILE products per (channel, tap); the epilogue adds the bias and applies the
+//     fused activation (activation.cuh's code, -1 for none) that FusedConv asks for.
 //   * gemm1d_weight: dW (M = out_channels, N = in_channels * k) summed over K = the (sample,
 //     position) pairs, cut into slices of CHUNK-position chunks, one slice per blockIdx.y; a block
 //     of (bn / TILE, bm / TILE, layers) threads owns a bm x bn tile of dW, stages a chunk's dY rows
@@ -20,6 +21,7 @@
 //     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
 //     No atomics: deterministic.
 #include "common.cuh"
+#include "activation.cuh"
 
 #ifndef MT_GEMM1D_TILE
 #error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
@@ -62,11 +64,12 @@ __device__ __forceinline__ void outer_product(A (&acc)[TILE][TILE], const A (&a)
         for (int j = 0; j < TILE; ++j) acc[i][j] += a[i] * b[j];
 }
 
-// dst[s, o, l] = bias[o] + sum over (c, t) of weight(o, c, t) * src[s, c, l - pad + t], where
-// weight(o, c, t) = w[o, c, t], or w[c, o, k - 1 - t] when FLIP.  Grid: (N * tiles, channel tiles).
+// dst[s, o, l] = act(bias[o] + sum over (c, t) of weight(o, c, t) * src[s, c, l - pad + t]),
+// where weight(o, c, t) = w[o, c, t], or w[c, o, k - 1 - t] when FLIP; act: activate(code, .,
+// alpha), none when code < 0.  Grid: (N * tiles, channel tiles).
 template <typename T, bool FLIP>
 __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst, int tiles, int has_bias, int chunk,
-                                 LineGeo g) {
+                                 int code, acc_t<T> alpha, LineGeo g) {
     typedef acc_t<T> A;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bm = blockDim.y * TILE, width = SPAN + g.k - 1;
@@ -126,7 +129,7 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 #pragma unroll
         for (int j = 0; j < TILE; ++j) {
             const int l = l0 + threadIdx.x + j * LANES;
-            if (l < g.out_len) out[l] = from_acc<T>(acc[i][j]);
+            if (l < g.out_len) out[l] = from_acc<T>(code < 0 ? acc[i][j] : activate(code, acc[i][j], alpha));
         }
     }
 }
@@ -217,12 +220,12 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
 
 #define GEMM1D_KERNELS(T, S)                                                                                      \
     extern "C" __global__ void gemm1d_forward_##S(const T* src, const T* w, const T* bias, T* dst, int tiles,      \
-                                                  int has_bias, int chunk, LineGeo g) {                          \
-        gemm1d_line_impl<T, false>(src, w, bias, dst, tiles, has_bias, chunk, g);                                \
+                                                  int has_bias, int chunk, int code, acc_t<T> alpha, LineGeo g) { \
+        gemm1d_line_impl<T, false>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, g);                   \
     }                                                                                                             \
     extern "C" __global__ void gemm1d_data_##S(const T* src, const T* w, const T* bias, T* dst, int tiles,         \
-                                               int has_bias, int chunk, LineGeo g) {                             \
-        gemm1d_line_impl<T, true>(src, w, bias, dst, tiles, has_bias, chunk, g);                                 \
+                                               int has_bias, int chunk, int code, acc_t<T> alpha, LineGeo g) {   \
+        gemm1d_line_impl<T, true>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, g);                    \
     }                                                                                                             \
     extern "C" __global__ void gemm1d_weight_##S(const T* dy, const T* x, acc_t<T>* part, int64_t samples,        \
                                                  int chunks_per_slice, LineGeo g) {                              \

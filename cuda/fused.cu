@@ -10,21 +10,12 @@
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
-// The activation is a run-time code: 0 Relu, 1 Sigmoid, 2 Tanh, 3 LeakyRelu (alpha).
+// The activation is a run-time code (activation.cuh's activate).
 #include "common.cuh"
 #include "activation.cuh"
 #include "block_sum.cuh"
 #include "cross_entropy_rows.cuh"
 #include "pool_window.cuh"
-
-template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha) {
-    switch (code) {
-        case 0: return Relu<A>{alpha}(x);
-        case 1: return Sigmoid<A>{alpha}(x);
-        case 2: return Tanh<A>{alpha}(x);
-        default: return LeakyRelu<A>{alpha}(x);
-    }
-}
 
 template <typename A> __device__ __forceinline__ A activation_grad(int code, A dy, A v, A alpha) {
     switch (code) {

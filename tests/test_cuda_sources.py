@@ -95,9 +95,10 @@ def test_python_constants_reach_the_sources_only_as_flags(name):
 
 
 def test_fused_activation_codes_follow_ops_fused():
-    """fused.cu's activation switch numbers the activations in ops/fused.py's order, which is
-    how the CUDA fused kernels pass them (the last one is the switch's default)."""
-    text = _read(os.path.join(CUDA, "fused.cu"))
+    """The activation switches (activation.cuh's activate, fused.cu's activation_grad) number
+    the activations in ops/fused.py's order, which is how the CUDA fused kernels pass them (the
+    last one is the switch's default)."""
+    text = _read(os.path.join(CUDA, "activation.cuh")) + _read(os.path.join(CUDA, "fused.cu"))
     names = list(ACTIVATIONS)
     for function in ("activate", "activation_grad"):
         body = re.search(rf"{function}\(int code[^{{]*{{(.*?)\n}}", text, re.S).group(1)
@@ -105,7 +106,7 @@ def test_fused_activation_codes_follow_ops_fused():
         default = re.search(r"default: return (\w+)<", body).group(1)
         grad = function == "activation_grad"
         expected = [(i, ACTIVATIONS[n] if grad else n) for i, n in enumerate(names[:-1])]
-        assert cases == expected, f"fused.cu's {function} cases {cases} differ from ops/fused.py's {expected}"
+        assert cases == expected, f"{function}'s cases {cases} differ from ops/fused.py's {expected}"
         assert default == (ACTIVATIONS[names[-1]] if grad else names[-1])
 
 

@@ -6,7 +6,8 @@ Each primitive is a GEMM whose operands are read from the tensors as they lie, t
 staged in shared memory, with an 8 x 8 register tile per thread:
   * forward (M = output channels, N = batch x length, K = input channels x taps) and the data
     gradient (M = input channels, K = output channels x taps: the forward of dY with the weight
-    transposed and flipped), the bias added in the epilogue;
+    transposed and flipped), the bias added and FusedConv's activation applied in the
+    epilogue (epilogue.py);
   * the weight gradient (M = output channels, N = input channels x taps, K = batch x length),
     K cut into slices whose partial sums are added in a fixed order (sum_slices): deterministic.
 
@@ -33,7 +34,7 @@ SHARED_LIMIT = 48 << 10
 INT32_MAX = 2 ** 31 - 1
 LINE_GEO = "i" * 6             # LineGeo: in / out channels, in / out length, taps, pad
 
-_line = {direction: Kernel("conv_gemm1d", f"gemm1d_{direction}", "PPPPiii" + LINE_GEO)
+_line = {direction: Kernel("conv_gemm1d", f"gemm1d_{direction}", "PPPPiiiiT" + LINE_GEO)
          for direction in ("forward", "data")}
 _weight = Kernel("conv_gemm1d", "gemm1d_weight", "PPPqi" + LINE_GEO)
 
@@ -91,6 +92,7 @@ class Gemm1d:
     times the instances of conv/kernels.py, `directions` saying which primitives each takes."""
     family = "implicit_gemm_1d"
     deterministic = True
+    fuses_activation = True
 
     def __init__(self, name, slice_blocks, directions=("forward", "data", "weight")):
         self.name, self.slice_blocks, self.directions = name, slice_blocks, directions
@@ -139,10 +141,11 @@ class Gemm1d:
         warps, chunk, shared = line_launch(lg, out.dtype)
         tiles = -(-lg[3] // SPAN)
         grid = (key.n * tiles, -(-lg[1] // (warps * GEMM1D_TILE)), 1)
+        code, alpha = key.activation if key.activation is not None else (-1, 0.0)
         _line[key.direction].function(out.dtype).prepared_async_call(
             grid, (WARP, warps, 1), provider.stream, int(source.gpudata), int(w.gpudata),
-            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), tiles, int(bias is not None), chunk, *lg,
-            shared_size=shared)
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), tiles, int(bias is not None), chunk, code,
+            alpha, *lg, shared_size=shared)
 
     def _weight(self, provider, key, lg, cols, img, dw):
         slices, per_slice, tiles = self._slices(key, lg)
