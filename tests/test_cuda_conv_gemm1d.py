@@ -95,13 +95,15 @@ def test_conv_transpose_unit_stride(search, rng):
     assert runs(search) - before == 3 * len(DTYPES)
 
 
-def test_fine_slices_take_the_weight_gradient_only(search, rng):
+def test_the_fine_instance(search, rng):
+    """The instance with small channel chunks and more weight slices, alone: several chunks
+    of input channels, several slices."""
     force("implicit_gemm_1d_fine")
     ran = search.stats(get_provider("cuda")).ran
     before = ran["implicit_gemm_1d_fine"]
-    x, w, b = rng.standard_normal((4, 9, 300)), rng.standard_normal((12, 9, 5)), rng.standard_normal(12)
+    x, w, b = rng.standard_normal((4, 40, 300)), rng.standard_normal((36, 40, 5)), rng.standard_normal(36)
     check_every_direction("Conv", x, w, b, {"pads": [2, 2]}, rng, dtypes=("float64", "float32"))
-    assert ran["implicit_gemm_1d_fine"] - before == 2
+    assert ran["implicit_gemm_1d_fine"] - before == 3 * 2
 
 
 @pytest.mark.parametrize("attrs,w_shape", [

@@ -29,7 +29,6 @@ MAX_REDUCTION = 1024           # products per output of the forward and data pri
 MAX_WEIGHT = 1 << 16           # weight elements the weight gradient takes on
 WEIGHT_ROWS, WEIGHT_COLS = 64, 96   # the largest dW tile of a block (output channels x columns)
 MAX_THREADS = 256
-SHARED_BUDGET = 32 << 10       # the forward / data chunk of staged input channels aims at this
 SHARED_LIMIT = 48 << 10
 INT32_MAX = 2 ** 31 - 1
 LINE_GEO = "i" * 6             # LineGeo: in / out channels, in / out length, taps, pad
@@ -57,15 +56,16 @@ def line_geo(direction, geom):
     return geom.img_channels, geom.col_channels, img_len, col_len, k, pad
 
 
-def line_launch(lg, dtype):
-    """(warps, chunk of input channels, shared bytes) of a forward / data launch, or None when
-    one input channel's window and weights exceed SHARED_LIMIT."""
+def line_launch(lg, dtype, budget):
+    """(warps, chunk of input channels, shared bytes) of a forward / data launch, the chunk
+    staging at most `budget` bytes where one channel fits, or None when one input channel's
+    window and weights exceed SHARED_LIMIT."""
     in_channels, out_channels, _, _, k, _ = lg
     warps = min(MAX_WARPS, -(-out_channels // GEMM1D_TILE))
     per_channel = (k * warps * GEMM1D_TILE + SPAN + k - 1) * _acc_itemsize(dtype)
     if per_channel > SHARED_LIMIT:
         return None
-    chunk = max(1, min(in_channels, SHARED_BUDGET // per_channel))
+    chunk = max(1, min(in_channels, budget // per_channel))
     return warps, chunk, chunk * per_channel
 
 
@@ -87,20 +87,21 @@ def weight_launch(lg, dtype):
 
 class Gemm1d:
     """Implicit-GEMM 1-D convolution (register-tiled, shared-memory operands); no workspace but
-    the weight gradient's slice partials.  `slice_blocks`: the weight-gradient blocks to aim
-    for (more slices fill the device better but leave more partials to add up); the search
-    times the instances of conv/kernels.py, `directions` saying which primitives each takes."""
+    the weight gradient's slice partials.  Two settings trade occupancy against overhead, and
+    the search times the instances of conv/kernels.py: `shared_budget`, the bytes of a forward /
+    data block's chunk of staged input channels (more: fewer barriers, fewer blocks a
+    multiprocessor), and `slice_blocks`, the weight-gradient blocks to aim for (more slices
+    fill the device better but leave more partials to add up)."""
     family = "implicit_gemm_1d"
     deterministic = True
     fuses_activation = True
 
-    def __init__(self, name, slice_blocks, directions=("forward", "data", "weight")):
-        self.name, self.slice_blocks, self.directions = name, slice_blocks, directions
+    def __init__(self, name, shared_budget, slice_blocks):
+        self.name, self.shared_budget, self.slice_blocks = name, shared_budget, slice_blocks
 
     def supports(self, key):
         geom = key.geom
-        if (key.direction not in self.directions or geom.rank != 1 or geom.group != 1 or geom.strides != (1,)
-                or geom.dilations != (1,)):
+        if geom.rank != 1 or geom.group != 1 or geom.strides != (1,) or geom.dilations != (1,):
             return False
         lg = line_geo(key.direction, geom)
         in_channels, out_channels, in_len, out_len, k, _ = lg
@@ -110,7 +111,7 @@ class Gemm1d:
             return out_channels * in_channels * k <= MAX_WEIGHT
         tiles = -(-out_len // SPAN)
         return (in_channels * k <= MAX_REDUCTION and key.n * tiles <= INT32_MAX
-                and line_launch(lg, key.dtype) is not None)
+                and line_launch(lg, key.dtype, self.shared_budget) is not None)
 
     def _slices(self, key, lg):
         """(slices, chunks per slice, dW tiles) of the weight gradient."""
@@ -138,7 +139,7 @@ class Gemm1d:
             self._weight(provider, key, lg, *buffers)
             return
         source, w, bias, out = buffers
-        warps, chunk, shared = line_launch(lg, out.dtype)
+        warps, chunk, shared = line_launch(lg, out.dtype, self.shared_budget)
         tiles = -(-lg[3] // SPAN)
         grid = (key.n * tiles, -(-lg[1] // (warps * GEMM1D_TILE)), 1)
         code, alpha = key.activation if key.activation is not None else (-1, 0.0)
