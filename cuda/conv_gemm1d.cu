@@ -17,7 +17,7 @@
 //   * gemm1d_weight: dW (M = out_channels, N = in_channels * k) summed over K = the (sample,
 //     position) pairs, cut into slices of CHUNK-position chunks, one slice per blockIdx.y; a block
 //     of (bn / TILE, bm / TILE, layers) threads owns a bm x bn tile of dW, stages a chunk's dY rows
-//     and the im2col rows of X, and its `layers` take every layers-th position of a chunk; the
+//     and the window of X its columns read, and its `layers` take every layers-th position; the
 //     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
 //     No atomics: deterministic.
 #include "common.cuh"
@@ -136,27 +136,30 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 
 // part[slice, o, c * k + t] = the sum over the positions of `slice` (chunks_per_slice chunks of
 // CHUNK positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
-// (in: x, out: dy).  Grid: (channel tiles * column tiles, slices).
+// (in: x, out: dy).  A chunk stages dY's rows position-major and the X window of the tile's
+// channels (CHUNK + k - 1 positions each, once, not k times as im2col rows would); a thread
+// reads its TILE columns (c, t) from the window at offsets fixed for the block.
+// Grid: (channel tiles * column tiles, slices).
 template <typename T>
 __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int64_t samples, int chunks_per_slice,
                                    LineGeo g) {
     typedef acc_t<T> A;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
-    const int lda = bm + 4, ldb = bn + 4;            // rows stay 16-byte aligned
-    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [CHUNK][lda]: dY, position-major
-    A* bs = as + CHUNK * lda;                        // [CHUNK][ldb]: X's im2col rows
-    int* col_offset = reinterpret_cast<int*>(bs + CHUNK * ldb);   // [bn]: c * in_len + t - pad
-    int* col_shift = col_offset + bn;                             // [bn]: t - pad (far negative: no column)
+    const int lda = bm + 4, width = CHUNK + g.k - 1;  // dY rows stay 16-byte aligned
     const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
     const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
+    const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
+    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [CHUNK][lda]
+    A* xs = as + CHUNK * lda;                        // [c_count][width]
+    int offset[TILE];                                // column n0 + threadIdx.x * TILE + j's (c, t) in the window
+#pragma unroll
+    for (int j = 0; j < TILE; ++j) {
+        const int col = min(n0 + (int)threadIdx.x * TILE + j, columns - 1), c = col / g.k;
+        offset[j] = (c - c_first) * width + col - c * g.k;
+    }
     const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y * layers;
-    for (int n = tid; n < bn; n += threads) {
-        const int col = n0 + n, c = col / g.k, t = col - c * g.k;
-        col_offset[n] = c * g.in_len + t - g.pad;
-        col_shift[n] = col < columns ? t - g.pad : -(1 << 30);
-    }
     A acc[TILE][TILE];
 #pragma unroll
     for (int i = 0; i < TILE; ++i)
@@ -169,22 +172,24 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
         const int64_t s = q / per_sample;
         const int l0 = (int)(q - s * per_sample) * CHUNK;
         const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
-        const T* xs = x + s * g.in_channels * (int64_t)g.in_len + l0;
-        __syncthreads();    // the previous chunk's readers (and the column tables' writers) are done
+        const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
+        __syncthreads();    // the previous chunk's readers are done
         for (int e = tid; e < CHUNK * bm; e += threads) {
             const int p = e % CHUNK, m = e / CHUNK;
             as[p * lda + m] = m0 + m < g.out_channels && l0 + p < g.out_len ? to_acc(dys[(int64_t)m * g.out_len + p])
                                                                            : A(0);
         }
-        for (int e = tid; e < CHUNK * bn; e += threads) {
-            const int p = e % CHUNK, n = e / CHUNK, at = l0 + p + col_shift[n];
-            bs[p * ldb + n] = at >= 0 && at < g.in_len && l0 + p < g.out_len ? to_acc(xs[col_offset[n] + p]) : A(0);
-        }
+        for (int c = 0; c < c_count; ++c)
+            for (int j = tid; j < width; j += threads) {
+                const int at = l0 - g.pad + j;
+                xs[c * width + j] = at >= 0 && at < g.in_len ? to_acc(xc[(int64_t)c * g.in_len + at]) : A(0);
+            }
         __syncthreads();
         for (int p = threadIdx.z; p < CHUNK; p += layers) {
             A a[TILE], b[TILE];
             load_tile(as + p * lda + threadIdx.y * TILE, a);
-            load_tile(bs + p * ldb + threadIdx.x * TILE, b);
+#pragma unroll
+            for (int j = 0; j < TILE; ++j) b[j] = xs[offset[j] + p];
             outer_product(acc, a, b);
         }
     }

@@ -70,14 +70,19 @@ def line_launch(lg, dtype, budget):
 
 
 def weight_launch(lg, dtype):
-    """(threads x, y, z, shared bytes) of a weight-gradient block: a bm x bn tile of dW, its
-    `layers` (threads z) splitting each chunk's positions while the threads stay <= MAX_THREADS
-    and the layers' sums fit the shared memory."""
+    """(threads x, y, z, shared bytes) of a weight-gradient block, or None when its staged
+    chunk exceeds SHARED_LIMIT: a bm x bn tile of dW, its `layers` (threads z) splitting each
+    chunk's positions while the threads stay <= MAX_THREADS and the layers' sums fit the shared
+    memory.  A chunk stages GEMM1D_CHUNK positions of bm dY rows (rows padded by 4) and the X
+    window of the channels that the tile's bn columns reach."""
     in_channels, out_channels, _, _, k, _ = lg
     bm, bn = min(WEIGHT_ROWS, _up(out_channels, GEMM1D_TILE)), min(WEIGHT_COLS, _up(in_channels * k, GEMM1D_TILE))
     bx, by = bn // GEMM1D_TILE, bm // GEMM1D_TILE
     item = _acc_itemsize(dtype)
-    staged = GEMM1D_CHUNK * (bm + 4 + bn + 4) * item + 2 * bn * 4
+    window_rows = min(in_channels, (bn - 1) // k + 2)
+    staged = (GEMM1D_CHUNK * (bm + 4) + window_rows * (GEMM1D_CHUNK + k - 1)) * item
+    if staged > SHARED_LIMIT:
+        return None
     layers = 1
     while 2 * layers * bx * by <= MAX_THREADS and 2 * layers <= GEMM1D_CHUNK and bm * bn * item <= SHARED_LIMIT:
         layers *= 2
@@ -108,7 +113,7 @@ class Gemm1d:
         if in_channels * in_len > INT32_MAX or out_channels * out_len > INT32_MAX:
             return False
         if key.direction == "weight":
-            return out_channels * in_channels * k <= MAX_WEIGHT
+            return out_channels * in_channels * k <= MAX_WEIGHT and weight_launch(lg, key.dtype) is not None
         tiles = -(-out_len // SPAN)
         return (in_channels * k <= MAX_REDUCTION and key.n * tiles <= INT32_MAX
                 and line_launch(lg, key.dtype, self.shared_budget) is not None)
