@@ -15,11 +15,14 @@
 //     TILE x TILE products per (channel, tap); the epilogue adds the bias and applies the
 //     fused activation (activation.cuh's code, -1 for none) that FusedConv asks for.
 //   * gemm1d_weight: dW (M = out_channels, N = in_channels * k) summed over K = the (sample,
-//     position) pairs, cut into slices of CHUNK-position chunks, one slice per blockIdx.y; a block
+//     position) pairs, cut into slices of chunks of positions (CHUNK for 4-byte accumulators, half
+//     as many for double), one slice per blockIdx.y; a block
 //     of (bn / TILE, bm / TILE, layers) threads owns a bm x bn tile of dW, stages a chunk's dY rows
 //     and the window of X its columns read, and its `layers` take every layers-th position; the
 //     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
 //     No atomics: deterministic.
+// Every tile is staged with STAGE_BATCH loads in flight per thread before their stores, so a
+// block waits about one memory latency per tile rather than one per element it stages.
 #include "common.cuh"
 #include "activation.cuh"
 
@@ -33,6 +36,9 @@
 #define CHUNK MT_GEMM1D_CHUNK
 #define LANES 32
 #define SPAN (LANES * TILE)
+#define STAGE_BATCH 8
+
+template <typename A> struct Chunk { static constexpr int value = CHUNK * 4 / (int)sizeof(A); };
 
 struct LineGeo {
     int in_channels, out_channels, in_len, out_len, k, pad;
@@ -53,6 +59,33 @@ __device__ __forceinline__ void load_tile<float>(const float* p, float (&v)[TILE
         v[i + 1] = q.y;
         v[i + 2] = q.z;
         v[i + 3] = q.w;
+    }
+}
+
+// For r < rows, j < width: dst[index(r, j)] = value(r, j), the pairs dealt to the block's
+// threads in row-major order, each thread loading STAGE_BATCH values before storing them.
+template <typename A, typename Value, typename Index>
+__device__ __forceinline__ void stage(A* dst, int rows, int width, int tid, int threads, Value value, Index index) {
+    const int total = rows * width, dr = threads / width, dj = threads - dr * width;
+    int r = tid / width, j = tid - r * width;
+    for (int e = tid; e < total; e += STAGE_BATCH * threads) {
+        A v[STAGE_BATCH];
+        int at[STAGE_BATCH];
+#pragma unroll
+        for (int u = 0; u < STAGE_BATCH; ++u) {
+            const bool inside = e + u * threads < total;
+            v[u] = inside ? value(r, j) : A(0);
+            at[u] = inside ? index(r, j) : 0;
+            r += dr;
+            j += dj;
+            if (j >= width) {
+                j -= width;
+                ++r;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < STAGE_BATCH; ++u)
+            if (e + u * threads < total) dst[at[u]] = v[u];
     }
 }
 
@@ -90,24 +123,22 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
     for (int c0 = 0; c0 < g.in_channels; c0 += chunk) {
         const int cc = min(chunk, g.in_channels - c0);
         __syncthreads();    // the previous chunk's readers are done
-        for (int c = 0; c < cc; ++c) {
-            const T* line = in + (int64_t)(c0 + c) * g.in_len;
-            for (int j = tid; j < width; j += threads) {
-                const int x = l0 - g.pad + j;
-                xs[c * width + j] = x >= 0 && x < g.in_len ? to_acc(line[x]) : A(0);
-            }
-        }
-        for (int r = threadIdx.y; r < cc * g.k; r += blockDim.y) {
-            const int c = r / g.k, t = r - c * g.k;
-            for (int m = threadIdx.x; m < bm; m += LANES) {
-                const int o = m0 + m;
-                A v = A(0);
-                if (o < g.out_channels)
-                    v = to_acc(FLIP ? w[((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t]
-                                    : w[((int64_t)o * g.in_channels + c0 + c) * g.k + t]);
-                ws[r * bm + m] = v;
-            }
-        }
+        const T* lines = in + (int64_t)c0 * g.in_len;
+        stage(xs, cc, width, tid, threads,
+              [&](int c, int j) {
+                  const int x = l0 - g.pad + j;
+                  return x >= 0 && x < g.in_len ? to_acc(lines[(int64_t)c * g.in_len + x]) : A(0);
+              },
+              [&](int c, int j) { return c * width + j; });
+        stage(ws, cc * g.k, bm, tid, threads,
+              [&](int r, int m) {
+                  const int o = m0 + m;
+                  if (o >= g.out_channels) return A(0);
+                  if (!FLIP) return to_acc(w[(int64_t)o * g.in_channels * g.k + c0 * g.k + r]);
+                  const int c = r / g.k, t = r - c * g.k;
+                  return to_acc(w[((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t]);
+              },
+              [&](int r, int m) { return r * bm + m; });
         __syncthreads();
         for (int c = 0; c < cc; ++c) {
             const A* wc = ws + c * g.k * bm + row;
@@ -135,23 +166,24 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 }
 
 // part[slice, o, c * k + t] = the sum over the positions of `slice` (chunks_per_slice chunks of
-// CHUNK positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
+// Chunk<A> positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
 // (in: x, out: dy).  A chunk stages dY's rows position-major and the X window of the tile's
-// channels (CHUNK + k - 1 positions each, once, not k times as im2col rows would); a thread
+// channels (chunk + k - 1 positions each, once, not k times as im2col rows would); a thread
 // reads its TILE columns (c, t) from the window at offsets fixed for the block.
 // Grid: (channel tiles * column tiles, slices).
 template <typename T>
 __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int64_t samples, int chunks_per_slice,
                                    LineGeo g) {
     typedef acc_t<T> A;
+    constexpr int chunk = Chunk<A>::value;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
-    const int lda = bm + 4, width = CHUNK + g.k - 1;  // dY rows stay 16-byte aligned
+    const int lda = bm + 4, width = chunk + g.k - 1;  // dY rows stay 16-byte aligned
     const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
     const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
     const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
-    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [CHUNK][lda]
-    A* xs = as + CHUNK * lda;                        // [c_count][width]
+    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [chunk][lda]
+    A* xs = as + chunk * lda;                        // [c_count][width]
     int offset[TILE];                                // column n0 + threadIdx.x * TILE + j's (c, t) in the window
 #pragma unroll
     for (int j = 0; j < TILE; ++j) {
@@ -165,27 +197,28 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
     for (int i = 0; i < TILE; ++i)
 #pragma unroll
         for (int j = 0; j < TILE; ++j) acc[i][j] = A(0);
-    const int per_sample = (g.out_len + CHUNK - 1) / CHUNK;
+    const int per_sample = (g.out_len + chunk - 1) / chunk;
     const int64_t first = (int64_t)blockIdx.y * chunks_per_slice;
     const int64_t last = min(first + chunks_per_slice, samples * per_sample);
     for (int64_t q = first; q < last; ++q) {
         const int64_t s = q / per_sample;
-        const int l0 = (int)(q - s * per_sample) * CHUNK;
+        const int l0 = (int)(q - s * per_sample) * chunk;
         const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
         const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
         __syncthreads();    // the previous chunk's readers are done
-        for (int e = tid; e < CHUNK * bm; e += threads) {
-            const int p = e % CHUNK, m = e / CHUNK;
-            as[p * lda + m] = m0 + m < g.out_channels && l0 + p < g.out_len ? to_acc(dys[(int64_t)m * g.out_len + p])
-                                                                           : A(0);
-        }
-        for (int c = 0; c < c_count; ++c)
-            for (int j = tid; j < width; j += threads) {
-                const int at = l0 - g.pad + j;
-                xs[c * width + j] = at >= 0 && at < g.in_len ? to_acc(xc[(int64_t)c * g.in_len + at]) : A(0);
-            }
+        stage(as, bm, chunk, tid, threads,
+              [&](int m, int p) {
+                  return m0 + m < g.out_channels && l0 + p < g.out_len ? to_acc(dys[(int64_t)m * g.out_len + p]) : A(0);
+              },
+              [&](int m, int p) { return p * lda + m; });
+        stage(xs, c_count, width, tid, threads,
+              [&](int c, int j) {
+                  const int at = l0 - g.pad + j;
+                  return at >= 0 && at < g.in_len ? to_acc(xc[(int64_t)c * g.in_len + at]) : A(0);
+              },
+              [&](int c, int j) { return c * width + j; });
         __syncthreads();
-        for (int p = threadIdx.z; p < CHUNK; p += layers) {
+        for (int p = threadIdx.z; p < chunk; p += layers) {
             A a[TILE], b[TILE];
             load_tile(as + p * lda + threadIdx.y * TILE, a);
 #pragma unroll

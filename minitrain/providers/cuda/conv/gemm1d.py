@@ -42,6 +42,11 @@ def _acc_itemsize(dtype):
     return 8 if np.dtype(dtype) == np.float64 else 4
 
 
+def chunk_positions(dtype):
+    """Positions of a weight-gradient chunk: GEMM1D_CHUNK, half of it for float64 (conv_gemm1d.cu's Chunk)."""
+    return GEMM1D_CHUNK * 4 // _acc_itemsize(dtype)
+
+
 def _up(value, multiple):
     return -(-value // multiple) * multiple
 
@@ -73,18 +78,19 @@ def weight_launch(lg, dtype):
     """(threads x, y, z, shared bytes) of a weight-gradient block, or None when its staged
     chunk exceeds SHARED_LIMIT: a bm x bn tile of dW, its `layers` (threads z) splitting each
     chunk's positions while the threads stay <= MAX_THREADS and the layers' sums fit the shared
-    memory.  A chunk stages GEMM1D_CHUNK positions of bm dY rows (rows padded by 4) and the X
+    memory.  A chunk stages chunk_positions of bm dY rows (rows padded by 4) and the X
     window of the channels that the tile's bn columns reach."""
     in_channels, out_channels, _, _, k, _ = lg
     bm, bn = min(WEIGHT_ROWS, _up(out_channels, GEMM1D_TILE)), min(WEIGHT_COLS, _up(in_channels * k, GEMM1D_TILE))
     bx, by = bn // GEMM1D_TILE, bm // GEMM1D_TILE
     item = _acc_itemsize(dtype)
     window_rows = min(in_channels, (bn - 1) // k + 2)
-    staged = (GEMM1D_CHUNK * (bm + 4) + window_rows * (GEMM1D_CHUNK + k - 1)) * item
+    chunk = chunk_positions(dtype)
+    staged = (chunk * (bm + 4) + window_rows * (chunk + k - 1)) * item
     if staged > SHARED_LIMIT:
         return None
     layers = 1
-    while 2 * layers * bx * by <= MAX_THREADS and 2 * layers <= GEMM1D_CHUNK and bm * bn * item <= SHARED_LIMIT:
+    while 2 * layers * bx * by <= MAX_THREADS and 2 * layers <= chunk and bm * bn * item <= SHARED_LIMIT:
         layers *= 2
     shared = max(staged, bm * bn * item) if layers > 1 else staged
     return bx, by, layers, shared
@@ -123,7 +129,7 @@ class Gemm1d:
         in_channels, out_channels, _, out_len, k, _ = lg
         bx, by, _, _ = weight_launch(lg, key.dtype)
         tiles = -(-out_channels // (by * GEMM1D_TILE)) * -(-(in_channels * k) // (bx * GEMM1D_TILE))
-        chunks = key.n * -(-out_len // GEMM1D_CHUNK)
+        chunks = key.n * -(-out_len // chunk_positions(key.dtype))
         want = max(1, min(chunks, -(-self.slice_blocks // tiles)))
         per_slice = -(-chunks // want)
         return -(-chunks // per_slice), per_slice, tiles
