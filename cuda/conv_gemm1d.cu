@@ -169,7 +169,9 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 // Chunk<A> positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
 // (in: x, out: dy).  A chunk stages dY's rows position-major and the X window of the tile's
 // channels (chunk + k - 1 positions each, once, not k times as im2col rows would); a thread
-// reads its TILE columns (c, t) from the window at offsets fixed for the block.
+// reads its TILE columns (c, t), blockDim.x apart, from the window at offsets fixed for the
+// block.  Window rows are chunk + k apart: chunk being a multiple of 32, column c * k + t then
+// sits in bank (c * k + t + p) % 32, so a warp's neighbouring columns never share a bank.
 // Grid: (channel tiles * column tiles, slices).
 template <typename T>
 __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int64_t samples, int chunks_per_slice,
@@ -178,17 +180,18 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
     constexpr int chunk = Chunk<A>::value;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
-    const int lda = bm + 4, width = chunk + g.k - 1;  // dY rows stay 16-byte aligned
+    const int lda = bm + 4;                          // dY rows stay 16-byte aligned
+    const int width = chunk + g.k - 1, stride = chunk + g.k;
     const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
     const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
     const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
     A* as = reinterpret_cast<A*>(gemm1d_shared);     // [chunk][lda]
-    A* xs = as + chunk * lda;                        // [c_count][width]
-    int offset[TILE];                                // column n0 + threadIdx.x * TILE + j's (c, t) in the window
+    A* xs = as + chunk * lda;                        // [c_count][stride]
+    int offset[TILE];                                // column n0 + threadIdx.x + j * blockDim.x's (c, t) in the window
 #pragma unroll
     for (int j = 0; j < TILE; ++j) {
-        const int col = min(n0 + (int)threadIdx.x * TILE + j, columns - 1), c = col / g.k;
-        offset[j] = (c - c_first) * width + col - c * g.k;
+        const int col = min(n0 + (int)threadIdx.x + j * (int)blockDim.x, columns - 1), c = col / g.k;
+        offset[j] = (c - c_first) * stride + col - c * g.k;
     }
     const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y * layers;
@@ -216,7 +219,7 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
                   const int at = l0 - g.pad + j;
                   return at >= 0 && at < g.in_len ? to_acc(xc[(int64_t)c * g.in_len + at]) : A(0);
               },
-              [&](int c, int j) { return c * width + j; });
+              [&](int c, int j) { return c * stride + j; });
         __syncthreads();
         for (int p = threadIdx.z; p < chunk; p += layers) {
             A a[TILE], b[TILE];
@@ -250,7 +253,7 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
         if (o >= g.out_channels) break;
 #pragma unroll
         for (int j = 0; j < TILE; ++j) {
-            const int col = n0 + threadIdx.x * TILE + j;
+            const int col = n0 + threadIdx.x + j * blockDim.x;
             if (col < columns) out[(int64_t)o * columns + col] = acc[i][j];
         }
     }

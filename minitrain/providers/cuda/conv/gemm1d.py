@@ -79,14 +79,14 @@ def weight_launch(lg, dtype):
     chunk exceeds SHARED_LIMIT: a bm x bn tile of dW, its `layers` (threads z) splitting each
     chunk's positions while the threads stay <= MAX_THREADS and the layers' sums fit the shared
     memory.  A chunk stages chunk_positions of bm dY rows (rows padded by 4) and the X
-    window of the channels that the tile's bn columns reach."""
+    window of the channels that the tile's bn columns reach (rows chunk + k apart)."""
     in_channels, out_channels, _, _, k, _ = lg
     bm, bn = min(WEIGHT_ROWS, _up(out_channels, GEMM1D_TILE)), min(WEIGHT_COLS, _up(in_channels * k, GEMM1D_TILE))
     bx, by = bn // GEMM1D_TILE, bm // GEMM1D_TILE
     item = _acc_itemsize(dtype)
     window_rows = min(in_channels, (bn - 1) // k + 2)
     chunk = chunk_positions(dtype)
-    staged = (chunk * (bm + 4) + window_rows * (chunk + k - 1)) * item
+    staged = (chunk * (bm + 4) + window_rows * (chunk + k)) * item
     if staged > SHARED_LIMIT:
         return None
     layers = 1
