@@ -11,7 +11,7 @@ CALLS runs, so only GPU time counts; the median over ROUNDS rounds.  Float32, st
 the same way.  The table gives each algorithm's time and TFLOP/s, the fastest of the others and
 the ratio other / implicit GEMM (above 1: the implicit GEMM is faster).  Before the table, every
 algorithm's time is printed, and the implicit GEMM's at other settings than its two instances
-(SWEEP: forward / data chunk budgets, weight-gradient slice counts).
+(SWEEP: forward / data warps and chunk budgets, weight-gradient slice counts).
 
     python bench/conv1d_gpu.py [--batch 1024] [--rounds 7] [--no-sweep]
 """
@@ -37,8 +37,9 @@ CALLS = 20
 HOLD = 5e-3          # seconds the spin kernel holds the stream while the runs are queued
 MINE = "implicit_gemm_1d"
 RELU = (0, 0.0)      # FusedConv's activation code and alpha for Relu
-SWEEP = [Gemm1d(f"sweep budget {budget >> 10}K slices {slices}", budget, slices)
-         for budget, slices in ((6 << 10, 128), (16 << 10, 512), (24 << 10, 2048), (48 << 10, 64))]
+SWEEP = [Gemm1d(f"sweep warps {warps} budget {budget >> 10}K slices {slices}", warps, budget, slices)
+         for warps, budget, slices in ((2, 6 << 10, 128), (4, 24 << 10, 512), (8, 16 << 10, 2048),
+                                       (8, 48 << 10, 64))]
 PRIMITIVES = (("forward", None), ("forward+relu", RELU), ("data", None), ("weight", None))
 
 

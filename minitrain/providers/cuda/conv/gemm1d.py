@@ -24,7 +24,6 @@ from ..launch import GEMM1D_CHUNK, GEMM1D_TILE, WARP
 from .bias import sum_slices
 
 SPAN = WARP * GEMM1D_TILE      # positions of a forward / data tile (a warp's 32 lanes x the register tile)
-MAX_WARPS = 8                  # warps of a forward / data block: GEMM1D_TILE * 8 output channels a tile
 MAX_REDUCTION = 1024           # products per output of the forward and data primitives (channels x taps)
 MAX_WEIGHT = 1 << 16           # weight elements the weight gradient takes on
 WEIGHT_ROWS, WEIGHT_COLS = 64, 96   # the largest dW tile of a block (output channels x columns)
@@ -61,12 +60,13 @@ def line_geo(direction, geom):
     return geom.img_channels, geom.col_channels, img_len, col_len, k, pad
 
 
-def line_launch(lg, dtype, budget):
-    """(warps, chunk of input channels, shared bytes) of a forward / data launch, the chunk
-    staging at most `budget` bytes where one channel fits, or None when one input channel's
-    window and weights exceed SHARED_LIMIT."""
+def line_launch(lg, dtype, budget, max_warps):
+    """(warps, chunk of input channels, shared bytes) of a forward / data launch: at most
+    `max_warps` warps of GEMM1D_TILE output channels each, the chunk staging at most `budget`
+    bytes where one channel fits; None when one input channel's window and weights exceed
+    SHARED_LIMIT."""
     in_channels, out_channels, _, _, k, _ = lg
-    warps = min(MAX_WARPS, -(-out_channels // GEMM1D_TILE))
+    warps = min(max_warps, -(-out_channels // GEMM1D_TILE))
     per_channel = (k * warps * GEMM1D_TILE + SPAN + k - 1) * _acc_itemsize(dtype)
     if per_channel > SHARED_LIMIT:
         return None
@@ -99,16 +99,18 @@ def weight_launch(lg, dtype):
 class Gemm1d:
     """Implicit-GEMM 1-D convolution (register-tiled, shared-memory operands); no workspace but
     the weight gradient's slice partials.  Two settings trade occupancy against overhead, and
-    the search times the instances of conv/kernels.py: `shared_budget`, the bytes of a forward /
-    data block's chunk of staged input channels (more: fewer barriers, fewer blocks a
-    multiprocessor), and `slice_blocks`, the weight-gradient blocks to aim for (more slices
-    fill the device better but leave more partials to add up)."""
+    the search times the instances of conv/kernels.py: `max_warps`, the warps of a forward / data
+    block (GEMM1D_TILE output channels each; fewer: smaller blocks, the window staged once per
+    channel tile), `shared_budget`, the bytes of its chunk of staged input channels (more: fewer
+    barriers, fewer blocks a multiprocessor), and `slice_blocks`, the weight-gradient blocks to
+    aim for (more slices fill the device better but leave more partials to add up)."""
     family = "implicit_gemm_1d"
     deterministic = True
     fuses_activation = True
 
-    def __init__(self, name, shared_budget, slice_blocks):
-        self.name, self.shared_budget, self.slice_blocks = name, shared_budget, slice_blocks
+    def __init__(self, name, max_warps, shared_budget, slice_blocks):
+        self.name, self.max_warps = name, max_warps
+        self.shared_budget, self.slice_blocks = shared_budget, slice_blocks
 
     def supports(self, key):
         geom = key.geom
@@ -122,7 +124,7 @@ class Gemm1d:
             return out_channels * in_channels * k <= MAX_WEIGHT and weight_launch(lg, key.dtype) is not None
         tiles = -(-out_len // SPAN)
         return (in_channels * k <= MAX_REDUCTION and key.n * tiles <= INT32_MAX
-                and line_launch(lg, key.dtype, self.shared_budget) is not None)
+                and line_launch(lg, key.dtype, self.shared_budget, self.max_warps) is not None)
 
     def _slices(self, key, lg):
         """(slices, chunks per slice, dW tiles) of the weight gradient."""
@@ -150,7 +152,7 @@ class Gemm1d:
             self._weight(provider, key, lg, *buffers)
             return
         source, w, bias, out = buffers
-        warps, chunk, shared = line_launch(lg, out.dtype, self.shared_budget)
+        warps, chunk, shared = line_launch(lg, out.dtype, self.shared_budget, self.max_warps)
         tiles = -(-lg[3] // SPAN)
         grid = (key.n * tiles, -(-lg[1] // (warps * GEMM1D_TILE)), 1)
         code, alpha = key.activation if key.activation is not None else (-1, 0.0)

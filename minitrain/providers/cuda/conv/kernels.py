@@ -243,8 +243,8 @@ class Direct:
 
 
 ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows(),
-              Gemm1d("implicit_gemm_1d", shared_budget=32 << 10, slice_blocks=256),
-              Gemm1d("implicit_gemm_1d_fine", shared_budget=12 << 10, slice_blocks=1024)]
+              Gemm1d("implicit_gemm_1d", max_warps=8, shared_budget=32 << 10, slice_blocks=256),
+              Gemm1d("implicit_gemm_1d_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024)]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
 FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]
