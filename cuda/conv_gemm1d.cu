@@ -21,10 +21,12 @@
 //     and the window of X its columns read, and its `layers` take every layers-th position; the
 //     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
 //     No atomics: deterministic.
-// Every tile is staged with STAGE_BATCH loads in flight per thread before their stores, so a
-// block waits about one memory latency per tile rather than one per element it stages.
+// Every tile is staged with all its loads in flight (cp.async for float and double; batches of
+// STAGE_BATCH loads for the 16-bit types), so a block waits about one memory latency per tile
+// rather than one per element it stages.
 #include "common.cuh"
 #include "activation.cuh"
+#include <type_traits>
 
 #ifndef MT_GEMM1D_TILE
 #error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
@@ -62,20 +64,30 @@ __device__ __forceinline__ void load_tile<float>(const float* p, float (&v)[TILE
     }
 }
 
-// For r < rows, j < width: dst[index(r, j)] = value(r, j), the pairs dealt to the block's
-// threads in row-major order, each thread loading STAGE_BATCH values before storing them.
-template <typename A, typename Value, typename Index>
-__device__ __forceinline__ void stage(A* dst, int rows, int width, int tid, int threads, Value value, Index index) {
+// dst = *src in shared memory without a register on the way (cp.async, sm_80 and newer); zero
+// when src is null (no byte is read: `fallback`, any valid address, stands in for it).
+template <typename T>
+__device__ __forceinline__ void copy_async(T* dst, const T* src, const T* fallback) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src ? src : fallback),
+                 "n"((int)sizeof(T)), "r"(src ? (int)sizeof(T) : 0));
+}
+
+__device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// For r < rows, j < width: dst[index(r, j)] = *source(r, j) (zero where source gives null),
+// the pairs dealt to the block's threads in row-major order.  Float and double go by cp.async,
+// every copy of a thread in flight at once (copies_done() waits for them); the 16-bit types,
+// which convert on the way, through registers, STAGE_BATCH loads in flight before their stores.
+template <typename T, typename Source, typename Index>
+__device__ __forceinline__ void stage(acc_t<T>* dst, int rows, int width, int tid, int threads, const T* fallback,
+                                      Source source, Index index) {
+    typedef acc_t<T> A;
     const int total = rows * width, dr = threads / width, dj = threads - dr * width;
     int r = tid / width, j = tid - r * width;
-    for (int e = tid; e < total; e += STAGE_BATCH * threads) {
-        A v[STAGE_BATCH];
-        int at[STAGE_BATCH];
-#pragma unroll
-        for (int u = 0; u < STAGE_BATCH; ++u) {
-            const bool inside = e + u * threads < total;
-            v[u] = inside ? value(r, j) : A(0);
-            at[u] = inside ? index(r, j) : 0;
+    if constexpr (std::is_same<T, A>::value) {
+        for (int e = tid; e < total; e += threads) {
+            copy_async(dst + index(r, j), source(r, j), fallback);
             r += dr;
             j += dj;
             if (j >= width) {
@@ -83,9 +95,26 @@ __device__ __forceinline__ void stage(A* dst, int rows, int width, int tid, int 
                 ++r;
             }
         }
+    } else {
+        for (int e = tid; e < total; e += STAGE_BATCH * threads) {
+            A v[STAGE_BATCH];
+            int at[STAGE_BATCH];
 #pragma unroll
-        for (int u = 0; u < STAGE_BATCH; ++u)
-            if (e + u * threads < total) dst[at[u]] = v[u];
+            for (int u = 0; u < STAGE_BATCH; ++u) {
+                const T* p = e + u * threads < total ? source(r, j) : nullptr;
+                v[u] = p ? to_acc(*p) : A(0);
+                at[u] = e + u * threads < total ? index(r, j) : 0;
+                r += dr;
+                j += dj;
+                if (j >= width) {
+                    j -= width;
+                    ++r;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < STAGE_BATCH; ++u)
+                if (e + u * threads < total) dst[at[u]] = v[u];
+        }
     }
 }
 
@@ -124,21 +153,22 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
         const int cc = min(chunk, g.in_channels - c0);
         __syncthreads();    // the previous chunk's readers are done
         const T* lines = in + (int64_t)c0 * g.in_len;
-        stage(xs, cc, width, tid, threads,
-              [&](int c, int j) {
+        stage(xs, cc, width, tid, threads, src,
+              [&](int c, int j) -> const T* {
                   const int x = l0 - g.pad + j;
-                  return x >= 0 && x < g.in_len ? to_acc(lines[(int64_t)c * g.in_len + x]) : A(0);
+                  return x >= 0 && x < g.in_len ? lines + (int64_t)c * g.in_len + x : nullptr;
               },
               [&](int c, int j) { return c * width + j; });
-        stage(ws, cc * g.k, bm, tid, threads,
-              [&](int r, int m) {
+        stage(ws, cc * g.k, bm, tid, threads, src,
+              [&](int r, int m) -> const T* {
                   const int o = m0 + m;
-                  if (o >= g.out_channels) return A(0);
-                  if (!FLIP) return to_acc(w[(int64_t)o * g.in_channels * g.k + c0 * g.k + r]);
+                  if (o >= g.out_channels) return nullptr;
+                  if (!FLIP) return w + (int64_t)o * g.in_channels * g.k + c0 * g.k + r;
                   const int c = r / g.k, t = r - c * g.k;
-                  return to_acc(w[((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t]);
+                  return w + ((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t;
               },
               [&](int r, int m) { return r * bm + m; });
+        copies_done();
         __syncthreads();
         for (int c = 0; c < cc; ++c) {
             const A* wc = ws + c * g.k * bm + row;
@@ -209,17 +239,18 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
         const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
         const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
         __syncthreads();    // the previous chunk's readers are done
-        stage(as, bm, chunk, tid, threads,
-              [&](int m, int p) {
-                  return m0 + m < g.out_channels && l0 + p < g.out_len ? to_acc(dys[(int64_t)m * g.out_len + p]) : A(0);
+        stage(as, bm, chunk, tid, threads, dy,
+              [&](int m, int p) -> const T* {
+                  return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
               },
               [&](int m, int p) { return p * lda + m; });
-        stage(xs, c_count, width, tid, threads,
-              [&](int c, int j) {
+        stage(xs, c_count, width, tid, threads, dy,
+              [&](int c, int j) -> const T* {
                   const int at = l0 - g.pad + j;
-                  return at >= 0 && at < g.in_len ? to_acc(xc[(int64_t)c * g.in_len + at]) : A(0);
+                  return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
               },
               [&](int c, int j) { return c * stride + j; });
+        copies_done();
         __syncthreads();
         for (int p = threadIdx.z; p < chunk; p += layers) {
             A a[TILE], b[TILE];
