@@ -15,8 +15,8 @@
 //     TILE x TILE products per (channel, tap); the epilogue adds the bias and applies the
 //     fused activation (activation.cuh's code, -1 for none) that FusedConv asks for.
 //   * gemm1d_weight: dW (M = out_channels, N = in_channels * k) summed over K = the (sample,
-//     position) pairs, cut into slices of chunks of positions (CHUNK for 4-byte accumulators, half
-//     as many for double), one slice per blockIdx.y; a block
+//     position) pairs, cut into slices of chunks of positions (a multiple of 32 that the launch
+//     sizes to the shared memory), one slice per blockIdx.y; a block
 //     of (bn / TILE, bm / TILE, layers) threads owns a bm x bn tile of dW, stages a chunk's dY rows
 //     and the window of X its columns read, and its `layers` take every layers-th position; the
 //     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
@@ -31,16 +31,10 @@
 #ifndef MT_GEMM1D_TILE
 #error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
 #endif
-#ifndef MT_GEMM1D_CHUNK
-#error "MT_GEMM1D_CHUNK comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_CHUNK=...)"
-#endif
 #define TILE MT_GEMM1D_TILE
-#define CHUNK MT_GEMM1D_CHUNK
 #define LANES 32
 #define SPAN (LANES * TILE)
 #define STAGE_BATCH 8
-
-template <typename A> struct Chunk { static constexpr int value = CHUNK * 4 / (int)sizeof(A); };
 
 struct LineGeo {
     int in_channels, out_channels, in_len, out_len, k, pad;
@@ -196,7 +190,7 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 }
 
 // part[slice, o, c * k + t] = the sum over the positions of `slice` (chunks_per_slice chunks of
-// Chunk<A> positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
+// `chunk` positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
 // (in: x, out: dy).  A chunk stages dY's rows position-major and the X window of the tile's
 // channels (chunk + k - 1 positions each, once, not k times as im2col rows would); a thread
 // reads its TILE columns (c, t), blockDim.x apart, from the window at offsets fixed for the
@@ -205,9 +199,8 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 // Grid: (channel tiles * column tiles, slices).
 template <typename T>
 __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int64_t samples, int chunks_per_slice,
-                                   LineGeo g) {
+                                   int chunk, LineGeo g) {
     typedef acc_t<T> A;
-    constexpr int chunk = Chunk<A>::value;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
     const int lda = bm + 4;                          // dY rows stay 16-byte aligned
@@ -300,7 +293,7 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
         gemm1d_line_impl<T, true>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, g);                    \
     }                                                                                                             \
     extern "C" __global__ void gemm1d_weight_##S(const T* dy, const T* x, acc_t<T>* part, int64_t samples,        \
-                                                 int chunks_per_slice, LineGeo g) {                              \
-        gemm1d_weight_impl<T>(dy, x, part, samples, chunks_per_slice, g);                                         \
+                                                 int chunks_per_slice, int chunk, LineGeo g) {                   \
+        gemm1d_weight_impl<T>(dy, x, part, samples, chunks_per_slice, chunk, g);                                  \
     }
 MT_FOR_FLOATS(GEMM1D_KERNELS)

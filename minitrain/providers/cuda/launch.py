@@ -19,9 +19,8 @@ SUM_COLS_SPLIT = 8          # elementwise.cu: sum_cols' blockDim.y
 TABLE_COLS = 5              # optimizer.cu: a tensor row of the multi-tensor table (param, grad, state 1, 2, count)
 MAX_RANK = 8                # strided.cuh: dims of a strided kernel's plan
 GEMM1D_TILE = 8             # conv_gemm1d.cu: a thread's register tile is GEMM1D_TILE x GEMM1D_TILE outputs
-GEMM1D_CHUNK = 64           # conv_gemm1d.cu: positions the weight gradient stages at a time (half for float64)
 DEFINES = {"MT_ROWS_X": ROWS_X, "MT_SUM_COLS_SPLIT": SUM_COLS_SPLIT, "MT_TABLE_COLS": TABLE_COLS,
-           "MT_MAX_RANK": MAX_RANK, "MT_GEMM1D_TILE": GEMM1D_TILE, "MT_GEMM1D_CHUNK": GEMM1D_CHUNK}
+           "MT_MAX_RANK": MAX_RANK, "MT_GEMM1D_TILE": GEMM1D_TILE}
 
 
 def grid_stride_blocks(provider, items, per_block=BLOCK):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compiler import Kernel
-from ..launch import GEMM1D_CHUNK, GEMM1D_TILE, WARP
+from ..launch import GEMM1D_TILE, WARP
 from .bias import sum_slices
 
 SPAN = WARP * GEMM1D_TILE      # positions of a forward / data tile (a warp's 32 lanes x the register tile)
@@ -29,21 +29,18 @@ MAX_WEIGHT = 1 << 16           # weight elements the weight gradient takes on
 WEIGHT_ROWS, WEIGHT_COLS = 64, 96   # the largest dW tile of a block (output channels x columns)
 MAX_THREADS = 256
 SHARED_LIMIT = 48 << 10
+CHUNK_BUDGET = 28 << 10        # bytes a weight-gradient chunk of positions aims to stage
+MAX_CHUNK = 256                # positions of a weight-gradient chunk at most
 INT32_MAX = 2 ** 31 - 1
 LINE_GEO = "i" * 6             # LineGeo: in / out channels, in / out length, taps, pad
 
 _line = {direction: Kernel("conv_gemm1d", f"gemm1d_{direction}", "PPPPiiiiT" + LINE_GEO)
          for direction in ("forward", "data")}
-_weight = Kernel("conv_gemm1d", "gemm1d_weight", "PPPqi" + LINE_GEO)
+_weight = Kernel("conv_gemm1d", "gemm1d_weight", "PPPqii" + LINE_GEO)
 
 
 def _acc_itemsize(dtype):
     return 8 if np.dtype(dtype) == np.float64 else 4
-
-
-def chunk_positions(dtype):
-    """Positions of a weight-gradient chunk: GEMM1D_CHUNK, half of it for float64 (conv_gemm1d.cu's Chunk)."""
-    return GEMM1D_CHUNK * 4 // _acc_itemsize(dtype)
 
 
 def _up(value, multiple):
@@ -75,17 +72,21 @@ def line_launch(lg, dtype, budget, max_warps):
 
 
 def weight_launch(lg, dtype):
-    """(threads x, y, z, shared bytes) of a weight-gradient block, or None when its staged
-    chunk exceeds SHARED_LIMIT: a bm x bn tile of dW, its `layers` (threads z) splitting each
-    chunk's positions while the threads stay <= MAX_THREADS and the layers' sums fit the shared
-    memory.  A chunk stages chunk_positions of bm dY rows (rows padded by 4) and the X
-    window of the channels that the tile's bn columns reach (rows chunk + k apart)."""
-    in_channels, out_channels, _, _, k, _ = lg
+    """(threads x, y, z, chunk positions, shared bytes) of a weight-gradient block, or None when
+    a chunk of WARP positions exceeds SHARED_LIMIT: a bm x bn tile of dW, its `layers` (threads
+    z) splitting each chunk's positions while the threads stay <= MAX_THREADS and the layers'
+    sums fit the shared memory.  A chunk stages its positions of bm dY rows (rows padded by 4)
+    and the X window of the channels that the tile's bn columns reach (rows chunk + k apart):
+    as many positions as CHUNK_BUDGET holds (a multiple of WARP, at most MAX_CHUNK and no more
+    than the length needs), so that few-channel tiles take long chunks and wait for memory
+    less often."""
+    in_channels, out_channels, _, out_len, k, _ = lg
     bm, bn = min(WEIGHT_ROWS, _up(out_channels, GEMM1D_TILE)), min(WEIGHT_COLS, _up(in_channels * k, GEMM1D_TILE))
     bx, by = bn // GEMM1D_TILE, bm // GEMM1D_TILE
     item = _acc_itemsize(dtype)
     window_rows = min(in_channels, (bn - 1) // k + 2)
-    chunk = chunk_positions(dtype)
+    per_position = (bm + 4 + window_rows) * item
+    chunk = min(MAX_CHUNK, _up(out_len, WARP), max(WARP, CHUNK_BUDGET // per_position // WARP * WARP))
     staged = (chunk * (bm + 4) + window_rows * (chunk + k)) * item
     if staged > SHARED_LIMIT:
         return None
@@ -93,7 +94,7 @@ def weight_launch(lg, dtype):
     while 2 * layers * bx * by <= MAX_THREADS and 2 * layers <= chunk and bm * bn * item <= SHARED_LIMIT:
         layers *= 2
     shared = max(staged, bm * bn * item) if layers > 1 else staged
-    return bx, by, layers, shared
+    return bx, by, layers, chunk, shared
 
 
 class Gemm1d:
@@ -129,9 +130,9 @@ class Gemm1d:
     def _slices(self, key, lg):
         """(slices, chunks per slice, dW tiles) of the weight gradient."""
         in_channels, out_channels, _, out_len, k, _ = lg
-        bx, by, _, _ = weight_launch(lg, key.dtype)
+        bx, by, _, chunk, _ = weight_launch(lg, key.dtype)
         tiles = -(-out_channels // (by * GEMM1D_TILE)) * -(-(in_channels * k) // (bx * GEMM1D_TILE))
-        chunks = key.n * -(-out_len // chunk_positions(key.dtype))
+        chunks = key.n * -(-out_len // chunk)
         want = max(1, min(chunks, -(-self.slice_blocks // tiles)))
         per_slice = -(-chunks // want)
         return -(-chunks // per_slice), per_slice, tiles
@@ -163,9 +164,9 @@ class Gemm1d:
 
     def _weight(self, provider, key, lg, cols, img, dw):
         slices, per_slice, tiles = self._slices(key, lg)
-        bx, by, layers, shared = weight_launch(lg, dw.dtype)
+        bx, by, layers, chunk, shared = weight_launch(lg, dw.dtype)
         part = provider.empty((slices * dw.size,), np.float64 if dw.dtype == np.float64 else np.float32)
         _weight.function(dw.dtype).prepared_async_call(
             (tiles, slices, 1), (bx, by, layers), provider.stream, int(cols.gpudata), int(img.gpudata),
-            int(part.gpudata), key.n, per_slice, *lg, shared_size=shared)
+            int(part.gpudata), key.n, per_slice, chunk, *lg, shared_size=shared)
         sum_slices(provider, part, dw, dw.size, slices)
