@@ -59,7 +59,7 @@ from minitrain.training import TrainingSession  # noqa: E402
 
 from amp_models import NETWORKS, Network, minitrain_network, torch_network  # noqa: E402
 from cases import CNN1D, LENET5, make_inputs, with_batch  # noqa: E402
-from harness import markdown_table, report  # noqa: E402
+from harness import markdown_table, report, torch_cuda_graph  # noqa: E402
 from train import minitrain_model, torch_model  # noqa: E402
 
 CASES = {c.name: c for c in (with_batch(LENET5, 64), with_batch(LENET5, 1024), with_batch(CNN1D, 64),
@@ -191,17 +191,7 @@ def torch_side(torch, case, model, precision):
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     _, step = torch_step(torch, case, model, precision, "cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        first = float(step())
-        for _ in range(WARMUP_STEPS - 1):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    torch.cuda.synchronize()
+    graph, first = torch_cuda_graph(torch, step, WARMUP_STEPS)
     stream = torch.cuda.current_stream()
     events = (lambda: torch.cuda.Event(enable_timing=True), lambda e: e.record(stream),
               lambda a, b: (b.synchronize(), a.elapsed_time(b))[1])

@@ -78,6 +78,24 @@ def optional_torch(threads):
     return torch
 
 
+def torch_cuda_graph(torch, step, warmup):
+    """(graph, first loss): PyTorch's `step` run `warmup` times on a side stream (the first
+    one's loss kept), then captured whole in a torch.cuda.CUDAGraph, as PyTorch's CUDA Graphs
+    notes describe it; waits for the device before returning."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        first = float(step())
+        for _ in range(warmup - 1):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    torch.cuda.synchronize()
+    return graph, first
+
+
 def optional_onnxruntime():
     try:
         import onnx  # noqa: F401

@@ -28,7 +28,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from harness import fmt, interleaved, markdown_table, optional_torch, ratio, report, threads_from_argv  # noqa: E402
+from harness import (fmt, interleaved, markdown_table, optional_torch, ratio, report, threads_from_argv,  # noqa: E402
+                     torch_cuda_graph)
 
 THREADS = threads_from_argv()
 
@@ -73,17 +74,7 @@ def torch_step(torch, model, x, y):
 def graphed(torch, step):
     """(replay, first loss): `step` run WARMUP_STEPS times on a side stream, then captured in a
     CUDA Graph; replay() runs the captured step and waits for it."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        first = float(step())
-        for _ in range(WARMUP_STEPS - 1):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    torch.cuda.synchronize()
+    graph, first = torch_cuda_graph(torch, step, WARMUP_STEPS)
 
     def replay():
         graph.replay()
