@@ -11,6 +11,8 @@ step, captured after warm-up steps on a side stream (as bench/amp.py does); PyTo
 step is timed too, as an extra column, on its own copy of the model.  A last column says how
 minitrain's steps ran on CUDA: how many of them replayed the captured graph, or why capture was
 off (the graphs' `disabled` reason, or steps run plainly after a signature was turned off).
+Both sides run float32 in the same math: strict FP32 by default (PyTorch's allow_tf32 flags off,
+minitrain's use_tf32 off), TF32 allowed in GEMMs and convolutions on both with --tf32.
 
 --profile prints, per family, the shares of minitrain's step by op type (node times summed by
 op type over profiled steps, TrainingSession.profile_step: host wall time on the CPU, CUDA
@@ -19,7 +21,7 @@ if missing; on a remote machine, name a path inside the folder that comes back f
 
     python bench/model_families.py [--threads 2] [--rounds 3] [--min-time 0.5] [--batch 16]
                                    [--size 32] [--device cpu|cuda] [--families resnet,unet]
-                                   [--profile] [--out bench/results/model_families.md]
+                                   [--profile] [--tf32] [--out bench/results/model_families.md]
 """
 import copy
 import io
@@ -42,6 +44,7 @@ LR = 0.01
 WARMUP_STEPS = 5        # PyTorch's steps on a side stream before its CUDA Graph is captured
 PROFILED_STEPS = 4      # minitrain steps profiled per family (--profile)
 TOP_OP_TYPES = 6        # op types listed per family in the profile
+TF32 = "--tf32" in sys.argv
 
 
 def arg(name, default):
@@ -89,7 +92,7 @@ def steps(torch, family, batch, size, device):
     model = build(family)
     per_pixel = {"target_shape": (size, size)} if family == "unet" else {}
     session = TrainingSession.from_onnx(export(torch, model, batch, size), nn.CrossEntropyLoss(), optim.SGD(LR),
-                                        device=device, **per_pixel)
+                                        device=device, use_tf32=TF32 and device == "cuda", **per_pixel)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
     y = rng.integers(0, CLASSES, (batch, size, size) if family == "unet" else (batch,))
@@ -109,9 +112,9 @@ def steps(torch, family, batch, size, device):
     if twin is not None:
         timed["torch graph"], first["torch graph"] = graphed(torch, torch_step(torch, twin.to(device).train(), tx, ty))
     timed["torch eager"] = eager_step
-    reference = first["torch eager"]
+    reference, tolerance = first["torch eager"], 1e-2 if TF32 else 1e-4
     for name, loss in first.items():
-        if abs(loss - reference) > 1e-4 * abs(reference):
+        if abs(loss - reference) > tolerance * abs(reference):
             raise AssertionError(f"{family}: first losses differ: {name} {loss}, torch eager {reference}")
     return session, feed, timed
 
@@ -158,6 +161,9 @@ def main():
         sys.exit("bench/model_families.py needs torch (and onnx) for the models")
     from model_families import FAMILIES
     device = arg("--device", "cpu")
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = TF32
+        torch.backends.cudnn.benchmark = True
     batch, size = arg("--batch", 16), arg("--size", 32)
     names = arg("--families", ",".join(FAMILIES)).split(",")
     rows, profiles = [], []
@@ -175,7 +181,8 @@ def main():
     peers = ["PyTorch graph ms", "PyTorch eager ms"] if device == "cuda" else ["PyTorch ms"]
     header = ["family", "minitrain ms"] + peers + [f"minitrain / {peers[0][:-3]}"] + \
         (["minitrain steps"] if device == "cuda" else [])
-    text = (f"# Model families: training step, {device}, batch {batch} of 3x{size}x{size}, {THREADS} threads\n\n"
+    math = (", TF32 allowed on both sides" if TF32 else ", strict FP32 on both sides") if device == "cuda" else ""
+    text = (f"# Model families: training step, {device}, batch {batch} of 3x{size}x{size}, {THREADS} threads{math}\n\n"
             + markdown_table(header, rows) + "\n")
     if profiles:
         text += (f"\n## minitrain's step by op type ({PROFILED_STEPS} profiled steps)\n\n"
