@@ -1,6 +1,7 @@
 // The elementwise activations and their com.microsoft gradients as functors on the
 // accumulation type, with ext/activation.pyx's formulas (and so its NaN behaviour: a
-// comparison with NaN is false); shared by cuda/activation.cu and cuda/fused.cu:
+// comparison with NaN is false); shared by cuda/activation.cu, cuda/fused.cu and
+// cuda/conv_gemm1d.cu:
 //   relu(x) = x <= 0 ? 0 : x               ReluGrad(dy, x)           = x > 0 ? dy : 0
 //   sigmoid(x)                            SigmoidGrad(dy, y)        = dy * y * (1 - y)
 //   tanh(x)                               TanhGrad(dy, y)           = dy * (1 - y * y)
@@ -32,6 +33,28 @@ template <typename A> struct QuickGelu {
     A alpha;
     __device__ A operator()(A x) const { return x * sigmoid(alpha * x); }
 };
+
+// min(max(x, low), high), as Clip's kernel (math_extra.cu): NaN stays NaN.
+template <typename A> struct ClipBounds {
+    A low, high;
+    __device__ A operator()(A x) const {
+        const A v = x < low ? low : x;
+        return v > high ? high : v;
+    }
+};
+
+// The fused ops' activation as a run-time code (providers/cuda/fused.py's ACTIVATION_CODES):
+// 0 Relu, 1 Sigmoid, 2 Tanh, 3 LeakyRelu (alpha), 4 Clip (bounds alpha and beta); shared by
+// cuda/fused.cu and the convolution epilogues.
+template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha, A beta) {
+    switch (code) {
+        case 0: return Relu<A>{alpha}(x);
+        case 1: return Sigmoid<A>{alpha}(x);
+        case 2: return Tanh<A>{alpha}(x);
+        case 3: return LeakyRelu<A>{alpha}(x);
+        default: return ClipBounds<A>{alpha, beta}(x);
+    }
+}
 
 template <typename A> struct ReluGrad { A alpha; __device__ A operator()(A dy, A x) const { return x > A(0) ? dy : A(0); } };
 template <typename A> struct SigmoidGrad {

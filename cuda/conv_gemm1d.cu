@@ -12,25 +12,29 @@
 //     TILE positions 32 apart (so a warp's loads and stores are consecutive).  Per chunk of
 //     input channels the block stages the source window (SPAN + k - 1 values a channel, halo
 //     included) and the weights (tap-major, channels contiguous), then every thread takes
-//     TILE x TILE products per (channel, tap).
+//     TILE x TILE products per (channel, tap); the epilogue adds the bias and applies the
+//     fused activation (activation.cuh's code, -1 for none) that FusedConv asks for.
 //   * gemm1d_weight: dW (M = out_channels, N = in_channels * k) summed over K = the (sample,
-//     position) pairs, cut into slices of CHUNK-position chunks, one slice per blockIdx.y; a block
+//     position) pairs, cut into slices of chunks of positions (a multiple of 32 that the launch
+//     sizes to the shared memory), one slice per blockIdx.y; a block
 //     of (bn / TILE, bm / TILE, layers) threads owns a bm x bn tile of dW, stages a chunk's dY rows
-//     and the im2col rows of X, and its `layers` take every layers-th position of a chunk; the
+//     and the window of X its columns read, and its `layers` take every layers-th position; the
 //     layers then add up in a fixed order and the slices are summed by conv.cu's sum_slices.
 //     No atomics: deterministic.
+// Every tile is staged with all its loads in flight (cp.async for float and double; batches of
+// STAGE_BATCH loads for the 16-bit types), so a block waits about one memory latency per tile
+// rather than one per element it stages.
 #include "common.cuh"
+#include "activation.cuh"
+#include <type_traits>
 
 #ifndef MT_GEMM1D_TILE
 #error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
 #endif
-#ifndef MT_GEMM1D_CHUNK
-#error "MT_GEMM1D_CHUNK comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_CHUNK=...)"
-#endif
 #define TILE MT_GEMM1D_TILE
-#define CHUNK MT_GEMM1D_CHUNK
 #define LANES 32
 #define SPAN (LANES * TILE)
+#define STAGE_BATCH 8
 
 struct LineGeo {
     int in_channels, out_channels, in_len, out_len, k, pad;
@@ -54,6 +58,60 @@ __device__ __forceinline__ void load_tile<float>(const float* p, float (&v)[TILE
     }
 }
 
+// dst = *src in shared memory without a register on the way (cp.async, sm_80 and newer); zero
+// when src is null (no byte is read: `fallback`, any valid address, stands in for it).
+template <typename T>
+__device__ __forceinline__ void copy_async(T* dst, const T* src, const T* fallback) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src ? src : fallback),
+                 "n"((int)sizeof(T)), "r"(src ? (int)sizeof(T) : 0));
+}
+
+__device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// For r < rows, j < width: dst[index(r, j)] = *source(r, j) (zero where source gives null),
+// the pairs dealt to the block's threads in row-major order.  Float and double go by cp.async,
+// every copy of a thread in flight at once (copies_done() waits for them); the 16-bit types,
+// which convert on the way, through registers, STAGE_BATCH loads in flight before their stores.
+template <typename T, typename Source, typename Index>
+__device__ __forceinline__ void stage(acc_t<T>* dst, int rows, int width, int tid, int threads, const T* fallback,
+                                      Source source, Index index) {
+    typedef acc_t<T> A;
+    const int total = rows * width, dr = threads / width, dj = threads - dr * width;
+    int r = tid / width, j = tid - r * width;
+    if constexpr (std::is_same<T, A>::value) {
+        for (int e = tid; e < total; e += threads) {
+            copy_async(dst + index(r, j), source(r, j), fallback);
+            r += dr;
+            j += dj;
+            if (j >= width) {
+                j -= width;
+                ++r;
+            }
+        }
+    } else {
+        for (int e = tid; e < total; e += STAGE_BATCH * threads) {
+            A v[STAGE_BATCH];
+            int at[STAGE_BATCH];
+#pragma unroll
+            for (int u = 0; u < STAGE_BATCH; ++u) {
+                const T* p = e + u * threads < total ? source(r, j) : nullptr;
+                v[u] = p ? to_acc(*p) : A(0);
+                at[u] = e + u * threads < total ? index(r, j) : 0;
+                r += dr;
+                j += dj;
+                if (j >= width) {
+                    j -= width;
+                    ++r;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < STAGE_BATCH; ++u)
+                if (e + u * threads < total) dst[at[u]] = v[u];
+        }
+    }
+}
+
 template <typename A>
 __device__ __forceinline__ void outer_product(A (&acc)[TILE][TILE], const A (&a)[TILE], const A (&b)[TILE]) {
 #pragma unroll
@@ -62,11 +120,12 @@ __device__ __forceinline__ void outer_product(A (&acc)[TILE][TILE], const A (&a)
         for (int j = 0; j < TILE; ++j) acc[i][j] += a[i] * b[j];
 }
 
-// dst[s, o, l] = bias[o] + sum over (c, t) of weight(o, c, t) * src[s, c, l - pad + t], where
-// weight(o, c, t) = w[o, c, t], or w[c, o, k - 1 - t] when FLIP.  Grid: (N * tiles, channel tiles).
+// dst[s, o, l] = act(bias[o] + sum over (c, t) of weight(o, c, t) * src[s, c, l - pad + t]),
+// where weight(o, c, t) = w[o, c, t], or w[c, o, k - 1 - t] when FLIP; act: activate(code, .,
+// alpha, beta), none when code < 0.  Grid: (N * tiles, channel tiles).
 template <typename T, bool FLIP>
 __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst, int tiles, int has_bias, int chunk,
-                                 LineGeo g) {
+                                 int code, acc_t<T> alpha, acc_t<T> beta, LineGeo g) {
     typedef acc_t<T> A;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bm = blockDim.y * TILE, width = SPAN + g.k - 1;
@@ -87,24 +146,23 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
     for (int c0 = 0; c0 < g.in_channels; c0 += chunk) {
         const int cc = min(chunk, g.in_channels - c0);
         __syncthreads();    // the previous chunk's readers are done
-        for (int c = 0; c < cc; ++c) {
-            const T* line = in + (int64_t)(c0 + c) * g.in_len;
-            for (int j = tid; j < width; j += threads) {
-                const int x = l0 - g.pad + j;
-                xs[c * width + j] = x >= 0 && x < g.in_len ? to_acc(line[x]) : A(0);
-            }
-        }
-        for (int r = threadIdx.y; r < cc * g.k; r += blockDim.y) {
-            const int c = r / g.k, t = r - c * g.k;
-            for (int m = threadIdx.x; m < bm; m += LANES) {
-                const int o = m0 + m;
-                A v = A(0);
-                if (o < g.out_channels)
-                    v = to_acc(FLIP ? w[((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t]
-                                    : w[((int64_t)o * g.in_channels + c0 + c) * g.k + t]);
-                ws[r * bm + m] = v;
-            }
-        }
+        const T* lines = in + (int64_t)c0 * g.in_len;
+        stage(xs, cc, width, tid, threads, src,
+              [&](int c, int j) -> const T* {
+                  const int x = l0 - g.pad + j;
+                  return x >= 0 && x < g.in_len ? lines + (int64_t)c * g.in_len + x : nullptr;
+              },
+              [&](int c, int j) { return c * width + j; });
+        stage(ws, cc * g.k, bm, tid, threads, src,
+              [&](int r, int m) -> const T* {
+                  const int o = m0 + m;
+                  if (o >= g.out_channels) return nullptr;
+                  if (!FLIP) return w + (int64_t)o * g.in_channels * g.k + c0 * g.k + r;
+                  const int c = r / g.k, t = r - c * g.k;
+                  return w + ((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t;
+              },
+              [&](int r, int m) { return r * bm + m; });
+        copies_done();
         __syncthreads();
         for (int c = 0; c < cc; ++c) {
             const A* wc = ws + c * g.k * bm + row;
@@ -126,62 +184,72 @@ __device__ void gemm1d_line_impl(const T* src, const T* w, const T* bias, T* dst
 #pragma unroll
         for (int j = 0; j < TILE; ++j) {
             const int l = l0 + threadIdx.x + j * LANES;
-            if (l < g.out_len) out[l] = from_acc<T>(acc[i][j]);
+            if (l < g.out_len) out[l] = from_acc<T>(code < 0 ? acc[i][j] : activate(code, acc[i][j], alpha, beta));
         }
     }
 }
 
 // part[slice, o, c * k + t] = the sum over the positions of `slice` (chunks_per_slice chunks of
-// CHUNK positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
-// (in: x, out: dy).  Grid: (channel tiles * column tiles, slices).
+// `chunk` positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
+// (in: x, out: dy).  A chunk stages dY's rows position-major and the X window of the tile's
+// channels (chunk + k - 1 positions each, once, not k times as im2col rows would); a thread
+// reads its TILE columns (c, t), blockDim.x apart, from the window at offsets fixed for the
+// block.  Window rows are chunk + k apart: chunk being a multiple of 32, column c * k + t then
+// sits in bank (c * k + t + p) % 32, so a warp's neighbouring columns never share a bank.
+// Grid: (channel tiles * column tiles, slices).
 template <typename T>
 __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int64_t samples, int chunks_per_slice,
-                                   LineGeo g) {
+                                   int chunk, LineGeo g) {
     typedef acc_t<T> A;
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
-    const int lda = bm + 4, ldb = bn + 4;            // rows stay 16-byte aligned
-    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [CHUNK][lda]: dY, position-major
-    A* bs = as + CHUNK * lda;                        // [CHUNK][ldb]: X's im2col rows
-    int* col_offset = reinterpret_cast<int*>(bs + CHUNK * ldb);   // [bn]: c * in_len + t - pad
-    int* col_shift = col_offset + bn;                             // [bn]: t - pad (far negative: no column)
+    const int lda = bm + 4;                          // dY rows stay 16-byte aligned
+    const int width = chunk + g.k - 1, stride = chunk + g.k;
     const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
     const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
+    const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
+    A* as = reinterpret_cast<A*>(gemm1d_shared);     // [chunk][lda]
+    A* xs = as + chunk * lda;                        // [c_count][stride]
+    int offset[TILE];                                // column n0 + threadIdx.x + j * blockDim.x's (c, t) in the window
+#pragma unroll
+    for (int j = 0; j < TILE; ++j) {
+        const int col = min(n0 + (int)threadIdx.x + j * (int)blockDim.x, columns - 1), c = col / g.k;
+        offset[j] = (c - c_first) * stride + col - c * g.k;
+    }
     const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y * layers;
-    for (int n = tid; n < bn; n += threads) {
-        const int col = n0 + n, c = col / g.k, t = col - c * g.k;
-        col_offset[n] = c * g.in_len + t - g.pad;
-        col_shift[n] = col < columns ? t - g.pad : -(1 << 30);
-    }
     A acc[TILE][TILE];
 #pragma unroll
     for (int i = 0; i < TILE; ++i)
 #pragma unroll
         for (int j = 0; j < TILE; ++j) acc[i][j] = A(0);
-    const int per_sample = (g.out_len + CHUNK - 1) / CHUNK;
+    const int per_sample = (g.out_len + chunk - 1) / chunk;
     const int64_t first = (int64_t)blockIdx.y * chunks_per_slice;
     const int64_t last = min(first + chunks_per_slice, samples * per_sample);
     for (int64_t q = first; q < last; ++q) {
         const int64_t s = q / per_sample;
-        const int l0 = (int)(q - s * per_sample) * CHUNK;
+        const int l0 = (int)(q - s * per_sample) * chunk;
         const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
-        const T* xs = x + s * g.in_channels * (int64_t)g.in_len + l0;
-        __syncthreads();    // the previous chunk's readers (and the column tables' writers) are done
-        for (int e = tid; e < CHUNK * bm; e += threads) {
-            const int p = e % CHUNK, m = e / CHUNK;
-            as[p * lda + m] = m0 + m < g.out_channels && l0 + p < g.out_len ? to_acc(dys[(int64_t)m * g.out_len + p])
-                                                                           : A(0);
-        }
-        for (int e = tid; e < CHUNK * bn; e += threads) {
-            const int p = e % CHUNK, n = e / CHUNK, at = l0 + p + col_shift[n];
-            bs[p * ldb + n] = at >= 0 && at < g.in_len && l0 + p < g.out_len ? to_acc(xs[col_offset[n] + p]) : A(0);
-        }
+        const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
+        __syncthreads();    // the previous chunk's readers are done
+        stage(as, bm, chunk, tid, threads, dy,
+              [&](int m, int p) -> const T* {
+                  return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
+              },
+              [&](int m, int p) { return p * lda + m; });
+        stage(xs, c_count, width, tid, threads, dy,
+              [&](int c, int j) -> const T* {
+                  const int at = l0 - g.pad + j;
+                  return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
+              },
+              [&](int c, int j) { return c * stride + j; });
+        copies_done();
         __syncthreads();
-        for (int p = threadIdx.z; p < CHUNK; p += layers) {
+        for (int p = threadIdx.z; p < chunk; p += layers) {
             A a[TILE], b[TILE];
             load_tile(as + p * lda + threadIdx.y * TILE, a);
-            load_tile(bs + p * ldb + threadIdx.x * TILE, b);
+#pragma unroll
+            for (int j = 0; j < TILE; ++j) b[j] = xs[offset[j] + p];
             outer_product(acc, a, b);
         }
     }
@@ -209,7 +277,7 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
         if (o >= g.out_channels) break;
 #pragma unroll
         for (int j = 0; j < TILE; ++j) {
-            const int col = n0 + threadIdx.x * TILE + j;
+            const int col = n0 + threadIdx.x + j * blockDim.x;
             if (col < columns) out[(int64_t)o * columns + col] = acc[i][j];
         }
     }
@@ -217,15 +285,15 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
 
 #define GEMM1D_KERNELS(T, S)                                                                                      \
     extern "C" __global__ void gemm1d_forward_##S(const T* src, const T* w, const T* bias, T* dst, int tiles,      \
-                                                  int has_bias, int chunk, LineGeo g) {                          \
-        gemm1d_line_impl<T, false>(src, w, bias, dst, tiles, has_bias, chunk, g);                                \
+                                                  int has_bias, int chunk, int code, acc_t<T> alpha, acc_t<T> beta, LineGeo g) { \
+        gemm1d_line_impl<T, false>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, beta, g);                   \
     }                                                                                                             \
     extern "C" __global__ void gemm1d_data_##S(const T* src, const T* w, const T* bias, T* dst, int tiles,         \
-                                               int has_bias, int chunk, LineGeo g) {                             \
-        gemm1d_line_impl<T, true>(src, w, bias, dst, tiles, has_bias, chunk, g);                                 \
+                                               int has_bias, int chunk, int code, acc_t<T> alpha, acc_t<T> beta, LineGeo g) { \
+        gemm1d_line_impl<T, true>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, beta, g);                    \
     }                                                                                                             \
     extern "C" __global__ void gemm1d_weight_##S(const T* dy, const T* x, acc_t<T>* part, int64_t samples,        \
-                                                 int chunks_per_slice, LineGeo g) {                              \
-        gemm1d_weight_impl<T>(dy, x, part, samples, chunks_per_slice, g);                                         \
+                                                 int chunks_per_slice, int chunk, LineGeo g) {                   \
+        gemm1d_weight_impl<T>(dy, x, part, samples, chunks_per_slice, chunk, g);                                  \
     }
 MT_FOR_FLOATS(GEMM1D_KERNELS)

@@ -13,33 +13,14 @@
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
-// The activation is a run-time code: 0 Relu, 1 Sigmoid, 2 Tanh, 3 LeakyRelu (alpha), 4 Clip
-// (forward only: bounds alpha and beta), 5 HardSwish (gradient only).
+// The activation is a run-time code (activation.cuh's activate): 0 Relu, 1 Sigmoid, 2 Tanh,
+// 3 LeakyRelu (alpha), 4 Clip (forward only: bounds alpha and beta), 5 HardSwish (gradient only).
 #include "common.cuh"
 #include "activation.cuh"
 #include "block_sum.cuh"
 #include "cross_entropy_rows.cuh"
 #include "hard_swish.cuh"
 #include "pool_window.cuh"
-
-// min(max(x, low), high), as Clip's kernel (math_extra.cu): NaN stays NaN.
-template <typename A> struct ClipBounds {
-    A low, high;
-    __device__ A operator()(A x) const {
-        const A v = x < low ? low : x;
-        return v > high ? high : v;
-    }
-};
-
-template <typename A> __device__ __forceinline__ A activate(int code, A x, A alpha, A beta) {
-    switch (code) {
-        case 0: return Relu<A>{alpha}(x);
-        case 1: return Sigmoid<A>{alpha}(x);
-        case 2: return Tanh<A>{alpha}(x);
-        case 3: return LeakyRelu<A>{alpha}(x);
-        default: return ClipBounds<A>{alpha, beta}(x);
-    }
-}
 
 template <typename A> __device__ __forceinline__ A activation_grad(int code, A dy, A v, A alpha) {
     switch (code) {

@@ -6,11 +6,14 @@ took each primitive (forward, data, weight) rather than the next one in the rank
 shapes cover odd lengths, tiles cut by the length and by the channel counts, pads on one side,
 pads wider than the kernel (the data gradient's pad then negative), k from 1 to 9, batch 1,
 ConvTranspose with unit stride, and the 1D CNN's three layers; the keys the algorithm leaves to
-the others (strides, dilations, groups) fall through to them."""
+the others (strides, dilations, groups) fall through to them.  FusedConv runs its bias and
+activation in the algorithm's epilogue, and after the convolution for the algorithms that do
+not fuse them (conv/epilogue.py)."""
 import numpy as np
 import pytest
 
 from cuda_parity import DTYPES, check_parity
+from test_fusion import ACTS, fused_attrs
 from minitrain import run_node
 from minitrain.providers import get_provider
 
@@ -92,13 +95,15 @@ def test_conv_transpose_unit_stride(search, rng):
     assert runs(search) - before == 3 * len(DTYPES)
 
 
-def test_fine_slices_take_the_weight_gradient_only(search, rng):
+def test_the_fine_instance(search, rng):
+    """The instance with small channel chunks and more weight slices, alone: several chunks
+    of input channels, several slices."""
     force("implicit_gemm_1d_fine")
     ran = search.stats(get_provider("cuda")).ran
     before = ran["implicit_gemm_1d_fine"]
-    x, w, b = rng.standard_normal((4, 9, 300)), rng.standard_normal((12, 9, 5)), rng.standard_normal(12)
+    x, w, b = rng.standard_normal((4, 40, 300)), rng.standard_normal((36, 40, 5)), rng.standard_normal(36)
     check_every_direction("Conv", x, w, b, {"pads": [2, 2]}, rng, dtypes=("float64", "float32"))
-    assert ran["implicit_gemm_1d_fine"] - before == 2
+    assert ran["implicit_gemm_1d_fine"] - before == 3 * 2
 
 
 @pytest.mark.parametrize("attrs,w_shape", [
@@ -124,3 +129,19 @@ def test_weight_gradient_is_repeatable(algorithm, search, rng):
     for _ in range(3):
         again = run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS, provider="cuda", outputs=["dW"])[0]
         assert np.array_equal(first, again)
+
+
+@pytest.mark.parametrize("act,alpha", ACTS)
+@pytest.mark.parametrize("algorithm", ["implicit_gemm_1d", "im2col_gemm", "direct_tiled"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_conv_epilogue(act, alpha, algorithm, bias, search, rng):
+    """FusedConv forced to the fused epilogue (implicit_gemm_1d) and to algorithms that add the
+    bias and activation after the convolution matches the CPU."""
+    force(algorithm)
+    ran = search.stats(get_provider("cuda")).ran
+    before = ran[algorithm]
+    x, w = rng.standard_normal((3, 6, 70)), rng.standard_normal((10, 6, 5)) / np.sqrt(30)
+    inputs = [x, w] + ([rng.standard_normal(10)] if bias else [])
+    attrs = {"pads": [2, 1], **fused_attrs(act, alpha, "activation_params")}
+    check_parity("FusedConv", inputs, attrs, domain=MS)
+    assert ran[algorithm] - before == len(DTYPES)

@@ -95,10 +95,11 @@ def test_python_constants_reach_the_sources_only_as_flags(name):
 
 
 def test_fused_activation_codes_follow_ops_fused():
-    """fused.cu's activation switches number the activations in ops/fused.py's order, which is
-    how the CUDA fused kernels pass them: `activate` serves FusedConv's activations,
-    `activation_grad` the fused gradient ops', each switch's default being its last code."""
-    text = _read(os.path.join(CUDA, "fused.cu"))
+    """The activation switches (activation.cuh's activate, fused.cu's activation_grad) number
+    the activations in ops/fused.py's order, which is how the CUDA fused kernels pass them:
+    `activate` serves FusedConv's activations, `activation_grad` the fused gradient ops', each
+    switch's default being its last code."""
+    text = _read(os.path.join(CUDA, "activation.cuh")) + _read(os.path.join(CUDA, "fused.cu"))
     codes = {name: code for code, name in enumerate(ACTIVATIONS)}
     forward_functors = {"Clip": "ClipBounds"}
     for function, served in (("activate", CONV_ACTIVATIONS), ("activation_grad", GRADIENT_ACTIVATIONS)):

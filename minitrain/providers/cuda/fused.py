@@ -3,8 +3,9 @@ CPU's are (providers/cpu/fused.py):
 
   * FusedGemm: the cuBLAS product, then one launch adding beta * C and applying the activation
     (Gemm + Relu unfused: C's broadcast, the product, the activation);
-  * FusedConv: the convolution (through the algorithm search, without bias), then one launch
-    adding the bias and applying the activation (Clip's bounds among the launch's parameters);
+  * FusedConv: the convolution through the algorithm search with the bias and the activation
+    as its epilogue (conv/epilogue.py: in the kernel where the algorithm fuses it, else one
+    launch after it; Clip's bounds among the activation's parameters);
   * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction;
     HardSwishGrad's formula shared with its own kernel through cuda/hard_swish.cuh),
     each channel's elements split over blocks that add up their sums in a fixed order;
@@ -20,8 +21,6 @@ CPU's are (providers/cpu/fused.py):
     loss's reduction (unfused: four), plus the weight sum first when weights or ignore_index
     make the mean's divisor unknown to the host.
 """
-import math
-
 import numpy as np
 
 from ...ops.conv_geometry import geometry_for
@@ -31,12 +30,12 @@ from ...registry import register_kernel
 from ..plan_cache import cached_plan
 from . import loss, pool
 from .compiler import CUDA_FLOAT_TYPES, Kernel
+from .conv.epilogue import BIAS_ACTIVATION
 from .conv.kernels import run_primitive
 from .elementwise import packs
 from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
-BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiTT")
 ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
 MAX_POOL_ACTIVATION_GRAD_BIAS = {    # by the count of spatial axes
     rank: Kernel("fused", f"max_pool_activation_grad_bias_r{rank}", "PPPPPPqqqiT" + pool.GEOM) for rank in (1, 2, 3)}
@@ -88,8 +87,8 @@ def fused_conv(ctx):
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
     y = ctx.provider.empty((x.shape[0], geom.col_channels) + tuple(geom.col_spatial), x.dtype)
-    run_primitive(ctx, "forward", geom, x.shape[0], (x, w, None, y))
-    bias_activation(ctx, y, b, 1.0, (math.prod(geom.col_spatial), geom.col_channels, 1, 1, 0))
+    activation = (ACTIVATION_CODES[ctx.attrs["activation"]], *activation_parameters(ctx.attrs))
+    run_primitive(ctx, "forward", geom, x.shape[0], (x, w, b, y), activation=activation)
     return {"Y": y}
 
 

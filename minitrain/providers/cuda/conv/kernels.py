@@ -38,6 +38,7 @@ from . import search as conv_search
 from .bias import add_bias, bias_grad
 from .cudnn_algorithms import CudnnFamily
 from .cudnn_engines import BackendFamily
+from .epilogue import with_activation
 from .gemm1d import Gemm1d
 from .tiled import Rows, Tiled
 
@@ -242,21 +243,24 @@ class Direct:
 
 
 ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows(),
-              Gemm1d("implicit_gemm_1d", slice_blocks=256),
-              Gemm1d("implicit_gemm_1d_fine", slice_blocks=1024, directions=("weight",))]
+              Gemm1d("implicit_gemm_1d", max_warps=8, shared_budget=32 << 10, slice_blocks=256),
+              Gemm1d("implicit_gemm_1d_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024)]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
 FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]
+# the same for forward keys with an activation (epilogue.py)
+WITH_ACTIVATION = [with_activation(entry) for entry in ALGORITHMS + FAMILIES]
 
 
-def run_primitive(ctx, direction, geom, n, buffers):
-    """Run one primitive through the search (buffers: inputs..., output)."""
+def run_primitive(ctx, direction, geom, n, buffers, activation=None):
+    """Run one primitive through the search (buffers: inputs..., output); `activation`, for the
+    forward only: FusedConv's (code, alpha), applied after the bias."""
     out = buffers[-1]
     if out.size == 0:
         return
     key = conv_search.ConvKey(ctx.op_type, direction, n, geom, out.dtype.name, bool(ctx.provider.use_tf32),
-                              tuple(ctx.wanted))
-    conv_search.execute(ctx.provider, key, ALGORITHMS + FAMILIES, buffers)
+                              tuple(ctx.wanted), activation)
+    conv_search.execute(ctx.provider, key, ALGORITHMS + FAMILIES if activation is None else WITH_ACTIVATION, buffers)
 
 
 # --------------------------------------------------------------------------- kernels

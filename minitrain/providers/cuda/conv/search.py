@@ -46,7 +46,8 @@ MIN_HOLD, MAX_HOLD = 2e-4, 5e-3     # seconds the stream is held while the timed
 class ConvKey:
     """What the ranking of algorithms depends on.  direction: "forward" (image -> columns),
     "data" (columns -> image) or "weight" (the weight gradient); geom: the ConvGeometry (shapes,
-    pads, strides, dilations, group); n: the batch; wanted: the gradients the node asks for."""
+    pads, strides, dilations, group); n: the batch; wanted: the gradients the node asks for;
+    activation: FusedConv's (code, alpha, beta), applied after the bias (epilogue.py), or None."""
     op: str
     direction: str
     n: int
@@ -54,6 +55,7 @@ class ConvKey:
     dtype: str
     tf32: bool
     wanted: tuple
+    activation: tuple = None
 
 
 class SearchStats:
