@@ -36,7 +36,7 @@ LAYERS = (("conv1 1->16 k7", 1, 16, 1024, 7, 3), ("conv2 16->32 k5", 16, 32, 512
 CALLS = 20
 HOLD = 5e-3          # seconds the spin kernel holds the stream while the runs are queued
 MINE = "implicit_gemm_1d"
-RELU = (0, 0.0)      # FusedConv's activation code and alpha for Relu
+RELU = (0, 0.0, 0.0)      # FusedConv's activation code, alpha and beta for Relu
 SWEEP = [Gemm1d(f"sweep warps {warps} budget {budget >> 10}K slices {slices}", warps, budget, slices)
          for warps, budget, slices in ((2, 6 << 10, 128), (4, 24 << 10, 512), (8, 16 << 10, 2048),
                                        (8, 48 << 10, 64))]

@@ -28,6 +28,7 @@ MAX_REDUCTION = 1024           # products per output of the forward and data pri
 MAX_WEIGHT = 1 << 16           # weight elements the weight gradient takes on
 WEIGHT_ROWS, WEIGHT_COLS = 64, 96   # the largest dW tile of a block (output channels x columns)
 MAX_THREADS = 256
+MAX_LAYERS = 64                # CUDA's limit on a block's z dimension
 SHARED_LIMIT = 48 << 10
 CHUNK_BUDGET = 28 << 10        # bytes a weight-gradient chunk of positions aims to stage
 MAX_CHUNK = 256                # positions of a weight-gradient chunk at most
@@ -74,8 +75,8 @@ def line_launch(lg, dtype, budget, max_warps):
 def weight_launch(lg, dtype):
     """(threads x, y, z, chunk positions, shared bytes) of a weight-gradient block, or None when
     a chunk of WARP positions exceeds SHARED_LIMIT: a bm x bn tile of dW, its `layers` (threads
-    z) splitting each chunk's positions while the threads stay <= MAX_THREADS and the layers'
-    sums fit the shared memory.  A chunk stages its positions of bm dY rows (rows padded by 4)
+    z, at most MAX_LAYERS) splitting each chunk's positions while the threads stay <= MAX_THREADS
+    and the layers' sums fit the shared memory.  A chunk stages its positions of bm dY rows (rows padded by 4)
     and the X window of the channels that the tile's bn columns reach (rows chunk + k apart):
     as many positions as CHUNK_BUDGET holds (a multiple of WARP, at most MAX_CHUNK and no more
     than the length needs), so that few-channel tiles take long chunks and wait for memory
@@ -91,7 +92,8 @@ def weight_launch(lg, dtype):
     if staged > SHARED_LIMIT:
         return None
     layers = 1
-    while 2 * layers * bx * by <= MAX_THREADS and 2 * layers <= chunk and bm * bn * item <= SHARED_LIMIT:
+    while (2 * layers * bx * by <= MAX_THREADS and 2 * layers <= min(chunk, MAX_LAYERS)
+           and bm * bn * item <= SHARED_LIMIT):
         layers *= 2
     shared = max(staged, bm * bn * item) if layers > 1 else staged
     return bx, by, layers, chunk, shared
