@@ -1,6 +1,8 @@
 """Provider assignment and copy nodes, on the CPU: a fake device provider whose tensors wrap
 NumPy arrays serves a few ops, so the scheduler's placement (first provider with a kernel,
 copies where an edge crosses memories, host-resident inputs) is checked without a GPU."""
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from minitrain.ops.memcpy import ANY_TYPES
 from minitrain.providers.base import Provider
 from minitrain.registry import register_kernel
 from minitrain.scheduler import schedule
+from stubbed_cuda import run_stubbed
 
 
 class FakeTensor:
@@ -139,3 +142,20 @@ def test_a_provider_list_without_host_memory_is_refused():
 def test_a_feed_of_the_wrong_dtype_is_refused():
     with pytest.raises(TypeError, match="'x' is declared float32, fed float64"):
         Executor(schedule(graph())).run({"x": np.ones((2, 3))})
+
+
+def test_a_plan_for_cuda_registers_the_cuda_kernels_first():
+    """schedule(graph, providers="cuda") in a fresh process, before any get_provider("cuda"),
+    places the node on the device: naming the provider loads its kernels (pycuda stubbed)."""
+    found = run_stubbed(textwrap.dedent("""
+        import json
+        import numpy as np
+        from minitrain import Graph
+        from minitrain.scheduler import schedule
+        g = Graph(name="relu")
+        g.add_input("x", np.float32, (2, 3))
+        g.add_node("Relu", ["x"], ["y"])
+        g.outputs = ["y"]
+        print(json.dumps([provider for _, _, provider in schedule(g, providers="cuda").placement()]))
+        """))
+    assert found == ["cuda"]

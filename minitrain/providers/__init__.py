@@ -35,12 +35,14 @@ def get_provider(name):
 
 def provider_list(device):
     """The ordered provider names a session on `device` uses: the device first, the CPU as
-    the fallback for ops the device has no kernel for (ONNX Runtime's provider list)."""
+    the fallback for ops the device has no kernel for (ONNX Runtime's provider list).  Each
+    provider is imported, so that its kernels are registered before a placement reads the
+    registry (else a plan for "cuda" made before the first get_provider("cuda") would put
+    every node on the CPU)."""
     if isinstance(device, (list, tuple)):
         names = list(device)
     else:
         names = [device] if device == "cpu" else [device, "cpu"]
     for name in names:
-        if name not in _MODULES:
-            raise ValueError(f"unknown provider {name!r}; known providers: {sorted(_MODULES)}")
+        get_provider(name)
     return names
