@@ -1,5 +1,5 @@
-"""CPU kernels of Gemm and MatMul: 2-D products on SciPy's BLAS (see blas.py), batched
-MatMul through NumPy's matmul."""
+"""CPU kernels of Gemm and MatMul: 2-D products on SciPy's BLAS (see blas.py), an N-D operand
+times a matrix as one GEMM over its rows, other batched MatMuls through NumPy's matmul."""
 import numpy as np
 
 from ...ops.math import broadcasts_to
@@ -26,4 +26,7 @@ def matmul(ctx):
     a, b = ctx.inputs[0], ctx.inputs[1]
     if a.ndim == 2 and b.ndim == 2:
         return {"Y": blas_gemm(a, b)}
+    if a.ndim > 2 and b.ndim == 2 and a.size and b.size:
+        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+        return {"Y": blas_gemm(rows, np.ascontiguousarray(b)).reshape(a.shape[:-1] + b.shape[1:])}
     return {"Y": np.matmul(a, b)}
