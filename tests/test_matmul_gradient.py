@@ -71,3 +71,13 @@ def test_rows_times_matrix_forward_reads_non_contiguous_views(rng, dtype):
     a = rng.standard_normal((3, 5, 4)).astype(dtype).transpose(1, 0, 2)
     b = rng.standard_normal((6, 4)).astype(dtype).T
     np.testing.assert_allclose(run_node("MatMul", [a, b])[0], np.matmul(a, b), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("b_shape", [(8, 16), (16, 8)])
+def test_gemm_by_a_transposed_narrow_matrix(rng, dtype, b_shape):
+    """dX = dY W^T of a Linear: the kernel multiplies by a transposed copy of the small W."""
+    dy = rng.standard_normal((1024, b_shape[1])).astype(dtype)
+    w = rng.standard_normal(b_shape).astype(dtype)
+    (y,) = run_node("Gemm", [dy, w], attrs={"transB": 1, "alpha": 0.5}, opset=13)
+    np.testing.assert_allclose(y, 0.5 * dy @ w.T, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
