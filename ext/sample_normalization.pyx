@@ -114,6 +114,124 @@ cdef void _backward_rows(const real* dy, const real* x, const real* scale, const
                     out[c] = inv * (g_row[c] * a - mg - (x_row[c] - m) * inv * mgn)
 
 
+# LayerNormalization (one affine entry per column, no period) over short rows, a channel-last
+# normalisation over a few channels: a row-by-row loop waits on each row's chain of additions
+# (a few elements each), so the rows' sums are taken LN_BLOCK rows side by side instead, one
+# independent accumulator per row, each still summed over its columns in order.
+cdef enum:
+    LN_BLOCK = 16
+
+
+cdef inline void _layer_norm_block(const real* x, const real* scale, const real* bias, real* y, real* mean,
+                                   real* inv_std, Py_ssize_t n, Py_ssize_t cols, double epsilon) noexcept nogil:
+    """The forward of the n <= LN_BLOCK rows at x (statistics at mean, inv_std)."""
+    cdef double total[LN_BLOCK]
+    cdef double squares[LN_BLOCK]
+    cdef real m[LN_BLOCK]
+    cdef real inv[LN_BLOCK]
+    cdef Py_ssize_t j, c
+    cdef double d
+    cdef const real* row
+    cdef real* out
+    for j in range(n):
+        total[j] = 0
+        squares[j] = 0
+    for c in range(cols):
+        for j in range(n):
+            total[j] = total[j] + x[j * cols + c]
+    for j in range(n):
+        m[j] = <real>(total[j] / cols)
+    for c in range(cols):
+        for j in range(n):
+            d = x[j * cols + c] - m[j]
+            squares[j] = squares[j] + d * d
+    for j in range(n):
+        inv[j] = <real>(1 / sqrt(<real>(squares[j] / cols) + <real>epsilon))
+        mean[j], inv_std[j] = m[j], inv[j]
+    for j in range(n):
+        row, out = x + j * cols, y + j * cols
+        if bias != NULL:
+            for c in range(cols):
+                out[c] = (row[c] - m[j]) * inv[j] * scale[c] + bias[c]
+        else:
+            for c in range(cols):
+                out[c] = (row[c] - m[j]) * inv[j] * scale[c]
+
+
+cdef void _layer_norm_rows(const real* x, const real* scale, const real* bias, real* y, real* mean, real* inv_std,
+                           Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols, double epsilon) noexcept nogil:
+    cdef Py_ssize_t r = r0
+    while r + LN_BLOCK <= r1:
+        _layer_norm_block(x + r * cols, scale, bias, y + r * cols, mean + r, inv_std + r, LN_BLOCK, cols, epsilon)
+        r += LN_BLOCK
+    if r < r1:
+        _layer_norm_block(x + r * cols, scale, bias, y + r * cols, mean + r, inv_std + r, r1 - r, cols, epsilon)
+
+
+cdef inline void _layer_norm_grad_block(const real* dy, const real* x, const real* scale, const real* mean,
+                                        const real* inv_std, real* dx, double* dscale, double* dbias, Py_ssize_t n,
+                                        Py_ssize_t cols) noexcept nogil:
+    """The gradient of the n <= LN_BLOCK rows at dy, x (dx, and the dscale, dbias sums added
+    into the double accumulators, where not NULL)."""
+    cdef double sum_g[LN_BLOCK]
+    cdef double sum_gn[LN_BLOCK]
+    cdef real mg[LN_BLOCK]
+    cdef real mgn[LN_BLOCK]
+    cdef Py_ssize_t j, c
+    cdef real a, g, m, inv
+    cdef const real* g_row
+    cdef const real* x_row
+    cdef real* out
+    if dscale != NULL:     # four rows per update of the accumulators: a quarter of their chain
+        j = 0
+        while j + 4 <= n:
+            g_row, x_row = dy + j * cols, x + j * cols
+            for c in range(cols):
+                dscale[c] += ((<double>g_row[c] * ((x_row[c] - mean[j]) * inv_std[j])
+                               + g_row[cols + c] * ((x_row[cols + c] - mean[j + 1]) * inv_std[j + 1]))
+                              + (<double>g_row[2 * cols + c] * ((x_row[2 * cols + c] - mean[j + 2]) * inv_std[j + 2])
+                                 + g_row[3 * cols + c] * ((x_row[3 * cols + c] - mean[j + 3]) * inv_std[j + 3])))
+                dbias[c] += ((<double>g_row[c] + g_row[cols + c])
+                             + (<double>g_row[2 * cols + c] + g_row[3 * cols + c]))
+            j += 4
+        for j in range(j, n):
+            g_row, x_row, m, inv = dy + j * cols, x + j * cols, mean[j], inv_std[j]
+            for c in range(cols):
+                dscale[c] += g_row[c] * ((x_row[c] - m) * inv)
+                dbias[c] += g_row[c]
+    if dx == NULL:
+        return
+    # dX = inv * (g - mean(g) - n * mean(g * n)), g = dY * scale, n = (X - mean) * inv
+    for j in range(n):
+        sum_g[j] = 0
+        sum_gn[j] = 0
+    for c in range(cols):
+        a = scale[c]
+        for j in range(n):
+            g = dy[j * cols + c] * a
+            sum_g[j] = sum_g[j] + g
+            sum_gn[j] = sum_gn[j] + g * ((x[j * cols + c] - mean[j]) * inv_std[j])
+    for j in range(n):
+        mg[j], mgn[j] = <real>(sum_g[j] / cols), <real>(sum_gn[j] / cols)
+    for j in range(n):
+        g_row, x_row, out, m, inv = dy + j * cols, x + j * cols, dx + j * cols, mean[j], inv_std[j]
+        for c in range(cols):
+            out[c] = inv * (g_row[c] * scale[c] - mg[j] - (x_row[c] - m) * inv * mgn[j])
+
+
+cdef void _layer_norm_grad_rows(const real* dy, const real* x, const real* scale, const real* mean,
+                                const real* inv_std, real* dx, double* dscale, double* dbias, Py_ssize_t r0,
+                                Py_ssize_t r1, Py_ssize_t cols) noexcept nogil:
+    cdef Py_ssize_t r = r0
+    while r + LN_BLOCK <= r1:
+        _layer_norm_grad_block(dy + r * cols, x + r * cols, scale, mean + r, inv_std + r,
+                               NULL if dx == NULL else dx + r * cols, dscale, dbias, LN_BLOCK, cols)
+        r += LN_BLOCK
+    if r < r1:
+        _layer_norm_grad_block(dy + r * cols, x + r * cols, scale, mean + r, inv_std + r,
+                               NULL if dx == NULL else dx + r * cols, dscale, dbias, r1 - r, cols)
+
+
 def _check_layout(str what, Py_ssize_t size, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t period, Py_ssize_t stride,
                   Py_ssize_t params):
     if rows < 0 or cols < 1 or rows * cols != size or period < 1 or rows % period or stride < 1 or cols % stride \
@@ -142,9 +260,14 @@ def forward(const real[::1] x, const real[::1] scale, const real[::1] bias, real
     if bias is not None:
         b = &bias[0]
     cdef int nb = _blocks(rows, cols, num_threads), k
+    cdef bint per_column = period == 1 and stride == 1
     for k in prange(nb, nogil=True, schedule="static", num_threads=nb):
-        _forward_rows(&x[0], &scale[0], b, &y[0], &mean[0], &inv_std[0], rows * k // nb, rows * (k + 1) // nb,
-                      cols, period, stride, epsilon)
+        if per_column:
+            _layer_norm_rows(&x[0], &scale[0], b, &y[0], &mean[0], &inv_std[0], rows * k // nb, rows * (k + 1) // nb,
+                             cols, epsilon)
+        else:
+            _forward_rows(&x[0], &scale[0], b, &y[0], &mean[0], &inv_std[0], rows * k // nb, rows * (k + 1) // nb,
+                          cols, period, stride, epsilon)
 
 
 def backward(const real[::1] dy, const real[::1] x, const real[::1] scale, const real[::1] mean,
@@ -159,6 +282,7 @@ def backward(const real[::1] dy, const real[::1] x, const real[::1] scale, const
     cdef Py_ssize_t params = scale.shape[0], p
     cdef real* dx_ptr = NULL if dx is None else &dx[0]
     cdef bint sums = dscale is not None
+    cdef bint per_column = period == 1 and stride == 1
     cdef int nb = _blocks(rows, cols, num_threads), k
     cdef double* acc = NULL
     cdef double total_scale, total_bias
@@ -170,9 +294,16 @@ def backward(const real[::1] dy, const real[::1] x, const real[::1] scale, const
     try:
         if rows:
             for k in prange(nb, nogil=True, schedule="static", num_threads=nb):
-                _backward_rows(&dy[0], &x[0], &scale[0], &mean[0], &inv_std[0], dx_ptr,
-                               acc + 2 * k * params if sums else NULL, acc + (2 * k + 1) * params if sums else NULL,
-                               rows * k // nb, rows * (k + 1) // nb, cols, period, stride)
+                if per_column:
+                    _layer_norm_grad_rows(&dy[0], &x[0], &scale[0], &mean[0], &inv_std[0], dx_ptr,
+                                          acc + 2 * k * params if sums else NULL,
+                                          acc + (2 * k + 1) * params if sums else NULL,
+                                          rows * k // nb, rows * (k + 1) // nb, cols)
+                else:
+                    _backward_rows(&dy[0], &x[0], &scale[0], &mean[0], &inv_std[0], dx_ptr,
+                                   acc + 2 * k * params if sums else NULL,
+                                   acc + (2 * k + 1) * params if sums else NULL,
+                                   rows * k // nb, rows * (k + 1) // nb, cols, period, stride)
         if sums:
             for p in range(params):
                 total_scale = total_bias = 0

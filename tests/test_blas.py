@@ -27,14 +27,15 @@ def two_threads():
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize("m,n,k", [(64, 120, 400), (7, 5, 3), (1, 9, 4), (33, 1, 17)])
 def test_split_rows_match_numpy(m, n, k, trans_a, trans_b, dtype, rng, two_threads, monkeypatch):
-    """Every product here takes the split path (its threshold lowered), odd row counts and a
-    single row included; the result is what NumPy's product gives."""
+    """Every product here runs in gemm_rows, split over the threads (its threshold lowered)
+    where it has a row per thread, in one band otherwise (a single row); odd row counts
+    included; the result is what NumPy's product gives."""
     calls, split = [], gemm_rows.gemm_rows
     monkeypatch.setattr(blas, "SPLIT_GEMM_MACS", 1)
-    monkeypatch.setattr(blas._rows, "gemm_rows", lambda *args: calls.append(1) or split(*args))
+    monkeypatch.setattr(blas._rows, "gemm_rows", lambda *args: calls.append(args[-1]) or split(*args))
     a, b, want = _operands(rng, m, n, k, trans_a, trans_b, dtype)
     got = blas.gemm(a, b, trans_a, trans_b, alpha=0.5)
-    assert calls == ([1] if m >= 2 else [])
+    assert calls == [2 if m >= 2 else 1]       # bands
     assert got.shape == (m, n) and got.flags.c_contiguous
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, 0.5 * want, rtol=tol, atol=tol * k)

@@ -23,6 +23,9 @@ def _forward_and_grad(op, x, scale, bias, dy, attrs, opset=None, domain=""):
 CASES = [  # (op, x shape, scale shape, attrs, opset, torch function of (x, weight, bias))
     ("LayerNormalization", (3, 4, 5), (5,), {"axis": -1}, 17,
      lambda t, x, w, b: t.nn.functional.layer_norm(x, (5,), w, b)),
+    # channel-last over a few channels: rows taken in blocks, with a partial block
+    ("LayerNormalization", (5, 9, 8), (8,), {"axis": -1}, 17,
+     lambda t, x, w, b: t.nn.functional.layer_norm(x, (8,), w, b)),
     ("LayerNormalization", (2, 3, 4), (3, 4), {"axis": 1, "epsilon": 1e-3}, 17,
      lambda t, x, w, b: t.nn.functional.layer_norm(x, (3, 4), w, b, eps=1e-3)),
     ("InstanceNormalization", (2, 3, 4, 5), (3,), {}, 6,

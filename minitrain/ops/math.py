@@ -95,7 +95,8 @@ def gemm_gradient(g):
         reduce_to_input(g, grad, 2)
 
 
-@gradient("MatMul", since=13, differentiable=(0, 1), emits=("Gemm", "MatMul", "Transpose", "Identity", "Shape", "SumToShape"))
+@gradient("MatMul", since=13, differentiable=(0, 1),
+          emits=("Gemm", "MatMul", "Transpose", "Identity", "Shape", "SumToShape", "Reshape"))
 def matmul_gradient(g):
     a_type, b_type = g.type_of(g.I(0)), g.type_of(g.I(1))
     ranks = (a_type.rank if a_type else None, b_type.rank if b_type else None)
@@ -106,6 +107,10 @@ def matmul_gradient(g):
         return
     if None in ranks or min(ranks) < 2:
         raise GraphError(f"MatMul: its gradient needs operands of known rank >= 2, got ranks {ranks}")
+    dims = _matrix_dims(g) if ranks[1] == 2 else None
+    if dims is not None:
+        _rows_times_matrix_gradient(g, *dims)
+        return
 
     def swap_last(name, rank):
         perm = list(range(rank))
@@ -115,3 +120,37 @@ def matmul_gradient(g):
         reduce_to_input(g, g.node("MatMul", [dy, swap_last(b, ranks[1])], [g.tmp("dA")]), 0)
     if g.needs(1):
         reduce_to_input(g, g.node("MatMul", [swap_last(a, ranks[0]), dy], [g.tmp("dB")]), 1)
+
+
+def _matrix_dims(g):
+    """(K, N) of a MatMul of an N-D A by a 2-D B (K, N) as integers, each read from B or from
+    A's or Y's last dim, whichever is known; None when one of them is not."""
+    a_shape, b_shape = g.type_of(g.I(0)).shape, g.type_of(g.I(1)).shape
+    y_type = g.type_of(g.forward.outputs[0])
+    y_last = y_type.shape[-1] if y_type is not None and y_type.shape else None
+    k = [d for d in (b_shape[0], a_shape[-1]) if isinstance(d, int)]
+    n = [d for d in (b_shape[1], y_last) if isinstance(d, int)]
+    return (k[0], n[0]) if k and n else None
+
+
+def _shape_constant(g, name):
+    """A Reshape target for forward value `name`'s shape: a constant, with -1 for its one
+    symbolic dim if it has one (no Shape node to run), else its Shape read at run time."""
+    shape = g.type_of(name).shape
+    unknown = [i for i, d in enumerate(shape) if not isinstance(d, int)]
+    if len(unknown) > 1:
+        return g.shape_of(name)
+    return g.constant(np.array([d if isinstance(d, int) else -1 for d in shape], np.int64), "shape")
+
+
+def _rows_times_matrix_gradient(g, k, n):
+    """The gradient of Y = A @ B for A (..., K) and a 2-D B (K, N): the product is one GEMM over
+    A's rows, so is its gradient, on row views of A and dY (Reshape, no copy):
+    dA = dY2 B^T reshaped to A, dB = A2^T dY2, as ONNX Runtime's builder does."""
+    dy_rows = g.node("Reshape", [g.GO(0), g.constant(np.array([-1, n], np.int64), "rows_shape")], [g.tmp("dY_rows")])
+    if g.needs(0):
+        da_rows = g.node("Gemm", [dy_rows, g.I(1)], [g.tmp("dA_rows")], {"transB": 1})
+        g.node("Reshape", [da_rows, _shape_constant(g, g.I(0))], [g.GI(0)])
+    if g.needs(1):
+        a_rows = g.node("Reshape", [g.I(0), g.constant(np.array([-1, k], np.int64), "rows_shape")], [g.tmp("A_rows")])
+        g.node("Gemm", [a_rows, dy_rows], [g.GI(1)], {"transA": 1})

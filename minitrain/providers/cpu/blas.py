@@ -5,7 +5,8 @@ Every BLAS call of minitrain goes to this one library, so one thread pool is in 
 OpenMP's.  Small products run on one BLAS thread: waking (and then spinning) a BLAS pool for
 a product of a few MFLOP costs more than it saves, and spinning BLAS threads starve the OpenMP
 threads of the next kernel on a 2-core machine.  Products of one to a few million
-multiply-adds are split by rows over the OpenMP threads instead (ext/gemm_rows.pyx).
+multiply-adds are split by rows over the OpenMP threads instead (ext/gemm_rows.pyx), and
+smaller ones call BLAS from there too, in one band.
 
 OpenBLAS's thread count is one setting for the whole process, so `blas_threads` holds a lock
 from setting it to restoring it: kernels run from several Python threads at once take turns
@@ -88,11 +89,13 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]
     threads = kernel_threads()
-    if (threads > 1 and m >= threads and SPLIT_GEMM_MACS <= m * n * k < PARALLEL_GEMM_MACS
-            and a.flags.c_contiguous and b.flags.c_contiguous):
+    if m * n * k < PARALLEL_GEMM_MACS and a.flags.c_contiguous and b.flags.c_contiguous:
+        # one band, or bands over the threads: BLAS called from Cython, without the argument
+        # checks and output allocation of SciPy's Python wrapper (several us a call)
+        bands = threads if threads > 1 and m >= threads and m * n * k >= SPLIT_GEMM_MACS else 1
         c = np.empty((m, n), dtype=a.dtype)
         with blas_threads(1):
-            _rows.gemm_rows(a, b, c, trans_a, trans_b, alpha, threads)
+            _rows.gemm_rows(a, b, c, trans_a, trans_b, alpha, bands)
         return c
     routine = _blas.sgemm if a.dtype == np.float32 else _blas.dgemm
     with blas_threads(threads if m * n * k >= PARALLEL_GEMM_MACS else 1):

@@ -1,4 +1,5 @@
-"""CPU kernels of broadcasting arithmetic (NumPy ufuncs, vectorised) and SumToShape
+"""CPU kernels of broadcasting arithmetic (NumPy ufuncs, vectorised; a short vector broadcast over
+rows is tiled into long rows first) and SumToShape
 (minitrain._ext.sum_to_shape where the summed axes lie before and after one run of kept axes,
 NumPy otherwise)."""
 import functools
@@ -13,10 +14,42 @@ from ...registry import register_kernel
 from ...threads import kernel_threads
 
 
+# A vector broadcast over rows of fewer elements than this is tiled to this length first.
+TILED_ROW_ELEMENTS = 256
+
+
 def _binary(ufunc, output):
     def kernel(ctx):
-        return {output: ufunc(ctx.inputs[0], ctx.inputs[1])}
+        a, b = ctx.inputs[0], ctx.inputs[1]
+        return {output: _tiled_rows(ufunc, a, b) if broadcasts_short_rows(a, b) else ufunc(a, b)}
     return kernel
+
+
+def broadcasts_short_rows(a, b):
+    """Whether one float operand is a short vector (a bias, a per-channel scale) that is the
+    other's trailing dims, broadcast over its rows: NumPy would then loop over those rows one
+    short inner loop each."""
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or a.size == b.size:
+        return False
+    big, small = (a, b) if a.size > b.size else (b, a)
+    trailing = small.shape[next((i for i, d in enumerate(small.shape) if d != 1), small.ndim):]
+    return (0 < small.size < TILED_ROW_ELEMENTS // 2 and len(trailing) <= big.ndim and big.flags.c_contiguous
+            and big.shape[big.ndim - len(trailing):] == trailing)
+
+
+def _tiled_rows(ufunc, a, b):
+    """ufunc(a, b) for operands as broadcasts_short_rows says: the vector tiled to about
+    TILED_ROW_ELEMENTS elements and the other operand viewed as rows of that length, so that
+    each inner loop is long; the same elements, computed in the same order."""
+    big = a if a.size > b.size else b
+    small = (b if big is a else a).reshape(-1)
+    rows = big.size // small.size
+    copies = math.gcd(rows, TILED_ROW_ELEMENTS // small.size)
+    tiled = np.empty((copies, small.size), small.dtype)
+    tiled[...] = small
+    wide = big.reshape(rows // copies, copies * small.size)
+    out = ufunc(wide, tiled.reshape(-1)) if big is a else ufunc(tiled.reshape(-1), wide)
+    return out.reshape(np.broadcast_shapes(a.shape, b.shape))
 
 
 register_kernel("Add", since=7)(_binary(np.add, "C"))
@@ -33,10 +66,10 @@ def neg(ctx):
 @register_kernel("Sum", since=8)
 def sum_(ctx):
     arrays = [x for x in ctx.inputs if x is not None]
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    total = np.array(arrays[0], dtype=ctx.dtype, copy=True) if arrays[0].shape == shape \
-        else np.broadcast_to(arrays[0], shape).astype(ctx.dtype)
-    for a in arrays[1:]:
+    if len(arrays) == 1:
+        return {"sum": np.array(arrays[0], dtype=ctx.dtype, copy=True)}
+    total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
+    for a in arrays[2:]:
         total += a
     return {"sum": total}
 

@@ -20,14 +20,15 @@ def normalization(ctx):
     x, scale, bias = (list(ctx.inputs) + [None])[:3]
     rows, cols, period, stride = layout(ctx.op_type, x.shape, ctx.attrs, scale.size)
     acc = accumulation_dtype(x.dtype)
-    mean, inv_std = np.zeros(rows, acc), np.zeros(rows, acc)
+    # the kernel writes every statistic, except those of empty rows (left 0)
+    mean, inv_std = (np.empty(rows, acc), np.empty(rows, acc)) if x.size else (np.zeros(rows, acc), np.zeros(rows, acc))
     y = np.empty(x.shape, acc)
     if x.size:
         _norm.forward(_flat(x, acc), _flat(scale, acc), None if bias is None else _flat(bias, acc), y.reshape(-1),
                       mean, inv_std, rows, cols, period, stride, float(ctx.attrs["epsilon"]), kernel_threads())
     stats = stats_shape(ctx.op_type, x.shape, ctx.attrs)
     out = dict(zip(_OUTPUTS[ctx.op_type], (y.astype(x.dtype, copy=False),
-                                           *(s.astype(x.dtype).reshape(stats) for s in (mean, inv_std)))))
+                                           *(s.astype(x.dtype, copy=False).reshape(stats) for s in (mean, inv_std)))))
     return {k: v for k, v in out.items() if ctx.wants(k)}
 
 
@@ -35,7 +36,7 @@ def normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
     rows, cols, period, stride = layout(ctx.op_type.removesuffix("Grad"), x.shape, ctx.attrs, scale.size)
     acc = accumulation_dtype(x.dtype)
-    dx = np.zeros(x.shape, acc) if ctx.wants("dX") else None
+    dx = (np.empty if x.size else np.zeros)(x.shape, acc) if ctx.wants("dX") else None
     sums = ctx.wants("dscale") or ctx.wants("dbias")
     dscale, dbias = (np.zeros(scale.shape, acc), np.zeros(scale.shape, acc)) if sums else (None, None)
     if x.size:
