@@ -176,28 +176,58 @@ def max_pool_grad(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, 
 
 
 # --------------------------------------------------------------------------- MaxPool, k = s = 2
+cdef inline void _k2_edge(const real* r0, Py_ssize_t W, Py_ssize_t rows, Py_ssize_t col, Py_ssize_t cols,
+                          real* y, int64_t* ind, int64_t base) noexcept nogil:
+    """One window of max_pool_k2 cut by the input's end: rows x cols taps from r0[col], in
+    row-major order, with the full windows' rule (first maximum, last NaN)."""
+    cdef Py_ssize_t a, b, k, best_k = col
+    cdef real best = r0[col], v
+    for a in range(rows):
+        for b in range(cols):
+            k = a * W + col + b
+            v = r0[k]
+            if v > best or v != v:
+                best = v
+                best_k = k
+    y[0] = best
+    if ind != NULL:
+        ind[0] = base + best_k
+
+
 def max_pool_k2(const real[:, ::1] x, real[:, ::1] y, int64_t[:, ::1] indices, Py_ssize_t W,
                 Py_ssize_t kh, Py_ssize_t OH, int num_threads):
-    """MaxPool with kernel = stride = 2 along W and kh (1 or 2) along H, no padding or dilation,
-    every window inside the input and D untouched: one vectorised loop per output row, with
-    max_pool's results (indices: None, or row-major over the whole tensor)."""
-    cdef Py_ssize_t planes = x.shape[0], P = x.shape[1], Q = y.shape[1], OW, p, oh
+    """MaxPool with kernel = stride = 2 along W and kh (1 or 2) along H, no padding before,
+    no dilation, every window starting inside the input and D untouched: one vectorised loop
+    per output row over the whole windows; a last column and row of windows cut by the input's
+    end (ceil_mode, or padding after) take the same rule tap by tap.  max_pool's results
+    (indices: None, or row-major over the whole tensor)."""
+    cdef Py_ssize_t planes = x.shape[0], P = x.shape[1], Q = y.shape[1], H, OW, p, oh, rows, whole
     cdef bint with_ind = indices is not None
+    cdef const real* r0
+    cdef int64_t base
     cdef int nt = _threads(planes * P, planes, num_threads, MT_MIN_PARALLEL_STREAM)
     if planes == 0 or Q == 0:
         return
     OW = Q // OH
-    if kh < 1 or kh > 2 or OH * OW != Q or OH * kh > P // W or 2 * OW > W or y.shape[0] != planes \
-            or (with_ind and (indices.shape[0] != planes or indices.shape[1] != Q)):
+    H = P // W
+    if kh < 1 or kh > 2 or OH * OW != Q or H * W != P or (OH - 1) * kh >= H or 2 * (OW - 1) >= W \
+            or y.shape[0] != planes or (with_ind and (indices.shape[0] != planes or indices.shape[1] != Q)):
         raise ValueError("max_pool_k2: buffer shapes disagree with the geometry")
+    whole = min(OW, W // 2)
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         for oh in range(OH):
+            r0 = &x[p, oh * kh * W]
+            rows = min(kh, H - oh * kh)
+            base = p * P + oh * kh * W
             if real is float:
-                mt_maxpool_k2_f(&x[p, oh * kh * W], W, kh == 2, &y[p, oh * OW],
-                                &indices[p, oh * OW] if with_ind else NULL, p * P + oh * kh * W, OW)
+                mt_maxpool_k2_f(r0, W, rows == 2, &y[p, oh * OW], &indices[p, oh * OW] if with_ind else NULL,
+                                base, whole)
             else:
-                mt_maxpool_k2_d(&x[p, oh * kh * W], W, kh == 2, &y[p, oh * OW],
-                                &indices[p, oh * OW] if with_ind else NULL, p * P + oh * kh * W, OW)
+                mt_maxpool_k2_d(r0, W, rows == 2, &y[p, oh * OW], &indices[p, oh * OW] if with_ind else NULL,
+                                base, whole)
+            if whole < OW:
+                _k2_edge(r0, W, rows, 2 * whole, W - 2 * whole, &y[p, oh * OW + whole],
+                         &indices[p, oh * OW + whole] if with_ind else NULL, base)
 
 
 def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, ::1] dx,

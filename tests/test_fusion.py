@@ -214,6 +214,38 @@ def test_sce_with_grad_against_finite_differences(attrs, shape, weighted, rng):
     np.testing.assert_allclose(d_logits, numeric_gradient(lambda a: loss(a[0]), [scores.copy()]), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape,weighted", [((6, 5), False), ((3, 4, 2, 3), True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sce_with_grad_with_ignored_labels_against_torch(reduction, shape, weighted, dtype, rng):
+    """Labels equal to ignore_index (-100, as torch exports it) lie outside [0, C): they count
+    nothing in the loss, its mean and the gradient."""
+    torch = pytest.importorskip("torch")
+    scores, labels, weights = sce_inputs(rng, shape, weighted)
+    scores = scores.astype(dtype)
+    weights = None if weights is None else weights.astype(dtype)
+    labels.reshape(-1)[::3] = -100
+    dy = np.array(0.75, dtype) if reduction != "none" else rng.standard_normal(labels.shape).astype(dtype)
+    attrs = {"reduction": reduction, "ignore_index": -100}
+    loss, d_logits = run_node("SoftmaxCrossEntropyLossWithGrad", [scores, labels, dy] + ([weights] if weighted else []),
+                              attrs=attrs, domain=FUSED_DOMAIN)
+    s = torch.tensor(scores, requires_grad=True)
+    expected = torch.nn.functional.cross_entropy(s, torch.tensor(labels), None if weights is None else
+                                                 torch.tensor(weights), ignore_index=-100, reduction=reduction)
+    expected.backward(torch.tensor(dy))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(loss, expected.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(d_logits, s.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_sce_with_grad_names_a_label_out_of_range(rng):
+    scores, labels, _ = sce_inputs(rng, (4, 3), False)
+    labels[2] = 3
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropyLossWithGrad.*'labels' holds 3, outside \[0, 3\)"):
+        run_node("SoftmaxCrossEntropyLossWithGrad", [scores, labels, np.array(1.0)], attrs={"ignore_index": -100},
+                 domain=FUSED_DOMAIN)
+
+
 # ------------------------------------------------------------------------------ bad input
 def test_unknown_activation_is_refused(rng):
     a = rng.standard_normal((2, 2))

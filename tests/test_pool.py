@@ -432,6 +432,38 @@ def test_max_pool_k2_matches_reference(shape, kernel, dtype, rng):
     np.testing.assert_array_equal(dx_cm, dx)
 
 
+CUT_K2_CASES = [  # (N, C, spatial...), kernel, attributes that cut the last window of an odd size
+    ((2, 3, 15, 15), (2, 2), dict(ceil_mode=1)),
+    ((1, 2, 7, 9), (1, 2), dict(ceil_mode=1)),
+    ((2, 2, 9), (2,), dict(ceil_mode=1)),
+    ((1, 3, 7, 34), (2, 2), dict(pads=[0, 0, 1, 0])),
+    ((1, 2, 5, 5), (2, 2), dict(auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,kernel,extra", CUT_K2_CASES)
+def test_max_pool_k2_with_cut_windows_matches_reference(shape, kernel, extra, dtype, rng):
+    """A last row or column of windows cut by the input's end (ceil_mode, padding after) is
+    pooled over the taps inside: the reference pools the input padded with -inf."""
+    x = rng.integers(-3, 3, shape).astype(dtype)
+    x.reshape(-1)[rng.choice(x.size, x.size // 7, replace=False)] = np.nan
+    attrs = dict(kernel_shape=list(kernel), strides=list(kernel), **extra)
+    y, indices = run_node("MaxPool", [x], attrs=attrs)
+    padded_shape = shape[:2] + tuple(-(-s // k) * k for s, k in zip(shape[2:], kernel))
+    padded = np.full(padded_shape, -np.inf, dtype)
+    padded[tuple(slice(0, s) for s in shape)] = x
+    ref_y, ref_ind = reference_max_pool(padded, kernel, kernel)
+    np.testing.assert_array_equal(y, ref_y)
+    np.testing.assert_array_equal(indices, np.ravel_multi_index(np.unravel_index(ref_ind, padded_shape), shape))
+    (y_only,) = run_node("MaxPool", [x], attrs=attrs, outputs=["Y"])
+    np.testing.assert_array_equal(y_only, ref_y)
+    (dx,) = run_node("MaxPoolGrad", [y, indices], attrs=attrs, output_shapes={"dX": shape})
+    expected = np.zeros(x.size, dtype)
+    np.add.at(expected, indices.reshape(-1), y.reshape(-1))
+    np.testing.assert_array_equal(dx.reshape(-1), expected)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_pool_k2_threads_and_torch(dtype, threads, rng):
     torch = torch_or_skip()

@@ -10,7 +10,7 @@ from ...registry import KernelContext, lookup, register_kernel
 from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel
 from .elementwise import sum_to_shape
-from .loss import softmax_cross_entropy, softmax_cross_entropy_grad
+from .loss import as_ncd, cross_entropy, log_softmax
 from .math import gemm
 from .pool import max_pool, max_pool_grad
 from .streaming import should_stream
@@ -90,11 +90,11 @@ def max_pool_activation_grad(ctx):
 
 @register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN)
 def softmax_cross_entropy_with_grad(ctx):
+    """loss.py's log-probabilities, then its loss and gradient in one pass over them."""
     scores, labels, dy, weights = (ctx.inputs + [None])[:4]
-    forward = softmax_cross_entropy(_part(ctx, ctx.op_type, [scores, labels, weights], ("output", "log_prob")))
-    grad = softmax_cross_entropy_grad(_part(ctx, ctx.op_type, [dy, forward["log_prob"], labels, weights],
-                                            ("d_logits",)))
-    return {"output": forward["output"], "d_logits": grad["d_logits"]}
+    s, lab = as_ncd(scores, labels)
+    out = cross_entropy(ctx, log_softmax(s), lab, weights, loss_shape=labels.shape, dy=dy)
+    return {"output": out["output"], "d_logits": out["d_logits"].reshape(scores.shape)}
 
 
 @register_kernel("BatchNormFold", domain=FUSED_DOMAIN)

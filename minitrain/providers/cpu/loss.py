@@ -1,4 +1,11 @@
-"""CPU kernels of SoftmaxCrossEntropyLoss and its gradient."""
+"""CPU kernels of SoftmaxCrossEntropyLoss, its gradient, and both in one call (the fused op).
+
+The log-probabilities come from ext/softmax.pyx; ext/loss.pyx then takes one pass over the
+labels (their check, the sample weights, the negative log-likelihoods) and, for the gradient,
+one over the log-probabilities.  The loss, its gradient and the fused op share that code, so
+the fused op gives the unfused nodes' bits."""
+import math
+
 import numpy as np
 
 from ..._ext import loss as _loss
@@ -7,87 +14,63 @@ from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
 
+_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}       # the codes of ext/loss.pyx
 
-def _as_ncd(scores, labels):
-    """Views of scores as (N, C, D) and labels as (N, D), D the product of extra dims."""
-    n, c = scores.shape[0], scores.shape[1]
-    d = int(np.prod(scores.shape[2:], dtype=np.int64))
+
+def as_ncd(scores, labels):
+    """Views of scores as (N, C, D) and labels as (N, D) int64, D the product of extra dims."""
+    n, c, d = scores.shape[0], scores.shape[1], math.prod(scores.shape[2:])
     return scores.reshape(n, c, d), np.ascontiguousarray(labels, dtype=np.int64).reshape(n, d)
 
 
-def sample_weights(ctx, labels, num_classes, weights):
-    """Per-sample weight: the class weight of its label (1 without weights), 0 where ignored;
-    None when every sample weighs 1 (no class weights, no ignore_index), the common case,
-    which the kernels then skip.  Raises naming the op when a label is out of range."""
+def log_softmax(s):
+    """Log-probabilities of (N, C, D) scores along C."""
+    log_prob = np.empty_like(s)
+    if s.size:
+        _sm.softmax(s.reshape(-1), log_prob.reshape(-1), s.shape[0], s.shape[1], s.shape[2], True,
+                    kernel_threads())
+    return log_prob
+
+
+def cross_entropy(ctx, log_prob, labels, weights, *, loss_shape=None, dy=None):
+    """The loss (shaped `loss_shape`, when given) and d_logits (with dY, when given) of (N, C, D)
+    log-probabilities and (N, D) labels: a dict of the two, None where not asked."""
     ignore = ctx.attrs.get("ignore_index")
-    if weights is None and ignore is None:
-        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-            _fail_label(ctx, labels, labels, num_classes, ignore)
-        return None
-    active = labels != ignore if ignore is not None else np.ones(labels.shape, dtype=bool)
-    bad = active & ((labels < 0) | (labels >= num_classes))
-    if bad.any():
-        _fail_label(ctx, labels, bad, num_classes, ignore)
-    safe = np.where(active, labels, 0)
-    w = weights[safe] if weights is not None else np.ones(labels.shape, dtype=ctx.dtype)
-    return np.where(active, w, 0).astype(ctx.dtype)
+    reduction = ctx.attrs["reduction"]
+    nll = np.empty(labels.shape, dtype=ctx.dtype) if loss_shape is not None and reduction == "none" else None
+    d_logits = np.empty_like(log_prob) if dy is not None else None
+    bad, weight_sum, loss_sum = _loss.softmax_cross_entropy(
+        log_prob, labels, None if weights is None else np.ascontiguousarray(weights, dtype=ctx.dtype),
+        0 if ignore is None else ignore, ignore is not None, _REDUCTIONS[reduction],
+        None if dy is None else dy.reshape(-1), nll, d_logits, kernel_threads())
+    if bad >= 0:
+        ctx.fail(f"input 'labels' holds {int(labels.reshape(-1)[bad])}, outside [0, {log_prob.shape[1]}) "
+                 f"(ignore_index={ignore})")
+    if loss_shape is None:
+        loss = None
+    elif reduction == "none":
+        loss = nll.reshape(loss_shape)
+    else:
+        loss = np.array(loss_sum if reduction == "sum" else _mean(loss_sum, weight_sum), dtype=ctx.dtype)
+    return {"output": loss, "d_logits": d_logits}
 
 
-def _fail_label(ctx, labels, bad, num_classes, ignore):
-    """Raise naming the first label outside [0, num_classes) among those marked `bad` (labels
-    themselves: the first out of range)."""
-    if bad is labels:
-        bad = (labels < 0) | (labels >= num_classes)
-    ctx.fail(f"input 'labels' holds {int(labels[bad][0])}, outside [0, {num_classes}) "
-             f"(ignore_index={ignore})")
+def _mean(total, count):
+    """total / count, NaN for no count (every sample ignored, or none), as NumPy's 0 / 0."""
+    return total / count if count else float("nan")
 
 
 @register_kernel("SoftmaxCrossEntropyLoss", since=12)
 def softmax_cross_entropy(ctx):
     scores, labels, weights = (ctx.inputs + [None])[:3]
-    s, lab = _as_ncd(scores, labels)
-    log_prob = np.empty_like(s)
-    if s.size:
-        _sm.softmax(s.reshape(-1), log_prob.reshape(-1), s.shape[0], s.shape[1], s.shape[2], True,
-                    kernel_threads())
-    w = sample_weights(ctx, lab, s.shape[1], weights)
-    if w is None:           # every sample counts once: the weighted sums below with w = 1
-        nll = -np.take_along_axis(log_prob, lab[:, None, :], axis=1)[:, 0, :]
-        count = ctx.dtype.type(lab.size)
-    else:
-        # ignored samples (weight 0) may hold any label: read class 0 for them, then zero them
-        picked = np.take_along_axis(log_prob, np.where(w != 0, lab, 0)[:, None, :], axis=1)[:, 0, :]
-        nll = np.where(w != 0, -picked * w, 0)
-        count = w.sum()
-    reduction = ctx.attrs["reduction"]
-    if reduction == "none":
-        loss = nll.reshape(labels.shape)
-    elif reduction == "sum":
-        loss = np.array(nll.sum(), dtype=ctx.dtype)
-    else:
-        loss = np.array(nll.sum() / count, dtype=ctx.dtype)
+    s, lab = as_ncd(scores, labels)
+    log_prob = log_softmax(s)
+    loss = cross_entropy(ctx, log_prob, lab, weights, loss_shape=labels.shape)["output"]
     return {"output": loss, "log_prob": log_prob.reshape(scores.shape)}
 
 
 @register_kernel("SoftmaxCrossEntropyLossGrad", domain=MS_DOMAIN)
 def softmax_cross_entropy_grad(ctx):
     dy, log_prob, labels, weights = (ctx.inputs + [None])[:4]
-    lp, lab = _as_ncd(log_prob, labels)
-    w = sample_weights(ctx, lab, lp.shape[1], weights)
-    reduction = ctx.attrs["reduction"]
-    if w is None:           # every sample counts once: the products below with w = 1
-        if reduction == "none":
-            coef = dy.reshape(lab.shape)
-        else:
-            scale = dy.reshape(()) if reduction == "sum" else dy.reshape(()) / ctx.dtype.type(lab.size)
-            coef = np.full(lab.shape, scale, dtype=ctx.dtype)
-    elif reduction == "none":
-        coef = w * dy.reshape(w.shape)
-    elif reduction == "sum":
-        coef = w * dy.reshape(())
-    else:
-        coef = w * (dy.reshape(()) / w.sum())
-    out = np.empty_like(lp)
-    _loss.softmax_cross_entropy_grad(lp, lab, np.ascontiguousarray(coef, dtype=ctx.dtype), out,
-                                     kernel_threads())
-    return {"d_logits": out.reshape(log_prob.shape)}
+    lp, lab = as_ncd(log_prob, labels)
+    return {"d_logits": cross_entropy(ctx, lp, lab, weights, dy=dy)["d_logits"].reshape(log_prob.shape)}

@@ -9,7 +9,9 @@ same pooling nodes with the same shapes every time.
 Kernels, most specific first:
   MaxPool / MaxPoolGrad    kernel = stride = 2 along W (1 or 2 along H), no padding or dilation,
                            row-major indices: max_pool_k2 / max_pool_grad_k2 (the gradient from
-                           8 windows per row); else the general window loop / scatter-add.
+                           8 windows per row); MaxPool also where a last window is cut by the
+                           input's end (ceil_mode, padding after); else the general window loop /
+                           scatter-add.
   AveragePool(Grad)        stride 1 along H and W, output as wide as input, D untouched:
                            window_sums (ext/avg_pool_flat.pyx, two flat passes per plane).
   AveragePool              along W stride 1, or dilation 1: avg_pool_rows (row sums over the
@@ -107,13 +109,13 @@ def _depth_planes(dims):
     return dims[0].size
 
 
-def _k2_rows(dims):
+def _k2_rows(dims, cut=False):
     """kh (1 or 2) when MaxPool can take max_pool_k2: kernel = stride = 2 along W, kernel =
-    stride = kh along H, D untouched, no padding or dilation, every window inside the input;
-    else 0."""
+    stride = kh along H, D untouched, no padding before or dilation, every window inside the
+    input (with `cut`, starting inside it: the last may be cut by its end); else 0."""
     def plain(g, k):
         return (g.kernel == k and g.stride == k and g.dilation == 1 and g.pad_begin == 0
-                and g.out * k <= g.size)
+                and ((g.out - 1) * k < g.size if cut else g.out * k <= g.size))
     gd, gh, gw = dims
     if not (gd.trivial and plain(gw, 2)):
         return 0
@@ -130,7 +132,7 @@ def _max_pool_plan(ctx, shape, with_indices):
     dims = _as_3d(_geometry(ctx, shape))
     col_major = ctx.attrs.get("storage_order", 0) == 1
     out_shape = tuple(shape[:2]) + tuple(g.out for g in dims[3 - (len(shape) - 2):])
-    kh = 0 if (col_major and with_indices) else _k2_rows(dims)
+    kh = 0 if (col_major and with_indices) else _k2_rows(dims, cut=True)
     if kh:      # indices stay offsets into the whole tensor: D slices are consecutive planes
         return out_shape, kh, (dims[2].size, kh, dims[1].out), _depth_planes(dims)
     args = (tuple(g.size for g in dims), tuple(g.out for g in dims), tuple(g.dilation for g in dims),
