@@ -74,6 +74,7 @@ from ..autodiff import build_gradient_graph
 from ..errors import GraphError
 from ..executor import Executor
 from ..fusion import fuse as fuse_graph
+from ..fusion import fuse_forward
 from ..graph import Graph
 from ..nn.module import trace
 from ..nn.tensor import GraphBuilder
@@ -108,8 +109,8 @@ class TrainingSession:
     capture: capture each plan's step into a CUDA Graph and replay it (on devices that have
     graphs); on the CPU, serve each step's allocations from a planned arena
     (providers/cpu/step_arena.py).  Default on.
-    fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling
-    (None: on).
+    fuse: rewrite the plans' graphs with fused kernels (minitrain/fusion/) before scheduling,
+    and the forward graph before its gradient graph is built (fusion.fuse_forward) (None: on).
     data_parallel: train on every rank of the MPI world (see the module docstring); needs
     minitrain.distributed.init() first.  gradient_buckets: how many all-reduces share the
     gradients, each started as soon as the backward pass has produced its gradients (None:
@@ -295,6 +296,8 @@ class TrainingSession:
             loss_name = loss.name
         builder.graph.outputs = [output.name] + ([loss_name] if loss_name else [])
         graph = builder.graph
+        if self.fuse:
+            graph = fuse_forward(graph, [*graph.outputs, *builder.state_updates], self.providers)
         if self.precision.low is not None:
             graph = autocast(graph, self.precision.low, keep=[*graph.outputs, *builder.state_updates])
         return graph, output.name, loss_name, dict(builder.state_updates)
