@@ -7,13 +7,14 @@ bias and ReLU, FusedConv's key; data gradient, except for the first layer, whose
 none; weight gradient), every algorithm that supports the key is run on the same device buffers
 and timed with CUDA events, as the search times them: after a warm-up, a spin kernel holds the stream while the host queues
 CALLS runs, so only GPU time counts; the median over ROUNDS rounds.  Float32, strict FP32
-(no TF32).  With PyTorch on CUDA the same primitive of cuDNN (benchmark mode, TF32 off) is timed
-the same way.  The table gives each algorithm's time and TFLOP/s, the fastest of the others and
-the ratio other / implicit GEMM (above 1: the implicit GEMM is faster).  Before the table, every
+(no TF32; with --tf32, TF32 on both sides and the TF32 implicit GEMM among mine).  With PyTorch
+on CUDA the same primitive of cuDNN (benchmark mode, TF32 as minitrain's) is timed the same way.
+The table gives each algorithm's time and TFLOP/s, the fastest of the others and the ratio
+other / implicit GEMM (above 1: the implicit GEMM is faster).  Before the table, every
 algorithm's time is printed, and the implicit GEMM's at other settings than its two instances
 (SWEEP: forward / data warps and chunk budgets, weight-gradient slice counts).
 
-    python bench/conv1d_gpu.py [--batch 1024] [--rounds 7] [--no-sweep]
+    python bench/conv1d_gpu.py [--batch 1024] [--rounds 7] [--no-sweep] [--tf32]
 """
 import os
 import statistics
@@ -109,7 +110,7 @@ def torch_ms(torch, run, rounds):
     return statistics.median(means)
 
 
-def optional_torch():
+def optional_torch(tf32):
     try:
         import torch
     except ImportError:
@@ -117,18 +118,20 @@ def optional_torch():
     if not torch.cuda.is_available():
         return None
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     return torch
 
 
 def main():
     n, rounds, sweep = int(arg("--batch", 1024)), int(arg("--rounds", 7)), "--no-sweep" not in sys.argv
+    tf32 = "--tf32" in sys.argv
     provider = get_provider("cuda")
-    provider.use_tf32 = False
-    torch = optional_torch()
+    provider.use_tf32 = tf32
+    torch = optional_torch(tf32)
     rng = np.random.default_rng(0)
-    print(f"device: {provider.device.name()}, batch {n}, float32 strict FP32, {CALLS} calls x {rounds} rounds")
+    math = "TF32" if tf32 else "strict FP32"
+    print(f"device: {provider.device.name()}, batch {n}, float32 {math}, {CALLS} calls x {rounds} rounds")
     header = ["layer", "primitive", "GFLOP", "implicit GEMM ms", "TFLOP/s", "best other", "other ms", "other / mine"]
     if torch is not None:
         header += ["cuDNN (torch) ms", "torch / mine"]
@@ -139,7 +142,7 @@ def main():
             direction = label_direction.split("+")[0]
             if direction == "data" and cin == 1:
                 continue
-            key = search.ConvKey("Conv", direction, n, geom, "float32", False, ("Y",), activation)
+            key = search.ConvKey("Conv", direction, n, geom, "float32", tf32, ("Y",), activation)
             buffers = primitive_buffers(provider, direction, activation, n, cin, cout, length, k, rng)
             listed = conv.ALGORITHMS + conv.FAMILIES if activation is None else conv.WITH_ACTIVATION
             found = search.candidates(provider, key, search.expand(provider, key, listed))
