@@ -31,6 +31,7 @@ from minitrain.providers import get_provider  # noqa: E402
 from minitrain.providers.cuda.conv import kernels as conv  # noqa: E402
 from minitrain.providers.cuda.conv import search  # noqa: E402
 from minitrain.providers.cuda.conv.gemm1d import Gemm1d  # noqa: E402
+from minitrain.providers.cuda.conv.gemm1d_tf32 import Gemm1dTf32  # noqa: E402
 
 LAYERS = (("conv1 1->16 k7", 1, 16, 1024, 7, 3), ("conv2 16->32 k5", 16, 32, 512, 5, 2),
           ("conv3 32->64 k3", 32, 64, 256, 3, 1))
@@ -38,7 +39,8 @@ CALLS = 20
 HOLD = 5e-3          # seconds the spin kernel holds the stream while the runs are queued
 MINE = "implicit_gemm_1d"
 RELU = (0, 0.0, 0.0)      # FusedConv's activation code, alpha and beta for Relu
-SWEEP = [Gemm1d(f"sweep warps {warps} budget {budget >> 10}K slices {slices}", warps, budget, slices)
+SWEEP = [family(f"sweep {family.family} warps {warps} budget {budget >> 10}K slices {slices}", warps, budget, slices)
+         for family in (Gemm1d, Gemm1dTf32)
          for warps, budget, slices in ((2, 6 << 10, 128), (4, 24 << 10, 512), (8, 16 << 10, 2048),
                                        (8, 48 << 10, 64))]
 PRIMITIVES = (("forward", None), ("forward+relu", RELU), ("data", None), ("weight", None))
