@@ -7,13 +7,14 @@ bias and ReLU, FusedConv's key; data gradient, except for the first layer, whose
 none; weight gradient), every algorithm that supports the key is run on the same device buffers
 and timed with CUDA events, as the search times them: after a warm-up, a spin kernel holds the stream while the host queues
 CALLS runs, so only GPU time counts; the median over ROUNDS rounds.  Float32, strict FP32
-(no TF32).  With PyTorch on CUDA the same primitive of cuDNN (benchmark mode, TF32 off) is timed
-the same way.  The table gives each algorithm's time and TFLOP/s, the fastest of the others and
-the ratio other / implicit GEMM (above 1: the implicit GEMM is faster).  Before the table, every
+(no TF32; with --tf32, TF32 on both sides and the TF32 implicit GEMM among mine).  With PyTorch
+on CUDA the same primitive of cuDNN (benchmark mode, TF32 as minitrain's) is timed the same way.
+The table gives each algorithm's time and TFLOP/s, the fastest of the others and the ratio
+other / implicit GEMM (above 1: the implicit GEMM is faster).  Before the table, every
 algorithm's time is printed, and the implicit GEMM's at other settings than its two instances
 (SWEEP: forward / data warps and chunk budgets, weight-gradient slice counts).
 
-    python bench/conv1d_gpu.py [--batch 1024] [--rounds 7] [--no-sweep]
+    python bench/conv1d_gpu.py [--batch 1024] [--rounds 7] [--no-sweep] [--tf32]
 """
 import os
 import statistics
@@ -30,6 +31,7 @@ from minitrain.providers import get_provider  # noqa: E402
 from minitrain.providers.cuda.conv import kernels as conv  # noqa: E402
 from minitrain.providers.cuda.conv import search  # noqa: E402
 from minitrain.providers.cuda.conv.gemm1d import Gemm1d  # noqa: E402
+from minitrain.providers.cuda.conv.gemm1d_tf32 import Gemm1dTf32  # noqa: E402
 
 LAYERS = (("conv1 1->16 k7", 1, 16, 1024, 7, 3), ("conv2 16->32 k5", 16, 32, 512, 5, 2),
           ("conv3 32->64 k3", 32, 64, 256, 3, 1))
@@ -37,7 +39,8 @@ CALLS = 20
 HOLD = 5e-3          # seconds the spin kernel holds the stream while the runs are queued
 MINE = "implicit_gemm_1d"
 RELU = (0, 0.0, 0.0)      # FusedConv's activation code, alpha and beta for Relu
-SWEEP = [Gemm1d(f"sweep warps {warps} budget {budget >> 10}K slices {slices}", warps, budget, slices)
+SWEEP = [family(f"sweep {family.family} warps {warps} budget {budget >> 10}K slices {slices}", warps, budget, slices)
+         for family in (Gemm1d, Gemm1dTf32)
          for warps, budget, slices in ((2, 6 << 10, 128), (4, 24 << 10, 512), (8, 16 << 10, 2048),
                                        (8, 48 << 10, 64))]
 PRIMITIVES = (("forward", None), ("forward+relu", RELU), ("data", None), ("weight", None))
@@ -109,7 +112,7 @@ def torch_ms(torch, run, rounds):
     return statistics.median(means)
 
 
-def optional_torch():
+def optional_torch(tf32):
     try:
         import torch
     except ImportError:
@@ -117,18 +120,20 @@ def optional_torch():
     if not torch.cuda.is_available():
         return None
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     return torch
 
 
 def main():
     n, rounds, sweep = int(arg("--batch", 1024)), int(arg("--rounds", 7)), "--no-sweep" not in sys.argv
+    tf32 = "--tf32" in sys.argv
     provider = get_provider("cuda")
-    provider.use_tf32 = False
-    torch = optional_torch()
+    provider.use_tf32 = tf32
+    torch = optional_torch(tf32)
     rng = np.random.default_rng(0)
-    print(f"device: {provider.device.name()}, batch {n}, float32 strict FP32, {CALLS} calls x {rounds} rounds")
+    math = "TF32" if tf32 else "strict FP32"
+    print(f"device: {provider.device.name()}, batch {n}, float32 {math}, {CALLS} calls x {rounds} rounds")
     header = ["layer", "primitive", "GFLOP", "implicit GEMM ms", "TFLOP/s", "best other", "other ms", "other / mine"]
     if torch is not None:
         header += ["cuDNN (torch) ms", "torch / mine"]
@@ -139,7 +144,7 @@ def main():
             direction = label_direction.split("+")[0]
             if direction == "data" and cin == 1:
                 continue
-            key = search.ConvKey("Conv", direction, n, geom, "float32", False, ("Y",), activation)
+            key = search.ConvKey("Conv", direction, n, geom, "float32", tf32, ("Y",), activation)
             buffers = primitive_buffers(provider, direction, activation, n, cin, cout, length, k, rng)
             listed = conv.ALGORITHMS + conv.FAMILIES if activation is None else conv.WITH_ACTIVATION
             found = search.candidates(provider, key, search.expand(provider, key, listed))

@@ -22,9 +22,11 @@ GRAD_HALF, GRAD_BF16 = 1, 2 # multi_tensor.cuh: a row's gradient type, float16 /
 MAX_RANK = 8                # strided.cuh: dims of a strided kernel's plan
 NARROW_COLS = 32            # sample_norm.cu: rows this short get a thread each, not a block
 GEMM1D_TILE = 8             # conv_gemm1d.cu: a thread's register tile is GEMM1D_TILE x GEMM1D_TILE outputs
+GEMM1D_TF32_LINE_NT = 8     # conv_gemm1d_tf32.cu: n-tiles (8 positions each) of a forward / data warp
 DEFINES = {"MT_ROWS_X": ROWS_X, "MT_SUM_COLS_SPLIT": SUM_COLS_SPLIT, "MT_TABLE_COLS": TABLE_COLS,
            "MT_GRAD_HALF": GRAD_HALF, "MT_GRAD_BF16": GRAD_BF16,
-           "MT_MAX_RANK": MAX_RANK, "MT_NARROW_COLS": NARROW_COLS, "MT_GEMM1D_TILE": GEMM1D_TILE}
+           "MT_MAX_RANK": MAX_RANK, "MT_NARROW_COLS": NARROW_COLS, "MT_GEMM1D_TILE": GEMM1D_TILE,
+           "MT_GEMM1D_TF32_LINE_NT": GEMM1D_TF32_LINE_NT}
 
 
 def grid_stride_blocks(provider, items, per_block=BLOCK):

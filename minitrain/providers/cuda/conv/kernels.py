@@ -18,6 +18,8 @@ and cudnn_engines.py, when libcudnn 9 loads and the pads are symmetric):
     (two tile heights) or from registers (4 outputs of a row per thread, unit column stride).
   * Gemm1d (gemm1d.py): implicit GEMMs for 1D convolutions of moderate channel counts (one
     group, unit stride and dilation), 8 x 8 register tiles from shared-memory operands.
+  * Gemm1dTf32 (gemm1d_tf32.py, cuda/conv_gemm1d_tf32.cu): the same on TF32 tensor cores, for
+    float32 keys that allow TF32.
 The kernels are in cuda/conv.cu, cuda/conv_tiled.cu and cuda/conv_gemm1d.cu; none uses
 atomics, so every result is deterministic.  The bias is bias.py's.
 """
@@ -40,6 +42,7 @@ from .cudnn_algorithms import CudnnFamily
 from .cudnn_engines import BackendFamily
 from .epilogue import with_activation
 from .gemm1d import Gemm1d
+from .gemm1d_tf32 import Gemm1dTf32
 from .tiled import Rows, Tiled
 
 # im2col workspace per chunk of samples (at least one sample's worth).
@@ -244,7 +247,9 @@ class Direct:
 
 ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct_tiled_r1"), Rows(),
               Gemm1d("implicit_gemm_1d", max_warps=8, shared_budget=32 << 10, slice_blocks=256),
-              Gemm1d("implicit_gemm_1d_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024)]
+              Gemm1d("implicit_gemm_1d_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024),
+              Gemm1dTf32("implicit_gemm_1d_tf32", max_warps=8, shared_budget=32 << 10, slice_blocks=256),
+              Gemm1dTf32("implicit_gemm_1d_tf32_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024)]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
 FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]

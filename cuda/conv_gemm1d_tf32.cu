@@ -1,0 +1,322 @@
+// Implicit-GEMM 1-D convolutions on TF32 tensor cores (float32 data, sm_80 and newer): the
+// primitives of conv_gemm1d.cu (one group, unit stride and dilation) with the products taken by
+// warp-level mma.sync m16n8k8 (TF32 inputs rounded to nearest by cvt.rna, FP32 accumulation).
+//
+// A "line" convolution maps a source (N, in_channels, in_len) to a destination
+// (N, out_channels, out_len): destination position l reads source positions l - pad + t for taps
+// t < k (zero outside the source).  The forward is one with the weight (out, in, k); the data
+// gradient is one from dY to dX with the weight read transposed and flipped (FLIP) and
+// pad = k - 1 - pad_begin.
+//
+// mma.m16n8k8 (.tf32): lane = 4 g + t4 holds A (16 x 8, M x K) at (g, t4), (g + 8, t4),
+// (g, t4 + 4), (g + 8, t4 + 4); B (8 x 8, K x N) at (t4, g), (t4 + 4, g); C (16 x 8) at
+// (g, 2 t4), (g, 2 t4 + 1), (g + 8, 2 t4), (g + 8, 2 t4 + 1).  A warp owns MT x NT such tiles.
+//
+//   * gemm1d_tf32_forward / _data: M = out_channels, N = positions of one sample, K = in_channels
+//     x k (the index c * k + t).  A block of (32, warps_n, warps_m) threads owns bm = warps_m *
+//     16 MT channels by bn = warps_n * 8 NT positions.  Per chunk of input channels it stages the
+//     source window (bn + k - 1 values a channel, halo included; the im2col B operand is read
+//     from it at offset t, never built), the weights K-major (rows c * k + t, up to a multiple
+//     of 8, the padding rows zero) and a table of each K row's window offset c * width + t (the
+//     padding rows point at a row of zeros).  The epilogue adds the bias and applies the fused
+//     activation (activation.cuh's code, -1 for none).
+//   * gemm1d_tf32_weight: dW (M = out_channels, N = in_channels * k) summed over K = the
+//     (sample, position) pairs, cut into slices of chunks of positions (a multiple of 32), one
+//     slice per blockIdx.y; a block of (32, warps, layers) threads owns a bm x bn tile of dW
+//     (warps = warps_m x warps_n), stages a chunk's dY rows and the window of X its columns
+//     read, and its `layers` take every layers-th k-step of 8 positions; the layers then add up
+//     in a fixed order and the slices are summed by conv.cu's sum_slices.  No atomics:
+//     deterministic.
+// Every tile is staged by cp.async with all its copies in flight.
+#include "common.cuh"
+#include "activation.cuh"
+
+#ifndef MT_GEMM1D_TF32_LINE_NT
+#error "MT_GEMM1D_TF32_LINE_NT comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TF32_LINE_NT=...)"
+#endif
+#define LINE_NT MT_GEMM1D_TF32_LINE_NT    // n-tiles of a forward / data warp
+#define LANES 32
+#define MMA_M 16
+#define MMA_N 8
+#define MMA_K 8
+
+struct LineGeo {
+    int in_channels, out_channels, in_len, out_len, k, pad;
+};
+
+// *dst = *src in shared memory without a register on the way; zero when src is null (no byte
+// is read: `fallback`, any valid address, stands in for it).
+__device__ __forceinline__ void copy_async(float* dst, const float* src, const float* fallback) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src ? src : fallback),
+                 "r"(src ? 4 : 0));
+}
+
+__device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// For r < rows, j < width: dst[index(r, j)] = *source(r, j) (zero where source gives null), the
+// pairs dealt to the block's threads in row-major order, every copy in flight at once.
+template <typename Source, typename Index>
+__device__ __forceinline__ void stage(float* dst, int rows, int width, int tid, int threads, const float* fallback,
+                                      Source source, Index index) {
+    const int total = rows * width, dr = threads / width, dj = threads - dr * width;
+    int r = tid / width, j = tid - r * width;
+    for (int e = tid; e < total; e += threads) {
+        copy_async(dst + index(r, j), source(r, j), fallback);
+        r += dr;
+        j += dj;
+        if (j >= width) {
+            j -= width;
+            ++r;
+        }
+    }
+}
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+    return u;
+}
+
+// c += a (16 x 8) . b (8 x 8), fragments as in the header.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ int round_up8(int v) { return (v + MMA_K - 1) / MMA_K * MMA_K; }
+
+// dst[s, o, l] = act(bias[o] + sum over (c, t) of weight(o, c, t) * src[s, c, l - pad + t]),
+// where weight(o, c, t) = w[o, c, t], or w[c, o, k - 1 - t] when FLIP; act: activate(code, .,
+// alpha, beta), none when code < 0.  Grid: (N * tiles, channel tiles).  Shared memory: the
+// weights [round_up8(chunk * k)][bm + 8] (rows 8 banks apart, so a fragment's 32 loads hit 32
+// banks), the window [chunk][bn + k - 1] and a row of bn zeros, the offsets [round_up8(chunk * k)].
+template <int MT, bool FLIP>
+__device__ void line_impl(const float* src, const float* w, const float* bias, float* dst, int tiles, int has_bias,
+                          int chunk, int code, float alpha, float beta, LineGeo g) {
+    extern __shared__ __align__(16) unsigned char gemm1d_tf32_shared[];
+    const int bm = blockDim.z * MT * MMA_M, bn = blockDim.y * LINE_NT * MMA_N;
+    const int lda = bm + 8, width = bn + g.k - 1, rows = round_up8(chunk * g.k), zeros = chunk * width;
+    float* ws = reinterpret_cast<float*>(gemm1d_tf32_shared);     // [rows][lda]
+    float* xs = ws + rows * lda;                                   // [chunk][width], then bn zeros
+    int* offset = reinterpret_cast<int*>(xs + zeros + bn);          // [rows]
+    const int64_t sample = blockIdx.x / tiles;
+    const int l0 = (int)(blockIdx.x % tiles) * bn, m0 = blockIdx.y * bm;
+    const int lane = threadIdx.x, gq = lane >> 2, t4 = lane & 3;
+    const int wm = threadIdx.z * MT * MMA_M, wn = threadIdx.y * LINE_NT * MMA_N;
+    const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * LANES + lane, threads = LANES * blockDim.y * blockDim.z;
+    for (int j = tid; j < bn; j += threads) xs[zeros + j] = 0.f;
+    float acc[MT][LINE_NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+        const int o = m0 + wm + i * MMA_M + gq;
+        const float top = has_bias && o < g.out_channels ? bias[o] : 0.f;
+        const float bottom = has_bias && o + 8 < g.out_channels ? bias[o + 8] : 0.f;
+#pragma unroll
+        for (int j = 0; j < LINE_NT; ++j) {
+            acc[i][j][0] = acc[i][j][1] = top;
+            acc[i][j][2] = acc[i][j][3] = bottom;
+        }
+    }
+    const float* in = src + sample * g.in_channels * (int64_t)g.in_len;
+    for (int c0 = 0; c0 < g.in_channels; c0 += chunk) {
+        const int cc = min(chunk, g.in_channels - c0), reduction = cc * g.k, steps = round_up8(reduction) / MMA_K;
+        __syncthreads();    // the previous chunk's readers are done
+        const float* lines = in + (int64_t)c0 * g.in_len;
+        stage(xs, cc, width, tid, threads, src,
+              [&](int c, int j) -> const float* {
+                  const int x = l0 - g.pad + j;
+                  return x >= 0 && x < g.in_len ? lines + (int64_t)c * g.in_len + x : nullptr;
+              },
+              [&](int c, int j) { return c * width + j; });
+        stage(ws, steps * MMA_K, bm, tid, threads, src,
+              [&](int r, int m) -> const float* {
+                  const int o = m0 + m;
+                  if (o >= g.out_channels || r >= reduction) return nullptr;
+                  if (!FLIP) return w + (int64_t)o * g.in_channels * g.k + c0 * g.k + r;
+                  const int c = r / g.k, t = r - c * g.k;
+                  return w + ((int64_t)(c0 + c) * g.out_channels + o) * g.k + g.k - 1 - t;
+              },
+              [&](int r, int m) { return r * lda + m; });
+        for (int r = tid; r < steps * MMA_K; r += threads) {
+            const int c = r / g.k;
+            offset[r] = r < reduction ? c * width + r - c * g.k : zeros;
+        }
+        copies_done();
+        __syncthreads();
+        for (int s = 0; s < steps; ++s) {
+            const int k0 = s * MMA_K + t4;
+            const float* xa = xs + offset[k0] + wn + gq;
+            const float* xb = xs + offset[k0 + 4] + wn + gq;
+            unsigned a[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const float* wa = ws + k0 * lda + wm + i * MMA_M + gq;
+                a[i][0] = to_tf32(wa[0]);
+                a[i][1] = to_tf32(wa[8]);
+                a[i][2] = to_tf32(wa[4 * lda]);
+                a[i][3] = to_tf32(wa[4 * lda + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < LINE_NT; ++j) {
+                const unsigned b[2] = {to_tf32(xa[j * MMA_N]), to_tf32(xb[j * MMA_N])};
+#pragma unroll
+                for (int i = 0; i < MT; ++i) mma_tf32(acc[i][j], a[i], b);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int o = m0 + wm + i * MMA_M + gq + 8 * h;
+            if (o >= g.out_channels) continue;
+            float* out = dst + (sample * g.out_channels + o) * (int64_t)g.out_len;
+#pragma unroll
+            for (int j = 0; j < LINE_NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int l = l0 + wn + j * MMA_N + 2 * t4 + e;
+                    const float v = acc[i][j][2 * h + e];
+                    if (l < g.out_len) out[l] = code < 0 ? v : activate(code, v, alpha, beta);
+                }
+        }
+}
+
+// part[slice, o, c * k + t] = the sum over the positions of `slice` (chunks_per_slice chunks of
+// `chunk` positions of one sample each) of dy[s, o, l] * x[s, c, l - pad + t]; g is the forward's
+// (in: x, out: dy).  A chunk stages dY's rows [bm][chunk + 4] (a fragment's loads at 4 g + t4
+// banks) and the X window of the tile's channels (chunk + k - 1 positions each, rows chunk + k
+// apart); a lane reads B at its column's (c, t) offset in the window plus the position.  Warp
+// y = wn * warps_m + wm of a block owns MT m-tiles at wm and NT n-tiles at wn.  Grid: (channel
+// tiles * column tiles, slices).
+template <int MT, int NT>
+__device__ void weight_impl(const float* dy, const float* x, float* part, int64_t samples, int chunks_per_slice,
+                            int chunk, int warps_m, LineGeo g) {
+    extern __shared__ __align__(16) unsigned char gemm1d_tf32_shared[];
+    const int warps_n = blockDim.y / warps_m, layers = blockDim.z;
+    const int bm = warps_m * MT * MMA_M, bn = warps_n * NT * MMA_N;
+    const int lda = chunk + 4, width = chunk + g.k - 1, stride = chunk + g.k;
+    const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
+    const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
+    const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
+    float* as = reinterpret_cast<float*>(gemm1d_tf32_shared);     // [bm][lda]
+    float* xs = as + bm * lda;                                     // [c_count][stride]
+    const int lane = threadIdx.x, gq = lane >> 2, t4 = lane & 3;
+    const int wm = (threadIdx.y % warps_m) * MT * MMA_M, wn = (threadIdx.y / warps_m) * NT * MMA_N;
+    int offset[NT];                                  // this lane's B column's (c, t) in the window
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int col = min(n0 + wn + j * MMA_N + gq, columns - 1), c = col / g.k;
+        offset[j] = (c - c_first) * stride + col - c * g.k;
+    }
+    const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * LANES + lane;
+    const int threads = LANES * blockDim.y * layers;
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+    const int per_sample = (g.out_len + chunk - 1) / chunk;
+    const int64_t first = (int64_t)blockIdx.y * chunks_per_slice;
+    const int64_t last = min(first + chunks_per_slice, samples * per_sample);
+    for (int64_t q = first; q < last; ++q) {
+        const int64_t s = q / per_sample;
+        const int l0 = (int)(q - s * per_sample) * chunk;
+        const float* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
+        const float* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
+        __syncthreads();    // the previous chunk's readers are done
+        stage(as, bm, chunk, tid, threads, dy,
+              [&](int m, int p) -> const float* {
+                  return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
+              },
+              [&](int m, int p) { return m * lda + p; });
+        stage(xs, c_count, width, tid, threads, dy,
+              [&](int c, int j) -> const float* {
+                  const int at = l0 - g.pad + j;
+                  return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
+              },
+              [&](int c, int j) { return c * stride + j; });
+        copies_done();
+        __syncthreads();
+        for (int p = threadIdx.z * MMA_K; p < chunk; p += layers * MMA_K) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const float* rows = as + (wm + i * MMA_M + gq) * lda + p + t4;
+                a[i][0] = to_tf32(rows[0]);
+                a[i][1] = to_tf32(rows[8 * lda]);
+                a[i][2] = to_tf32(rows[4]);
+                a[i][3] = to_tf32(rows[8 * lda + 4]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const unsigned b[2] = {to_tf32(xs[offset[j] + p + t4]), to_tf32(xs[offset[j] + p + t4 + 4])};
+#pragma unroll
+                for (int i = 0; i < MT; ++i) mma_tf32(acc[i][j], a[i], b);
+            }
+        }
+    }
+    float* red = reinterpret_cast<float*>(gemm1d_tf32_shared);    // [warps][MT * NT * 4][LANES], after the chunks
+    const int cell = threadIdx.y * MT * NT * 4 * LANES + lane;
+    for (int z = 1; z < layers; ++z) {
+        __syncthreads();
+        if (threadIdx.z == z)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) red[cell + ((i * NT + j) * 4 + e) * LANES] = acc[i][j][e];
+        __syncthreads();
+        if (threadIdx.z == 0)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] += red[cell + ((i * NT + j) * 4 + e) * LANES];
+    }
+    if (threadIdx.z != 0) return;
+    float* out = part + (int64_t)blockIdx.y * g.out_channels * columns;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int o = m0 + wm + i * MMA_M + gq + 8 * h;
+            if (o >= g.out_channels) continue;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = n0 + wn + j * MMA_N + 2 * t4 + e;
+                    if (col < columns) out[(int64_t)o * columns + col] = acc[i][j][2 * h + e];
+                }
+        }
+}
+
+#define GEMM1D_TF32_LINE(MT)                                                                                      \
+    extern "C" __global__ void gemm1d_tf32_forward_m##MT##_f32(const float* src, const float* w, const float* bias, \
+                                                              float* dst, int tiles, int has_bias, int chunk,      \
+                                                              int code, float alpha, float beta, LineGeo g) {      \
+        line_impl<MT, false>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, beta, g);                    \
+    }                                                                                                             \
+    extern "C" __global__ void gemm1d_tf32_data_m##MT##_f32(const float* src, const float* w, const float* bias,    \
+                                                           float* dst, int tiles, int has_bias, int chunk,         \
+                                                           int code, float alpha, float beta, LineGeo g) {         \
+        line_impl<MT, true>(src, w, bias, dst, tiles, has_bias, chunk, code, alpha, beta, g);                     \
+    }
+#define GEMM1D_TF32_WEIGHT(MT, NT)                                                                                \
+    extern "C" __global__ void gemm1d_tf32_weight_m##MT##n##NT##_f32(const float* dy, const float* x, float* part, \
+                                                                    int64_t samples, int chunks_per_slice,         \
+                                                                    int chunk, int warps_m, LineGeo g) {           \
+        weight_impl<MT, NT>(dy, x, part, samples, chunks_per_slice, chunk, warps_m, g);                          \
+    }
+GEMM1D_TF32_LINE(1)
+GEMM1D_TF32_LINE(2)
+GEMM1D_TF32_WEIGHT(1, 1)
+GEMM1D_TF32_WEIGHT(1, 4)
+GEMM1D_TF32_WEIGHT(2, 1)
+GEMM1D_TF32_WEIGHT(2, 4)
