@@ -68,7 +68,10 @@ def sum_(ctx):
     arrays = [x for x in ctx.inputs if x is not None]
     if len(arrays) == 1:
         return {"sum": np.array(arrays[0], dtype=ctx.dtype, copy=True)}
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
     total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
+    if total.shape != shape:    # a later input of a larger shape: the sum so far spread to the result's
+        total = np.array(np.broadcast_to(total, shape))
     for a in arrays[2:]:
         total += a
     return {"sum": total}
