@@ -66,10 +66,15 @@ def neg(ctx):
 @register_kernel("Sum", since=8)
 def sum_(ctx):
     arrays = [x for x in ctx.inputs if x is not None]
-    if len(arrays) == 1:
-        return {"sum": np.array(arrays[0], dtype=ctx.dtype, copy=True)}
-    total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
-    for a in arrays[2:]:
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    if len(arrays) > 1 and np.broadcast_shapes(arrays[0].shape, arrays[1].shape) == shape:
+        total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
+        rest = arrays[2:]
+    else:
+        total = np.array(arrays[0], dtype=ctx.dtype, copy=True) if arrays[0].shape == shape \
+            else np.broadcast_to(arrays[0], shape).astype(ctx.dtype)
+        rest = arrays[1:]
+    for a in rest:
         total += a
     return {"sum": total}
 
