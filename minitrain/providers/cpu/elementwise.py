@@ -14,7 +14,8 @@ from ...registry import register_kernel
 from ...threads import kernel_threads
 
 
-# A vector broadcast over rows of fewer elements than this is tiled to this length first.
+# A vector of fewer than half this many elements broadcast over rows is tiled to about this
+# length first.
 TILED_ROW_ELEMENTS = 256
 
 
