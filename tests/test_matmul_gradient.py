@@ -81,3 +81,11 @@ def test_gemm_by_a_transposed_narrow_matrix(rng, dtype, b_shape):
     w = rng.standard_normal(b_shape).astype(dtype)
     (y,) = run_node("Gemm", [dy, w], attrs={"transB": 1, "alpha": 0.5}, opset=13)
     np.testing.assert_allclose(y, 0.5 * dy @ w.T, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("a_shape,b_shape", ROWS_TIMES_MATRIX[:2] + BROADCAST_BATCHES[:1])
+def test_matmul_gradient_on_cuda_matches_the_cpu(rng, a_shape, b_shape):
+    """The same gradient graph on CUDA (Reshape views, cuBLAS Gemm), against the CPU's and
+    finite differences."""
+    gradcheck("MatMul", [rng.standard_normal(a_shape), rng.standard_normal(b_shape)], provider="cuda")

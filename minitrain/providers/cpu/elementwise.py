@@ -14,7 +14,8 @@ from ...registry import register_kernel
 from ...threads import kernel_threads
 
 
-# A vector broadcast over rows of fewer elements than this is tiled to this length first.
+# A vector of fewer than half this many elements broadcast over rows is tiled to about this
+# length first.
 TILED_ROW_ELEMENTS = 256
 
 
@@ -66,13 +67,15 @@ def neg(ctx):
 @register_kernel("Sum", since=8)
 def sum_(ctx):
     arrays = [x for x in ctx.inputs if x is not None]
-    if len(arrays) == 1:
-        return {"sum": np.array(arrays[0], dtype=ctx.dtype, copy=True)}
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
-    if total.shape != shape:    # a later input of a larger shape: the sum so far spread to the result's
-        total = np.array(np.broadcast_to(total, shape))
-    for a in arrays[2:]:
+    if len(arrays) > 1 and np.broadcast_shapes(arrays[0].shape, arrays[1].shape) == shape:
+        total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
+        rest = arrays[2:]
+    else:
+        total = np.array(arrays[0], dtype=ctx.dtype, copy=True) if arrays[0].shape == shape \
+            else np.broadcast_to(arrays[0], shape).astype(ctx.dtype)
+        rest = arrays[1:]
+    for a in rest:
         total += a
     return {"sum": total}
 
