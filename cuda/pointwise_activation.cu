@@ -11,6 +11,7 @@
 //   gelu(x)         = x Phi(x)                    grad = dy (Phi(x) + x phi(x))
 //   fast_gelu(x)    = x (1 + tanh(u)) / 2 = x sigmoid(2u), u = K (x + C x^3), K = sqrt(2 / pi),
 //                     C = 0.044715               grad = dy (s + 2 x s (1 - s) u'(x)), s = sigmoid(2u)
+// bias_gelu(x, b) is gelu(x + b) for a bias b of x's last dim (c elements), its grad gelu's at x + b.
 #include "common.cuh"
 #include "elementwise_map.cuh"
 #include "hard_swish.cuh"
@@ -82,3 +83,17 @@ template <typename A> struct FastGeluGrad {
     POINTWISE(T, S, softplus, Softplus) POINTWISE(T, S, elu, Elu) POINTWISE(T, S, selu, Selu)        \
     POINTWISE(T, S, gelu, Gelu) POINTWISE(T, S, fast_gelu, FastGelu)
 MT_FOR_FLOATS(POINTWISE_ACTIVATIONS)
+
+#define BIAS_GELU(T, S)                                                                             \
+    extern "C" __global__ void bias_gelu_##S(const T* x, const T* bias, T* y, int64_t n, int64_t c) { \
+        GRID_STRIDE_LOOP(i, n) {                                                                    \
+            y[i] = from_acc<T>(Gelu<acc_t<T>>{}(to_acc(x[i]) + to_acc(bias[i % c])));              \
+        }                                                                                           \
+    }                                                                                               \
+    extern "C" __global__ void bias_gelu_grad_##S(const T* dy, const T* x, const T* bias, T* dx,     \
+                                                  int64_t n, int64_t c) {                           \
+        GRID_STRIDE_LOOP(i, n) {                                                                    \
+            dx[i] = from_acc<T>(GeluGrad<acc_t<T>>{}(to_acc(dy[i]), to_acc(x[i]) + to_acc(bias[i % c]))); \
+        }                                                                                           \
+    }
+MT_FOR_FLOATS(BIAS_GELU)

@@ -2,7 +2,8 @@
 """The pointwise activations of exported CNNs and their gradients over flat contiguous buffers
 (minitrain/ops/pointwise_activation.py has the formulas; cuda/pointwise_activation.cu the same
 ones on the GPU), erf (the Erf of Gelu as opsets before 20 export it) and clip (ReLU6 as Clip)
-with its gradient (the fused ClipGrad).
+with its gradient (the fused ClipGrad), and Gelu of X plus a bias of X's last dim (BiasGelu) with
+its gradient (BiasGeluGrad_dX), in flat loops over spans of whole rows.
 Each op takes two parameters a and b: alpha and beta (HardSigmoid), alpha and gamma (Selu),
 alpha (Elu), the bounds (clip), none (the others).
 
@@ -10,6 +11,8 @@ As ext/activation.pyx does, the work is cut into chunks of CHUNK elements handed
 threads, each a plain loop; float32 takes the vectorisable exp of fastmath.h and erf and log1p
 of fastmath_extra.h, float64 libm.  A comparison with NaN is false, so NaN takes the branch the CUDA kernels take.
 """
+import numpy as np
+
 from cython.parallel cimport prange
 from libc.math cimport erf, exp, expm1, fabs, fabsf, log1p, sqrt
 
@@ -28,6 +31,7 @@ ctypedef fused real:
 
 cdef enum:
     CHUNK = 16384       # elements per OpenMP task
+    BIAS_SPAN = 2048    # elements of the bias repeated into one flat loop (BiasGelu)
 
 cdef enum:
     HARD_SIGMOID = 0
@@ -100,6 +104,15 @@ cdef inline real _gelu_tanh_s(real x) noexcept nogil:
     return _sigmoid(<real>(2 * GELU_TANH_SCALE) * (x + <real>GELU_TANH_CUBIC * x * x * x))
 
 
+cdef inline real _gelu(real x) noexcept nogil:
+    return <real>0.5 * x * (<real>1 + _erf(x * <real>SQRT_HALF))
+
+
+cdef inline real _gelu_grad(real dy, real x) noexcept nogil:
+    """dY (Phi(x) + x phi(x))."""
+    return dy * (<real>0.5 * (<real>1 + _erf(x * <real>SQRT_HALF)) + x * (<real>INV_SQRT_2PI * _exp(<real>-0.5 * x * x)))
+
+
 cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real a, real b) noexcept nogil:
     cdef Py_ssize_t i
     cdef real v, half = 0.5, one = 1
@@ -125,7 +138,7 @@ cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real a, r
             y[i] = b * (v if v > 0 else a * _expm1(v))
     elif op == GELU:
         for i in range(n):
-            y[i] = half * x[i] * (one + _erf(x[i] * <real>SQRT_HALF))
+            y[i] = _gelu(x[i])
     elif op == FAST_GELU:
         for i in range(n):
             y[i] = x[i] * _gelu_tanh_s(x[i])
@@ -163,8 +176,7 @@ cdef void _backward_chunk(int op, const real* dy, const real* x, real* dx, Py_ss
             dx[i] = b * (dy[i] if v > 0 else dy[i] * (a * _exp(v)))
     elif op == GELU:
         for i in range(n):
-            v = x[i]
-            dx[i] = dy[i] * (half * (one + _erf(v * <real>SQRT_HALF)) + v * (<real>INV_SQRT_2PI * _exp(-half * v * v)))
+            dx[i] = _gelu_grad(dy[i], x[i])
     elif op == FAST_GELU:      # with s = sigmoid(2u): dY (s + 2 x s (1 - s) u'(x))
         for i in range(n):
             v = x[i]
@@ -195,6 +207,38 @@ cdef void _backward(int op, const real[::1] dy, const real[::1] x, real[::1] dx,
         _backward_chunk(op, &dy[start], &x[start], &dx[start], stop - start, a, b)
 
 
+cdef void _bias_gelu_span(const real* x, const real* bias, real* y, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        y[i] = _gelu(x[i] + bias[i])
+
+
+cdef void _bias_gelu_grad_span(const real* dy, const real* x, const real* bias, real* dx, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        dx[i] = _gelu_grad(dy[i], x[i] + bias[i])
+
+
+cdef void _bias_gelu(const real[::1] x, const real[::1] tiled, real[::1] y, int num_threads) noexcept nogil:
+    """y = gelu(x + bias) over spans of `tiled`, the bias repeated to a whole number of rows: each
+    span one flat loop, as long as the flat kernels' loops."""
+    cdef Py_ssize_t n = x.shape[0], span = tiled.shape[0], s, start
+    for s in prange((n + span - 1) // span, schedule="static",
+                    num_threads=threads_for(n, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)):
+        start = s * span
+        _bias_gelu_span(&x[start], &tiled[0], &y[start], min(span, n - start))
+
+
+cdef void _bias_gelu_grad(const real[::1] dy, const real[::1] x, const real[::1] tiled, real[::1] dx,
+                          int num_threads) noexcept nogil:
+    """dx = gelu'(x + bias) dy over spans of `tiled`, as _bias_gelu."""
+    cdef Py_ssize_t n = x.shape[0], span = tiled.shape[0], s, start
+    for s in prange((n + span - 1) // span, schedule="static",
+                    num_threads=threads_for(n, num_threads, MT_MIN_PARALLEL_ELEMENTWISE)):
+        start = s * span
+        _bias_gelu_grad_span(&dy[start], &x[start], &tiled[0], &dx[start], min(span, n - start))
+
+
 # --------------------------------------------------------------------------- Python entry points
 _OPS = {"hard_sigmoid": HARD_SIGMOID, "hard_swish": HARD_SWISH, "softplus": SOFTPLUS, "elu": ELU, "selu": SELU,
         "gelu": GELU, "fast_gelu": FAST_GELU, "erf": ERF, "clip": CLIP}
@@ -222,3 +266,35 @@ def backward(str name, const real[::1] dy, const real[::1] x, real[::1] dx, doub
     if dy.shape[0]:
         with nogil:
             _backward(op, dy, x, dx, <real>a, <real>b, num_threads)
+
+
+def _tiled_bias(str name, Py_ssize_t n, bias):
+    """The bias repeated to rows of about BIAS_SPAN elements in all; ValueError where it does not
+    divide the n elements into rows."""
+    cdef Py_ssize_t c = bias.shape[0]
+    if c == 0 or n % c:
+        raise ValueError(f"activation {name}: a bias of {c} elements does not divide {n} elements into rows")
+    return np.tile(np.asarray(bias), max(1, BIAS_SPAN // c))
+
+
+def bias_gelu(const real[::1] x, const real[::1] bias, real[::1] y, int num_threads):
+    """y = gelu(x + bias), x and y rows of bias's size (BiasGelu)."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"activation bias_gelu: buffers of {x.shape[0]} and {y.shape[0]} elements")
+    if x.shape[0] == 0:
+        return
+    cdef const real[::1] tiled = _tiled_bias("bias_gelu", x.shape[0], bias)
+    with nogil:
+        _bias_gelu(x, tiled, y, num_threads)
+
+
+def bias_gelu_grad(const real[::1] dy, const real[::1] x, const real[::1] bias, real[::1] dx, int num_threads):
+    """dx = gelu'(x + bias) dy, the buffers rows of bias's size (BiasGeluGrad_dX)."""
+    if not dy.shape[0] == x.shape[0] == dx.shape[0]:
+        raise ValueError(f"activation gradient bias_gelu: buffers of {dy.shape[0]}, {x.shape[0]} "
+                         f"and {dx.shape[0]} elements")
+    if x.shape[0] == 0:
+        return
+    cdef const real[::1] tiled = _tiled_bias("bias_gelu", x.shape[0], bias)
+    with nogil:
+        _bias_gelu_grad(dy, x, tiled, dx, num_threads)

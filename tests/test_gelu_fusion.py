@@ -1,8 +1,9 @@
 """Gelu written out in elementwise nodes -> one com.microsoft Gelu or FastGelu (fusion/gelu.py),
-applied to the forward graph before the gradient graph is built: hand-built graphs of every
-ordering fuse and give the nodes' values, a wrong constant, a second reader or a kept
-intermediate leaves them apart, and exported PyTorch models (F.gelu, nn.GELU, opsets 13 and 17,
-ConvNeXt) train with one GeluGrad per Gelu to the losses of the unfused graph."""
+and a bias Add before a Gelu -> BiasGelu (fusion/bias_gelu.py), applied to the forward graph
+before the gradient graph is built: hand-built graphs of every ordering fuse and give the nodes'
+values, a wrong constant or bias, a second reader or a kept intermediate leaves them apart, and
+exported PyTorch models (F.gelu, nn.GELU, opsets 13 and 17, ConvNeXt) train with one gradient
+node per Gelu to the losses of the unfused graph."""
 import dataclasses
 import io
 import math
@@ -12,9 +13,9 @@ import pytest
 from test_fusion import op_counts
 
 import minitrain
-from minitrain import nn, optim
+from minitrain import nn, optim, run_node
 from minitrain.executor import Executor
-from minitrain.fusion import fuse, fuse_forward, gelu
+from minitrain.fusion import bias_gelu, fuse, fuse_forward, gelu
 from minitrain.fusion.rewrite import Rewrite
 from minitrain.graph import Graph
 from minitrain.scheduler import schedule
@@ -207,10 +208,110 @@ def test_no_gelu_where_it_or_its_gradient_runs_elsewhere(moved, monkeypatch):
     assert "Gelu" not in op_counts(fuse_forward(erf_pattern()))
 
 
+# ------------------------------------------------------------------------------ a bias Add before a Gelu
+def bias_gelu_graph(bias_shape=(5,), x_shape=SHAPE, bias_first=False, gelu="ms", opset=20):
+    """Y = Gelu(X + B) ("ms": com.microsoft Gelu, "onnx"/"tanh": ONNX Gelu of that approximation,
+    "erf": written out)."""
+    p = Pattern(opset=opset)
+    p.graph.inputs[0].shape = x_shape
+    p.graph.add_input("B", np.float32, bias_shape)
+    p.node("Add", pair("X", "B", bias_first), "Z")
+    if gelu == "erf":
+        p.node("Div", ["Z", p.constant("sqrt2", math.sqrt(2))], "scaled")
+        p.node("Erf", ["scaled"], "erf")
+        p.node("Add", ["erf", p.constant("one", 1.0)], "one_plus")
+        p.node("Mul", ["Z", "one_plus"], "z_a")
+        p.node("Mul", ["z_a", p.constant("half", 0.5)], "Y")
+    elif gelu == "ms":
+        p.graph.add_node("Gelu", ["Z"], ["Y"], domain=MS)
+    else:
+        p.graph.add_node("Gelu", ["Z"], ["Y"], {"approximate": "none" if gelu == "onnx" else "tanh"})
+    p.graph.outputs = ["Y"]
+    return p.graph
+
+
+def run_biased(graph, x, b):
+    return Executor(schedule(graph, ["Y"], ("cpu",))).run({"X": x, "B": b})["Y"]
+
+
+@pytest.mark.parametrize("gelu", ["ms", "onnx", "erf"])
+@pytest.mark.parametrize("bias_first", [False, True])
+def test_a_bias_add_before_a_gelu_becomes_bias_gelu(gelu, bias_first, rng):
+    graph = bias_gelu_graph(bias_first=bias_first, gelu=gelu)
+    fused = fuse_forward(graph)
+    assert working_ops(fused) == {"BiasGelu": 1}
+    (node,) = fused.nodes[-1:]
+    assert (node.domain, node.inputs, node.outputs) == (MS, ["X", "B"], ["Y"])
+    x, b = x_values(rng), rng.standard_normal(5).astype(np.float32)
+    np.testing.assert_allclose(run_biased(fused, x, b), run_biased(graph, x, b), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bias_shape,x_shape", [((1, 5), SHAPE), ((3, 5), SHAPE), ((1,), SHAPE), ((5,), ("N", 3, 1)),
+                                                ((5,), None)])
+def test_another_add_before_a_gelu_stays(bias_shape, x_shape):
+    assert "BiasGelu" not in op_counts(fuse_forward(bias_gelu_graph(bias_shape, x_shape)))
+
+
+def test_no_bias_gelu_for_the_tanh_form_a_kept_sum_or_a_second_reader():
+    assert "BiasGelu" not in op_counts(fuse_forward(bias_gelu_graph(gelu="tanh")))
+    assert "BiasGelu" not in op_counts(fuse_forward(bias_gelu_graph(), ["Y", "Z"]))
+    graph = bias_gelu_graph()
+    graph.add_node("Neg", ["Z"], ["outside"])
+    graph.outputs.append("outside")
+    assert "BiasGelu" not in op_counts(fuse_forward(graph))
+
+
+@pytest.mark.parametrize("moved", ["BiasGelu", "BiasGeluGrad_dX"])
+def test_no_bias_gelu_where_it_or_its_gradient_runs_elsewhere(moved, monkeypatch):
+    real = Rewrite.kernel_for
+
+    def elsewhere(self, op_type, domain, dtype):
+        kdef = real(self, op_type, domain, dtype)
+        return dataclasses.replace(kdef, provider="cuda") if op_type == moved else kdef
+    monkeypatch.setattr(Rewrite, "kernel_for", elsewhere)
+    assert working_ops(fuse_forward(bias_gelu_graph())) == {"Add": 1, "Gelu": 1}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(4096, 16), (3, 7, 8), (1, 5), (0, 4)])
+def test_bias_gelu_kernels_are_gelu_of_the_sum(shape, dtype, rng):
+    """BiasGelu and BiasGeluGrad_dX against Gelu and GeluGrad run on X + B, within a few
+    roundings (the row loops vectorise apart from the flat ones)."""
+    x, dy = (rng.standard_normal(shape) * 3).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    tolerance = 4 * np.finfo(dtype).eps
+    np.testing.assert_allclose(run_node("BiasGelu", [x, b], domain=MS)[0], run_node("Gelu", [x + b], domain=MS)[0],
+                               rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(run_node("BiasGeluGrad_dX", [dy, x, b], domain=MS)[0],
+                               run_node("GeluGrad", [dy, x + b], domain=MS)[0], rtol=tolerance, atol=tolerance)
+
+
+def test_bias_gelu_against_torch(rng):
+    torch = pytest.importorskip("torch")
+    x, b, dy = rng.standard_normal((6, 4)) * 2, rng.standard_normal(4), rng.standard_normal((6, 4))
+    tx, tb = torch.tensor(x, requires_grad=True), torch.tensor(b, requires_grad=True)
+    y = torch.nn.functional.gelu(tx + tb)
+    y.backward(torch.tensor(dy))
+    np.testing.assert_allclose(run_node("BiasGelu", [x, b], domain=MS)[0], y.detach().numpy(), rtol=1e-12)
+    dx = run_node("BiasGeluGrad_dX", [dy, x, b], domain=MS)[0]
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(dx.sum(0), tb.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(3, 1027), (64, 16), (5, 3, 8)])
+def test_cuda_bias_gelu_kernels_against_the_cpu(shape, rng):
+    from cuda_parity import DTYPES, check_parity
+    x, dy, b = rng.standard_normal(shape) * 4, rng.standard_normal(shape), rng.standard_normal(shape[-1])
+    check_parity("BiasGelu", [x, b], {}, domain=MS, dtypes=DTYPES)
+    check_parity("BiasGeluGrad_dX", [dy, x, b], {}, domain=MS, dtypes=DTYPES)
+
+
 # ------------------------------------------------------------------------------ exported models and training
-def without_gelu_rule(monkeypatch):
+def without_gelu_rules(monkeypatch):
     monkeypatch.setattr(minitrain.fusion, "FORWARD_RULES", ())
-    monkeypatch.setattr(minitrain.fusion, "RULES", tuple(r for r in minitrain.fusion.RULES if r is not gelu))
+    monkeypatch.setattr(minitrain.fusion, "RULES",
+                        tuple(r for r in minitrain.fusion.RULES if r not in (gelu, bias_gelu)))
 
 
 def gelu_mlp(torch, module):
@@ -255,7 +356,7 @@ def test_an_exported_gelu_trains_as_one_gelu_and_one_gradient(form, opset, monke
     train_ops = op_counts(fused.train_plan.graph)
     assert train_ops[op] == train_ops[grad_op] == 1 and function not in train_ops and "Exp" not in train_ops
     assert op_counts(fused._eval_executor(True)[0].plan.graph)[op] == 1
-    without_gelu_rule(monkeypatch)
+    without_gelu_rules(monkeypatch)
     plain = mlp_session(model)
     assert op not in op_counts(plain.train_plan.graph)
     x, y = rng.standard_normal((5, 6)).astype(np.float32) * 2, rng.integers(0, 3, 5)
@@ -269,8 +370,8 @@ def test_exported_convnext_trains_to_the_unfused_losses(monkeypatch, rng):
     from model_families import CLASSES
     fused = exported_session("convnext", "training", "cpu")
     counts = op_counts(fused.train_plan.graph)
-    assert counts["Gelu"] == counts["GeluGrad"] == 2 and not {"Erf", "Exp", "Div"} & set(counts)
-    without_gelu_rule(monkeypatch)
+    assert counts["BiasGelu"] == counts["BiasGeluGrad_dX"] == 2 and not {"Erf", "Exp", "Div"} & set(counts)
+    without_gelu_rules(monkeypatch)
     plain = exported_session("convnext", "training", "cpu")
     assert op_counts(plain.train_plan.graph)["Erf"] == 2
     x, y = rng.standard_normal(INPUT).astype(np.float32), rng.integers(0, CLASSES, INPUT[0])
@@ -278,7 +379,7 @@ def test_exported_convnext_trains_to_the_unfused_losses(monkeypatch, rng):
 
 
 def test_the_cuda_convnext_plans_hold_the_fused_gelu_on_the_device():
-    """With pycuda stubbed: Gelu and GeluGrad land on CUDA, nothing leaves the device and the
+    """With pycuda stubbed: BiasGelu and its gradient land on CUDA, nothing leaves the device and the
     plans still capture (tests/test_family_capture.py runs them on a GPU)."""
     pytest.importorskip("torch")
     pytest.importorskip("onnx")
@@ -290,7 +391,7 @@ def test_the_cuda_convnext_plans_hold_the_fused_gelu_on_the_device():
         "placed = sorted({(s.node.op_type, s.provider) for s in steps if 'Gelu' in s.node.op_type})\n"
         "print(json.dumps([placed, cuda_blockers(['convnext'])]))")
     placed, blockers = found
-    assert placed == [["Gelu", "cuda"], ["GeluGrad", "cuda"]]
+    assert placed == [["BiasGelu", "cuda"], ["BiasGeluGrad_dX", "cuda"]]
     assert blockers == {f"convnext/{mode}/{plan}": [[], None] for mode in ("training", "eval")
                         for plan in ("train", "eval")}
 
@@ -302,8 +403,8 @@ def test_cuda_convnext_trains_to_the_unfused_losses(monkeypatch, rng):
     from family_plans import INPUT, exported_session
     from model_families import CLASSES
     fused = exported_session("convnext", "training", "cuda")
-    assert op_counts(fused.train_plan.graph)["GeluGrad"] == 2
-    without_gelu_rule(monkeypatch)
+    assert op_counts(fused.train_plan.graph)["BiasGeluGrad_dX"] == 2
+    without_gelu_rules(monkeypatch)
     plain = exported_session("convnext", "training", "cuda")
     x, y = rng.standard_normal(INPUT).astype(np.float32), rng.integers(0, CLASSES, INPUT[0])
     for _ in range(3):

@@ -4,7 +4,7 @@ and never changes what the fetched values are, but for the rounding of an infere
 BatchNormalization folded into its Conv (conv_batch_norm.py).
 
 Each rule (one module each, applied in RULES order) replaces a pattern of nodes by one fused
-node of minitrain/ops/fused.py (or an ONNX Runtime contrib op: gelu.py), and only where
+node of minitrain/ops/fused.py (or an ONNX Runtime contrib op: gelu.py, bias_gelu.py), and only where
 
   * the provider that would run each replaced node (the first of `providers` with a kernel
     for it) is the one that runs the fused node, so nothing moves between devices, and its
@@ -23,6 +23,7 @@ from ..inference import infer_types, topological_order
 from . import (
     activation,
     activation_grad_bias,
+    bias_gelu,
     clip_grad,
     conv_batch_norm,
     gelu,
@@ -32,8 +33,8 @@ from . import (
 )
 from .rewrite import Rewrite
 
-FORWARD_RULES = (gelu,)
-RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, activation, max_pool_activation_grad,
+FORWARD_RULES = (gelu, bias_gelu)
+RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, activation, max_pool_activation_grad,
          activation_grad_bias, clip_grad)
 
 

@@ -9,19 +9,22 @@ com.microsoft gradient op that reads dY and the input X and carries the forward 
     Selu        -> SeluGrad          dX = gamma dY for X > 0, else dY gamma alpha exp(X)
     Gelu        -> GeluGrad          dX = dY (Phi(X) + X phi(X))            (approximate none)
                 -> FastGeluGrad      the derivative of the tanh form          (approximate tanh)
+    BiasGelu    -> BiasGeluGrad_dX   GeluGrad at A + B, summed over A's leading axes for B
 
 Gelu (com.microsoft) and GeluGrad, FastGelu and FastGeluGrad are ONNX Runtime's own ops, built
 as its gradient builders build them; ONNX Runtime builds no gradient for the others, and the
 gradient ops named here follow its naming (dY, X -> dX) and PyTorch's backward formulas, the
 kinks included (HardSwish's gradient at -3 is -dY/2 and at 3 is 3/2 dY, as PyTorch's).  FastGelu
 with a bias differentiates as FastGelu(X + bias): FastGeluGrad at X + bias, summed over the
-broadcast axes for the bias.
+broadcast axes for the bias.  BiasGelu(A, B) is ONNX Runtime's Gelu(A + B) for a bias B of
+A's last dim (fusion/bias_gelu.py writes it for an Add feeding a Gelu); its gradient is its own
+BiasGeluGrad_dX(dY, A, B), the gradient of A + B, which is B's summed over the leading axes.
 """
 from .activation import same_as_first_input, same_as_inputs
 from .elementwise import reduce_to_input
 from .gradients import gradient
 from .schema import MS_DOMAIN, Attr, Input, schema
-from .shape_utils import broadcast_shapes
+from .shape_utils import broadcast_shapes, dims_differ, shapes_differ
 
 HARD_SIGMOID_ATTRS = {"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)}
 ELU_ATTRS = {"alpha": Attr("float", 1.0)}
@@ -58,6 +61,33 @@ def infer_fast_gelu(ctx):
         if shape is not None and ctx.shape(0) is not None and tuple(shape) != tuple(ctx.shape(0)):
             ctx.fail(f"input 'bias' {tuple(ctx.shape(1))} does not broadcast to input 'X' {tuple(ctx.shape(0))}")
     return same_as_first_input(ctx)
+
+
+def check_last_dim_bias(ctx, x, bias):
+    """Input `bias` is one-dimensional, of the size of input `x`'s last dim."""
+    x_shape, b_shape = ctx.shape(x), ctx.shape(bias)
+    names = [f.name for f in ctx.schema.inputs]
+    if x_shape is not None and len(x_shape) == 0:
+        ctx.fail(f"input {names[x]!r} is a scalar; it needs a last dim for the bias")
+    if b_shape is not None and (len(b_shape) != 1 or (x_shape is not None and dims_differ(b_shape[0], x_shape[-1]))):
+        ctx.fail(f"input {names[bias]!r} {tuple(b_shape)} is not one-dimensional of the size of the last dim "
+                 f"of input {names[x]!r} {tuple(x_shape) if x_shape is not None else None}")
+
+
+@schema("BiasGelu", domain=MS_DOMAIN, inputs=["A", "B"], outputs=["C"])
+def infer_bias_gelu(ctx):
+    """B is one-dimensional, of A's last dim."""
+    check_last_dim_bias(ctx, 0, 1)
+    return same_as_first_input(ctx)
+
+
+@schema("BiasGeluGrad_dX", domain=MS_DOMAIN, inputs=["dY", "X", "B"], outputs=["dX"])
+def infer_bias_gelu_grad(ctx):
+    """dY and X share one shape; B is one-dimensional, of X's last dim."""
+    if shapes_differ(ctx.shape(0), ctx.shape(1)):
+        ctx.fail(f"inputs 'dY' {tuple(ctx.shape(0))} and 'X' {tuple(ctx.shape(1))} must have the same shape")
+    check_last_dim_bias(ctx, 1, 2)
+    return [ctx.out(ctx.shape(0) if ctx.shape(0) is not None else ctx.shape(1))]
 
 
 # Gradient ops (com.microsoft, version 1): dY and the forward input X, the forward attributes.
@@ -103,3 +133,12 @@ def fast_gelu_gradient(g):
     dx = g.GI(0) or g.tmp("dX")
     g.node("FastGeluGrad", [g.GO(0), shifted], [dx], domain=MS_DOMAIN)
     reduce_to_input(g, dx, 1)
+
+
+@gradient("BiasGelu", domain=MS_DOMAIN, since=1, differentiable=(0, 1),
+          emits=("BiasGeluGrad_dX", "Identity", "Shape", "SumToShape"))
+def bias_gelu_gradient(g):
+    """dA = BiasGeluGrad_dX(dY, A, B); dB sums it over A's leading axes."""
+    da = g.GI(0) if g.needs(0) else g.tmp("dA")
+    g.node("BiasGeluGrad_dX", [g.GO(0), g.I(0), g.I(1)], [da], domain=MS_DOMAIN)
+    reduce_to_input(g, da, 1)

@@ -1,6 +1,7 @@
 """CPU kernels of the pointwise activations of ops/pointwise_activation.py and their gradient
 ops (minitrain._ext.pointwise_activation: OpenMP chunks of plain loops, as the activations of
-activation.py).  FastGelu's optional bias is added first, broadcasting (NumPy)."""
+activation.py).  FastGelu's optional bias is added first, broadcasting (NumPy); BiasGelu's bias of
+the last dim is added row by row in the kernel's one pass."""
 import numpy as np
 
 from ..._ext import pointwise_activation as _pa
@@ -60,3 +61,20 @@ register_kernel("Gelu", since=20)(forward_kernel("Gelu"))
 register_kernel("Gelu", domain=MS_DOMAIN)(forward_kernel("Gelu"))
 register_kernel("GeluGrad", domain=MS_DOMAIN)(gradient_kernel("Gelu"))
 register_kernel("FastGeluGrad", domain=MS_DOMAIN)(gradient_kernel("FastGelu"))
+
+
+
+@register_kernel("BiasGelu", domain=MS_DOMAIN)
+def bias_gelu(ctx):
+    x, bias = ctx.inputs
+    y = np.empty_like(x)
+    _pa.bias_gelu(x.reshape(-1), np.ascontiguousarray(bias), y.reshape(-1), kernel_threads())
+    return {"C": y}
+
+
+@register_kernel("BiasGeluGrad_dX", domain=MS_DOMAIN)
+def bias_gelu_grad(ctx):
+    dy, x, bias = ctx.inputs
+    dx = np.empty_like(dy)
+    _pa.bias_gelu_grad(dy.reshape(-1), x.reshape(-1), np.ascontiguousarray(bias), dx.reshape(-1), kernel_threads())
+    return {"dX": dx}

@@ -1,6 +1,7 @@
 """CUDA kernels of the pointwise activations of ops/pointwise_activation.py and their gradient
 ops (cuda/pointwise_activation.cu), registered as the CPU's are; FastGelu's optional bias is
-added first by the broadcasting Add (elementwise.py)."""
+added first by the broadcasting Add (elementwise.py); BiasGelu adds its bias of the last dim in
+the kernel's one pass."""
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from .compiler import CUDA_FLOAT_TYPES, Kernel
@@ -13,6 +14,8 @@ PARAMETERS = {"HardSigmoid": ("hard_sigmoid", ("alpha", "beta")), "HardSwish": (
 
 
 _FORWARD = {name: Kernel("pointwise_activation", name, "PPqTT") for name, _ in PARAMETERS.values()}
+_BIAS_GELU = Kernel("pointwise_activation", "bias_gelu", "PPPqq")
+_BIAS_GELU_GRAD = Kernel("pointwise_activation", "bias_gelu_grad", "PPPPqq")
 
 
 def _parameters(attrs, names):
@@ -61,3 +64,20 @@ register_kernel("Gelu", since=20, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(forw
 register_kernel("Gelu", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(forward_kernel("Gelu"))
 register_kernel("GeluGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(gradient_kernel("Gelu"))
 register_kernel("FastGeluGrad", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)(gradient_kernel("FastGelu"))
+
+
+
+@register_kernel("BiasGelu", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def bias_gelu(ctx):
+    x, bias = ctx.inputs
+    y = ctx.provider.empty(x.shape, x.dtype)
+    _BIAS_GELU.launch_elements(ctx.provider, x.dtype, x.size, x, bias, y, x.size, bias.size)
+    return {"C": y}
+
+
+@register_kernel("BiasGeluGrad_dX", domain=MS_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def bias_gelu_grad(ctx):
+    dy, x, bias = ctx.inputs
+    dx = ctx.provider.empty(dy.shape, dy.dtype)
+    _BIAS_GELU_GRAD.launch_elements(ctx.provider, dy.dtype, dy.size, dy, x, bias, dx, dy.size, bias.size)
+    return {"dX": dx}
