@@ -1,7 +1,8 @@
 """Fusion: a rewrite of a whole graph (forward, loss, gradient and optimizer nodes) into one
 with fewer nodes, before it is scheduled.  `fuse(graph, fetch, providers)` returns a new graph
 and never changes what the fetched values are, but for the rounding of an inference
-BatchNormalization folded into its Conv (conv_batch_norm.py).
+BatchNormalization folded into its Conv (conv_batch_norm.py) and of a Gelu written out in
+elementwise nodes, whose fused kernel rounds differently (gelu.py, bias_gelu.py).
 
 Each rule (one module each, applied in RULES order) replaces a pattern of nodes by one fused
 node of minitrain/ops/fused.py (or an ONNX Runtime contrib op: gelu.py, bias_gelu.py), and only where
