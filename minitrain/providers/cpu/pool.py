@@ -30,7 +30,7 @@ from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
 from ...ops.schema import MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
-from ...tensor_limit import check_tensor_bytes
+from ...tensor_limit import check_tensor_bytes, max_tensor_bytes
 from ...threads import kernel_threads
 from ..plan_cache import cached_plan as _plan
 
@@ -325,19 +325,25 @@ def average_pool_grad(ctx):
 def _global(is_max):
     def kernel(ctx):
         x = ctx.inputs[0]
-        planes, size = split_planes(x.shape)
-        y = np.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), dtype=x.dtype)
+        planes = x.shape[0] * x.shape[1]
+        y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), dtype=x.dtype)
         if planes:
-            _pool.global_pool(x.reshape(planes, size), y.reshape(planes), is_max, kernel_threads())
+            _pool.global_pool(x.reshape(planes, x.size // planes), y.reshape(planes), is_max, kernel_threads())
         return {"Y": y}
     return kernel
 
 
-def global_average_pool_grad(ctx):
-    dy, shape = ctx.inputs[0], tuple(int(d) for d in ctx.inputs[1])
+def _global_grad_plan(ctx, dy, shape):
+    """(planes, plane size) of dX, its shape checked against dY's and the tensor limit."""
     check_global_grad_shape(ctx, dy.shape, shape)
     check_tensor_bytes(describe_op(ctx.op_type, ctx.node_name), "dX", shape, dy.dtype, ctx.attrs)
-    planes, size = split_planes(shape)
+    return split_planes(shape)
+
+
+def global_average_pool_grad(ctx):
+    dy, shape = ctx.inputs[0], tuple(ctx.inputs[1].tolist())
+    planes, size = _plan(ctx, "GlobalAveragePoolGrad", (dy.shape, shape, dy.dtype.char, max_tensor_bytes()),
+                         lambda: _global_grad_plan(ctx, dy, shape))
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
         _pool.global_avg_pool_grad(dy.reshape(planes), dx.reshape(planes, size), kernel_threads())
