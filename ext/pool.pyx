@@ -231,15 +231,17 @@ def max_pool_k2(const real[:, ::1] x, real[:, ::1] y, int64_t[:, ::1] indices, P
 
 
 def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[:, ::1] dx,
-                     Py_ssize_t H, Py_ssize_t W, Py_ssize_t kh, int num_threads):
-    """MaxPoolGrad for max_pool_k2's geometry (input (H, W), D untouched): every window of dX
-    is written once, dY where its index points and 0 elsewhere, and the rows and columns no
-    window covers are zeroed, so dX is never zero-filled first.  A plane whose indices do not
-    all point into their own windows (MaxPool never makes such) is redone by max_pool_grad's
-    scatter-add; returns what max_pool_grad returns."""
-    cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], OH, OW, p, oh, c, covered
+                     Py_ssize_t H, Py_ssize_t W, Py_ssize_t kh, Py_ssize_t OH, int num_threads):
+    """MaxPoolGrad for max_pool_k2's geometry (input (H, W), OH rows of windows, D untouched):
+    every window of dX is written once, dY where its index points and 0 elsewhere, and the
+    rows and columns no window covers are zeroed, so dX is never zero-filled first; a last
+    row or column of windows cut by the input's end is written tap by tap.  A plane whose
+    indices do not all point into their own windows (MaxPool never makes such) is redone by
+    max_pool_grad's scatter-add; returns what max_pool_grad returns."""
+    cdef Py_ssize_t planes = dy.shape[0], Q = dy.shape[1], P = dx.shape[1], OW, p, oh, c, covered, rows, whole
     cdef int ok
     cdef real* row
+    cdef int64_t base
     cdef int nt = _threads(planes * (P + Q), planes, num_threads, MT_MIN_PARALLEL_STREAM)
     if indices.shape[0] != planes or indices.shape[1] != Q or dx.shape[0] != planes:
         raise ValueError("max_pool_grad_k2: buffer shapes disagree")
@@ -247,27 +249,31 @@ def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[
         raise ValueError("max_pool_grad_k2: spatial shape does not match the plane size")
     if planes == 0 or P == 0:
         return -1
-    OH = H // kh
-    OW = Q // OH if OH else 0
-    if OH * OW != Q or 2 * OW > W:
+    OW = Q // OH if OH > 0 else 0
+    if OH < 1 or OH * OW != Q or (OH - 1) * kh >= H or 2 * (OW - 1) >= W:
         raise ValueError("max_pool_grad_k2: dY's plane does not match the geometry")
-    covered = OH * kh * W
+    covered = min(OH * kh, H) * W
+    whole = min(OW, W // 2)
     cdef int64_t[::1] bad = np.empty(planes, dtype=np.int64)
     for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
         ok = 1
         for oh in range(OH):
             row = &dx[p, oh * kh * W]
+            rows = min(kh, H - oh * kh)
+            base = p * P + oh * kh * W
             if real is float:
-                if not mt_maxpool_k2_f_grad(&dy[p, oh * OW], &indices[p, oh * OW], row, W, kh == 2,
-                                            p * P + oh * kh * W, OW):
+                if not mt_maxpool_k2_f_grad(&dy[p, oh * OW], &indices[p, oh * OW], row, W, rows == 2, base, whole):
                     ok = 0
             else:
-                if not mt_maxpool_k2_d_grad(&dy[p, oh * OW], &indices[p, oh * OW], row, W, kh == 2,
-                                            p * P + oh * kh * W, OW):
+                if not mt_maxpool_k2_d_grad(&dy[p, oh * OW], &indices[p, oh * OW], row, W, rows == 2, base, whole):
+                    ok = 0
+            if whole < OW:
+                if not _k2_edge_grad(dy[p, oh * OW + whole], indices[p, oh * OW + whole] - base, row, W, rows,
+                                     2 * whole, W - 2 * whole):
                     ok = 0
             for c in range(2 * OW, W):
                 row[c] = 0
-                if kh == 2:
+                if rows == 2:
                     row[W + c] = 0
         if covered < P:
             memset(&dx[p, 0] + covered, 0, (P - covered) * sizeof(real))
@@ -275,6 +281,21 @@ def max_pool_grad_k2(const real[:, ::1] dy, const int64_t[:, ::1] indices, real[
         if not ok:
             _max_pool_grad_plane(&dy[p, 0], &indices[p, 0], &dx[p, 0], Q, P, p * P, False, 1, H, W, &bad[p])
     return _first_bad(bad, Q)
+
+
+cdef inline int _k2_edge_grad(real g, int64_t at, real* r0, Py_ssize_t W, Py_ssize_t rows, Py_ssize_t col,
+                              Py_ssize_t cols) noexcept nogil:
+    """The gradient of one window cut by the input's end (see _k2_edge): its rows x cols taps
+    from r0[col] get g where `at` (the index less the row's base) points, else 0.  Returns 0
+    when `at` lies outside the window."""
+    cdef Py_ssize_t a, b, k
+    cdef int inside = 0
+    for a in range(rows):
+        for b in range(cols):
+            k = a * W + col + b
+            r0[k] = g if k == at else 0
+            inside = inside | (k == at)
+    return inside
 
 
 # --------------------------------------------------------------------------- AveragePool

@@ -41,11 +41,13 @@ class BoundNode:
         ctx = KernelContext(self.op_type, self.name, inputs, self.attrs, self.wanted,
                             output_shapes or {}, self.dtype, provider, self.attrs_key)
         results = self.kernel(ctx)
-        missing = [w for w in self.wanted if w not in results]
-        if missing:
-            raise RuntimeError(f"kernel of {self.op_type} did not produce {missing}")
+        try:
+            outputs = [results[w] for w in self.wanted]
+        except KeyError:
+            missing = [w for w in self.wanted if w not in results]
+            raise RuntimeError(f"kernel of {self.op_type} did not produce {missing}") from None
         # NumPy gives scalars, not 0-d arrays, for 0-d arithmetic and full reductions
-        return [np.asarray(r) if isinstance(r, np.generic) else r for r in (results[w] for w in self.wanted)]
+        return [np.asarray(r) if isinstance(r, np.generic) else r for r in outputs]
 
 
 def bind(checked, op_type, *, domain, opset, providers, node_name=None):

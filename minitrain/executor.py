@@ -107,7 +107,12 @@ class Executor:
                 self.constants[name] = self.providers[location].from_numpy(array)
         for name, array in plan.constants.items():     # folded at plan time: not state, the plan's own
             self.constants[name] = self.providers[plan.locations[name]].from_numpy(array)
-        self._step_providers = [self.providers[s.provider] for s in plan.steps]
+        keep = set(plan.fetch) | set(self.write_back)
+        # what execute reads of each step, settled once: (step, its provider, input names, the
+        # names of the outputs it produces, the values to drop after it)
+        self._program = [(step, self.providers[step.provider], tuple(step.node.inputs),
+                          tuple(o for o in step.node.outputs if o), tuple(n for n in step.frees if n not in keep))
+                         for step in plan.steps]
         self.graphs = (self.provider.step_graphs(self)
                        if capture and (not profile or self.provider.profiles_step_graphs) else None)
 
@@ -172,20 +177,17 @@ class Executor:
         every value the plan fetches."""
         plan = self.plan
         env = {**self.constants, **inputs}
-        keep = set(plan.fetch) | set(self.write_back)
-        for step, provider in zip(plan.steps, self._step_providers):
-            node = step.node
-            args = [env[n] if n else None for n in node.inputs]
+        profiler = self.profiler
+        for step, provider, input_names, output_names, drops in self._program:
+            args = [env[n] if n else None for n in input_names]
             shapes = step.output_shapes(dims, dims_key)
-            if self.profiler is not None:
-                results = self.profiler.run(step, provider, args, shapes)
+            if profiler is not None:
+                results = profiler.run(step, provider, args, shapes)
             else:
                 results = step.bound.run(provider, args, shapes)
-            for name, value in zip((o for o in node.outputs if o), results):
-                env[name] = value
-            for name in step.frees:
-                if name not in keep:
-                    env.pop(name, None)
+            env.update(zip(output_names, results))
+            for name in drops:
+                env.pop(name, None)
         for out_name, initializer in self.write_back.items():
             self.providers[plan.locations[initializer]].copy_into(env[initializer], env[out_name])
         return {name: env[name] for name in plan.fetch}

@@ -22,10 +22,12 @@ class NodeProfiler:
         self.totals = {}        # node name -> seconds over all profiled runs
         self.last_run = []      # (node name, op type, provider name, start s, duration s) of the last run
         self._pending = []
+        self._held = set()      # ids of the providers held in the run being queued
 
     def run(self, step, provider, args, shapes):
         """Run one step between two markers of its provider."""
-        if not any(p is provider for _, p, _, _ in self._pending):
+        if id(provider) not in self._held:
+            self._held.add(id(provider))
             provider.hold(HOLD_SECONDS)
         start = provider.time_marker()
         results = step.bound.run(provider, args, shapes)
@@ -34,6 +36,7 @@ class NodeProfiler:
 
     def end_run(self):
         """Read the markers of the run just queued (waits for the devices once)."""
+        self._held = set()
         if not self._pending:
             return
         origin = {}

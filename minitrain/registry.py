@@ -54,7 +54,7 @@ class KernelDef:
         return f"versions {self.since_version}-{end or '∞'} on {self.provider} ({types})"
 
 
-@dataclass
+@dataclass(slots=True)
 class KernelContext:
     """What a kernel receives: contiguous inputs (None for an absent optional input),
     resolved attributes, the output names wanted, and shapes the graph knows for outputs."""

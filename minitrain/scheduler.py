@@ -47,6 +47,7 @@ class Step:
     bound: object
     _shape_cache: LRUCache = field(default_factory=lambda: LRUCache("step output shapes"), repr=False,
                                    compare=False)
+    _last_shapes: tuple = field(default=(None, None), repr=False, compare=False)   # (key, shapes) of the last call
 
     def output_shapes(self, dims, key=None):
         """Shapes of this node's outputs that the graph knows, with symbolic dims bound by
@@ -54,6 +55,9 @@ class Step:
         `key` is the hashable form of dims, when the caller has it.  A shape beyond the tensor
         limit fails here, before the kernel allocates (minitrain/tensor_limit.py)."""
         key = tuple(sorted(dims.items())) if key is None else key
+        last_key, shapes = self._last_shapes       # a training loop asks for the same dims every step
+        if last_key == key:
+            return shapes
         shapes = self._shape_cache.get(key)
         if shapes is None:
             shapes = {}
@@ -65,6 +69,7 @@ class Step:
                                            concrete, t.dtype, self.node.attrs)
                         shapes[self.schema_outputs[i]] = concrete
             self._shape_cache.put(key, shapes)
+        self._last_shapes = (key, shapes)
         return shapes
 
 

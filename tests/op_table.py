@@ -1395,7 +1395,9 @@ ROWS = [
           domain=MS, reference=mse_grad, outputs=("d_prediction",), gradient_of=(MS, "MSELoss")),
     OpRow("SliceGrad", (sample(MS, "SliceGrad"), case(_slice_grad_inputs((4, 5), [-1], [_INT64_MIN], [1], [-1])),
                         case(_slice_grad_inputs((4, 5, 6), [1, 0], [3, 4], [0, 2])),
-                        case(_slice_grad_inputs((4, 5), [-9, 2], [9, 99]))),
+                        case(_slice_grad_inputs((4, 5), [-9, 2], [9, 99])),
+                        case(_slice_grad_inputs((2, 8, 3, 3), [2], [5], [1])),
+                        case(_slice_grad_inputs((2, 8, 3), [-3], [100], [-2]))),
           domain=MS, reference=slice_grad, outputs=("dX",), gradient_of=("", "Slice")),
     # structural ops' gradients: GatherGrad, PadGrad, ResizeGrad
     OpRow("GatherGrad", (sample(MS, "GatherGrad"), case(_gather_grad_inputs((5, 3), [0, 4, -1, 4], 0)),

@@ -1,8 +1,9 @@
-"""The cache of kernel plans (tables and launch geometry worked out from a node's shapes and
-attributes) that the providers' pooling kernels share: bounded, see minitrain/caches.py."""
+"""The cache of kernel plans (tables, launch geometry, index ranges worked out from a node's
+shapes and attributes) that the providers' pooling, slicing and splitting kernels share:
+bounded, see minitrain/caches.py."""
 from ..caches import LRUCache
 
-_PLANS = LRUCache("pooling plans")
+_PLANS = LRUCache("kernel plans")
 
 
 def cached_plan(ctx, kind, signature, build):

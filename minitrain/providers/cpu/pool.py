@@ -9,8 +9,8 @@ same pooling nodes with the same shapes every time.
 Kernels, most specific first:
   MaxPool / MaxPoolGrad    kernel = stride = 2 along W (1 or 2 along H), no padding or dilation,
                            row-major indices: max_pool_k2 / max_pool_grad_k2 (the gradient from
-                           8 windows per row); MaxPool also where a last window is cut by the
-                           input's end (ceil_mode, padding after); else the general window loop /
+                           8 windows per row), also where a last window is cut by the input's
+                           end (ceil_mode, padding after); else the general window loop /
                            scatter-add.
   AveragePool(Grad)        stride 1 along H and W, output as wide as input, D untouched:
                            window_sums (ext/avg_pool_flat.pyx, two flat passes per plane).
@@ -30,7 +30,7 @@ from ...ops.pool_geometry import DimGeometry, dx_shape, pool_geometry
 from ...ops.schema import MS_DOMAIN, describe_op
 from ...ops.shape_utils import split_planes
 from ...registry import register_kernel
-from ...tensor_limit import check_tensor_bytes
+from ...tensor_limit import check_tensor_bytes, max_tensor_bytes
 from ...threads import kernel_threads
 from ..plan_cache import cached_plan as _plan
 
@@ -169,14 +169,14 @@ def _max_pool_grad_plan(ctx, dy):
     col_major = ctx.attrs.get("storage_order", 0) == 1
     # rows under 8 windows: zero-filling the plane and scattering dY beats the per-row loop; a
     # D axis of several slices takes the scatter too, which accepts any index inside the plane
-    kh = 0 if col_major or dims[2].out < 8 or dims[0].size > 1 else _k2_rows(dims)
-    return shape, kh, col_major, tuple(g.size for g in dims)
+    kh = 0 if col_major or dims[2].out < 8 or dims[0].size > 1 else _k2_rows(dims, cut=True)
+    return shape, kh, col_major, tuple(g.size for g in dims), dims[1].out
 
 
 def max_pool_grad(ctx):
     dy, indices = ctx.inputs[0], ctx.inputs[1]
-    shape, k2, col_major, in3 = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
-                                      lambda: _max_pool_grad_plan(ctx, dy))
+    shape, k2, col_major, in3, out_rows = _plan(ctx, "MaxPoolGrad", (dy.shape, ctx.output_shapes.get("dX")),
+                                                lambda: _max_pool_grad_plan(ctx, dy))
     planes, size = split_planes(shape)
     dx = np.empty(shape, dtype=dy.dtype)
     if planes == 0 or size == 0:
@@ -185,7 +185,7 @@ def max_pool_grad(ctx):
     flat_indices = indices.reshape(planes, out_size)
     if k2:
         first_bad = _pool.max_pool_grad_k2(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
-                                           in3[1], in3[2], k2, kernel_threads())
+                                           in3[1], in3[2], k2, out_rows, kernel_threads())
     else:
         first_bad = _pool.max_pool_grad(dy.reshape(planes, out_size), flat_indices, dx.reshape(planes, size),
                                         col_major, in3, kernel_threads())
@@ -325,19 +325,25 @@ def average_pool_grad(ctx):
 def _global(is_max):
     def kernel(ctx):
         x = ctx.inputs[0]
-        planes, size = split_planes(x.shape)
-        y = np.empty(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), dtype=x.dtype)
+        planes = x.shape[0] * x.shape[1]
+        y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), dtype=x.dtype)
         if planes:
-            _pool.global_pool(x.reshape(planes, size), y.reshape(planes), is_max, kernel_threads())
+            _pool.global_pool(x.reshape(planes, x.size // planes), y.reshape(planes), is_max, kernel_threads())
         return {"Y": y}
     return kernel
 
 
-def global_average_pool_grad(ctx):
-    dy, shape = ctx.inputs[0], tuple(int(d) for d in ctx.inputs[1])
+def _global_grad_plan(ctx, dy, shape):
+    """(planes, plane size) of dX, its shape checked against dY's and the tensor limit."""
     check_global_grad_shape(ctx, dy.shape, shape)
     check_tensor_bytes(describe_op(ctx.op_type, ctx.node_name), "dX", shape, dy.dtype, ctx.attrs)
-    planes, size = split_planes(shape)
+    return split_planes(shape)
+
+
+def global_average_pool_grad(ctx):
+    dy, shape = ctx.inputs[0], tuple(ctx.inputs[1].tolist())
+    planes, size = _plan(ctx, "GlobalAveragePoolGrad", (dy.shape, shape, dy.dtype.char, max_tensor_bytes()),
+                         lambda: _global_grad_plan(ctx, dy, shape))
     dx = np.empty(shape, dtype=dy.dtype)
     if planes and size:
         _pool.global_avg_pool_grad(dy.reshape(planes), dx.reshape(planes, size), kernel_threads())

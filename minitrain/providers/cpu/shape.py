@@ -1,4 +1,6 @@
 """CPU kernels of the re-layout ops; they return views where NumPy can (no copy)."""
+import math
+
 import numpy as np
 
 from ...ops.schema import DATA_TYPES
@@ -15,8 +17,7 @@ def identity(ctx):
 def flatten(ctx):
     x = ctx.inputs[0]
     axis = ctx.attrs["axis"] + x.ndim if ctx.attrs["axis"] < 0 else ctx.attrs["axis"]
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return {"output": x.reshape(rows, -1) if rows else x.reshape(0, int(np.prod(x.shape[axis:])))}
+    return {"output": x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))}
 
 
 class _ReshapeContext:
@@ -28,17 +29,24 @@ class _ReshapeContext:
 
 @register_kernel("Reshape", since=5, dtypes=DATA_TYPES)
 def reshape(ctx):
-    x, target = ctx.inputs[0], ctx.inputs[1]
-    shape = reshape_target(_ReshapeContext(ctx), x.shape, [int(d) for d in target],
-                           ctx.attrs.get("allowzero", 0))
-    return {"reshaped": x.reshape(shape)}
+    x, target = ctx.inputs[0], ctx.inputs[1].tolist()
+    allowzero = ctx.attrs.get("allowzero", 0)
+    if (allowzero or 0 not in target) and min(target, default=0) >= -1:
+        try:        # no dim copied: NumPy's rules are ONNX's; what NumPy refuses, reshape_target names
+            return {"reshaped": x.reshape(target)}
+        except ValueError:
+            pass
+    return {"reshaped": x.reshape(reshape_target(_ReshapeContext(ctx), x.shape, target, allowzero))}
 
 
 @register_kernel("Shape", since=1, dtypes=DATA_TYPES)
 def shape(ctx):
     dims = ctx.inputs[0].shape
-    begin, stop = shape_slice(len(dims), ctx.attrs.get("start", 0), ctx.attrs.get("end"))
-    return {"shape": np.array(dims[begin:stop], dtype=np.int64)}
+    start, end = ctx.attrs.get("start", 0), ctx.attrs.get("end")
+    if start or end is not None:
+        begin, stop = shape_slice(len(dims), start, end)
+        dims = dims[begin:stop]
+    return {"shape": np.array(dims, dtype=np.int64)}
 
 
 @register_kernel("Transpose", since=1, dtypes=DATA_TYPES)
