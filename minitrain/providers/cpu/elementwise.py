@@ -30,12 +30,12 @@ def broadcasts_short_rows(a, b):
     """Whether one float operand is a short vector (a bias, a per-channel scale) that is the
     other's trailing dims, broadcast over its rows: NumPy would then loop over those rows one
     short inner loop each."""
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or a.size == b.size:
-        return False
+    if not 1 < min(a.size, b.size) < TILED_ROW_ELEMENTS // 2 or a.size == b.size or a.dtype != b.dtype \
+            or a.dtype not in (np.float32, np.float64):
+        return False        # a scalar is one long inner loop already
     big, small = (a, b) if a.size > b.size else (b, a)
     trailing = small.shape[next((i for i, d in enumerate(small.shape) if d != 1), small.ndim):]
-    return (0 < small.size < TILED_ROW_ELEMENTS // 2 and len(trailing) <= big.ndim and big.flags.c_contiguous
-            and big.shape[big.ndim - len(trailing):] == trailing)
+    return len(trailing) <= big.ndim and big.flags.c_contiguous and big.shape[big.ndim - len(trailing):] == trailing
 
 
 def _tiled_rows(ufunc, a, b):
