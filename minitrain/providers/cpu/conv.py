@@ -717,20 +717,20 @@ def bias_grad(dy):
 def conv_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     return {"Y": conv_forward(x, w, b, geom, ctx.who)}
 
 
 def conv_transpose_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     return {"Y": conv_data_grad(x, w, b, geom, ctx.who)}
 
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     out = {}
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
@@ -748,7 +748,7 @@ def conv_grad_kernel(ctx):
 
 def conv_transpose_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     out = {}
     if ctx.wants("dX"):
         out["dX"] = conv_forward(dy, w, None, geom, ctx.who)
