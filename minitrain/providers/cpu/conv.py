@@ -11,7 +11,9 @@ and the bias gradient is a per-channel sum.  Three implementations back them (`r
     row ends and Y written directly: no grid copy, no crop, which is most of the direct kernels'
     time when each point meets a single channel's few taps.  The data gradient is the same
     kernel on the columns with the flipped weight; the weight gradient per channel dot products
-    of dY with the shifted image, OpenMP over (channel, sample chunk) items.
+    of dY with the shifted image, OpenMP over (channel, sample chunk) items.  The same
+    convolutions at stride 2 ("depthwise_strided") run on the stride-1 grid: its output
+    subsampled, or the columns placed on it with zeros between them for the gradients.
   * direct (_ext.conv_direct): SIMD microkernels over a copy of the image in which every tap is
     one constant offset (the shifted grid, or the width-unrolled grid where the shifted grid's
     garbage columns would cost more than the wider copy: `unrolls`), OpenMP over (sample chunk,
