@@ -19,6 +19,7 @@ dilations, begin pads); the strides must be 1.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport uintptr_t
+from libc.string cimport memset
 
 import numpy as np
 
@@ -153,3 +154,51 @@ def weight_grad(const real[::1] dy, const real[::1] x, real[:, ::1] acc, const l
             mt_dw_weight_grad_d(&g, <mt_dw_mask_d*>masks.start, &dy[(n0 * channels + co) * col], channels * col,
                                 &x[(n0 * g.G + co // g.M) * img], g.G * img, min(chunk, N - n0), &acc[threadid(), co * taps],
                                 <mt_dw_vd*>(lanes.start + threadid() * block))
+
+
+
+cdef int _check_grid(Py_ssize_t planes_full, Py_ssize_t size_full, Py_ssize_t planes_part, Py_ssize_t size_part,
+                     const long long[::1] dims) except -1:
+    """dims (FD, FH, FW, OD, OH, OW, SD, SH, SW) fit both buffers, the points inside the grid."""
+    if dims.shape[0] != 9 or planes_part != planes_full or size_full != dims[0] * dims[1] * dims[2] \
+            or size_part != dims[3] * dims[4] * dims[5]:
+        raise ValueError("conv_depthwise: the planes of the grids do not match their dims")
+    for a in range(3):
+        if dims[3 + a] < 1 or dims[6 + a] < 1 or (dims[3 + a] - 1) * dims[6 + a] >= dims[a]:
+            raise ValueError("conv_depthwise: the sampled points lie outside the grid")
+    return 0
+
+
+def gather_grid(const real[:, ::1] full, real[:, ::1] part, const long long[::1] dims, int num_threads):
+    """part[p, od, oh, ow] = full[p, od*SD, oh*SH, ow*SW]: the points at multiples of the strides
+    of planes on the stride-1 grid (full: planes x FD*FH*FW, part: planes x OD*OH*OW; dims: FD,
+    FH, FW, OD, OH, OW, SD, SH, SW), for the strided convolutions that conv.py runs on the
+    stride-1 grid."""
+    _check_grid(full.shape[0], full.shape[1], part.shape[0], part.shape[1], dims)
+    cdef Py_ssize_t fh = dims[1], fw = dims[2], od = dims[3], oh = dims[4], ow = dims[5]
+    cdef Py_ssize_t sd = dims[6], sh = dims[7], sw = dims[8], p, a, b, c, src, dst
+    for p in prange(full.shape[0], nogil=True, schedule="static",
+                    num_threads=threads_for(full.shape[0] * full.shape[1], num_threads, MT_MIN_PARALLEL_GATHER)):
+        for a in range(od):
+            for b in range(oh):
+                src = (a * sd * fh + b * sh) * fw
+                dst = (a * oh + b) * ow
+                for c in range(ow):
+                    part[p, dst + c] = full[p, src + c * sw]
+
+
+def scatter_grid(const real[:, ::1] part, real[:, ::1] full, const long long[::1] dims, int num_threads):
+    """The reverse of gather_grid: full[p, od*SD, oh*SH, ow*SW] = part[p, od, oh, ow], every
+    other point of full zero."""
+    _check_grid(full.shape[0], full.shape[1], part.shape[0], part.shape[1], dims)
+    cdef Py_ssize_t fh = dims[1], fw = dims[2], od = dims[3], oh = dims[4], ow = dims[5]
+    cdef Py_ssize_t sd = dims[6], sh = dims[7], sw = dims[8], p, a, b, c, src, dst
+    for p in prange(full.shape[0], nogil=True, schedule="static",
+                    num_threads=threads_for(full.shape[0] * full.shape[1], num_threads, MT_MIN_PARALLEL_GATHER)):
+        memset(&full[p, 0], 0, full.shape[1] * sizeof(real))
+        for a in range(od):
+            for b in range(oh):
+                dst = (a * sd * fh + b * sh) * fw
+                src = (a * oh + b) * ow
+                for c in range(ow):
+                    full[p, dst + c * sw] = part[p, src + c]

@@ -451,14 +451,87 @@ def test_depthwise_kernels_against_reference(shape, kernel, attrs, rng, monkeypa
     ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4}, "depthwise"),
     ((2, 4, 9, 9), (8, 1, 3, 3), {"group": 4}, "depthwise"),            # multiplier 2
     ((2, 4, 9, 9), (12, 1, 3, 3), {"group": 4}, "direct"),              # multiplier 3
-    ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "strides": [2, 1]}, "direct"),
+    ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "strides": [2, 1]}, "depthwise_strided"),
+    ((2, 4, 9, 9), (8, 1, 3, 3), {"group": 4, "strides": [2, 2]}, "depthwise_strided"),
+    ((2, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "strides": [3, 1]}, "direct"),          # stride 3
     ((2, 4, 9, 9), (4, 2, 3, 3), {"group": 2}, "direct"),               # two image channels per group
     ((2, 1, 9, 9), (6, 1, 5, 5), {}, "direct"),                         # LeNet's first layer
 ])
 def test_depthwise_route_rule(x_shape, w_shape, attrs, expected):
-    """Stride 1, one image channel and at most DEPTHWISE_MAX_MULTIPLIER column channels per group."""
+    """One image channel and at most DEPTHWISE_MAX_MULTIPLIER column channels per group: stride 1,
+    or strides up to DEPTHWISE_MAX_STRIDE on the stride-1 grid."""
     geom = cpu_conv.geometry_for("conv", "Conv", x_shape, w_shape, attrs)
     assert cpu_conv.route(geom, x_shape[0], 2) == expected
+
+
+# (x shape, w shape, attributes) of strided depthwise convolutions (route "depthwise_strided"):
+# ranks 1-3, multipliers 1 and 2, strides 2 on some axes, pads that leave the last image points
+# unread, dilations, MobileNet's 3x3 stride-2 layer.
+STRIDED_DEPTHWISE_CASES = [
+    ((3, 4, 37), (4, 1, 5), {"group": 4, "strides": [2], "pads": [2, 1], "dilations": [2]}),
+    ((2, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 4, 10, 9), (8, 1, 3, 3), {"group": 4, "strides": [2, 1], "pads": [0, 1, 0, 0]}),
+    ((3, 5, 11, 20), (5, 1, 3, 3), {"group": 5, "strides": [1, 2], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((2, 3, 5, 6, 7), (3, 1, 3, 2, 3), {"group": 3, "strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 0]}),
+]
+
+
+@pytest.mark.parametrize("shape,kernel,attrs", STRIDED_DEPTHWISE_CASES)
+def test_strided_depthwise_against_reference(shape, kernel, attrs, rng, monkeypatch):
+    """Strided depthwise convolutions, run on the stride-1 grid: forward against the reference,
+    dX, dW and dB against central differences in float64 and against the direct route, float32
+    against float64, serially and on three threads, and against PyTorch autograd."""
+    r = len(shape) - 2
+    strides, dilations, pads = attrs["strides"], attrs.get("dilations", [1] * r), attrs["pads"]
+    geom = cpu_conv.geometry_for("conv", "Conv", shape, kernel, attrs)
+    assert all(cpu_conv.route(geom, shape[0], nt) == "depthwise_strided" for nt in (1, 2, 3))
+    x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
+    want = conv_reference(x, w, b, strides, dilations, pads[:r], pads[r:], attrs["group"])
+    dy = rng.standard_normal(want.shape)
+    grads = check_on_one_and_three_threads(x, w, b, dy, want, attrs, rng)
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "direct")
+    for got, ref in zip(run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS), grads):
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
+    monkeypatch.undo()
+
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    torch_pads = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
+
+    def fn(xt, wt, bt):
+        return (F.conv1d, F.conv2d, F.conv3d)[r - 1](F.pad(xt, torch_pads), wt, bt, stride=strides,
+                                                      dilation=dilations, groups=attrs["group"])
+    ty, tdx, tdw, tdb = torch_compare(torch, fn, x, w, b, dy, want)
+    f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
+    assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], ty)
+    for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (tdx, tdw, tdb)):
+        assert_close32(got, ref)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 4, 5, 6), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 0]}),
+    ((3, 4, 9), (4, 1, 4), {"group": 2, "strides": [2], "pads": [1, 2]}),                  # multiplier 2
+])
+def test_strided_depthwise_conv_transpose_matches_the_direct_route(x_shape, w_shape, attrs, rng, monkeypatch):
+    """A strided ConvTranspose with one output channel per group runs its primitives on the
+    stride-1 grid (its forward is their data gradient on upsampled columns, its dX their
+    subsampled forward): the values of the direct route, and dX, dW, dB against central
+    differences, in float64."""
+    geom = cpu_conv.geometry_for("transpose", "ConvTranspose", x_shape, w_shape, attrs)
+    assert cpu_conv.route(geom, x_shape[0], 2) == "depthwise_strided"
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    b = rng.standard_normal(w_shape[1] * attrs["group"])
+    y = run_node("ConvTranspose", [x, w, b], attrs=attrs)[0]
+    dy = rng.standard_normal(y.shape)
+    grads = run_node("ConvTransposeGrad", [dy, x, w], attrs=attrs, domain=MS)
+
+    def loss(arrs):
+        return float(np.sum(dy * run_node("ConvTranspose", arrs, attrs=attrs)[0]))
+    directional_gradcheck(loss, [x, w, b], dict(enumerate(grads)), rng)
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "direct")
+    np.testing.assert_allclose(run_node("ConvTranspose", [x, w, b], attrs=attrs)[0], y, rtol=1e-10, atol=1e-10)
+    for got, want in zip(run_node("ConvTransposeGrad", [dy, x, w], attrs=attrs, domain=MS), grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [

@@ -245,10 +245,11 @@ def _cached(kind, who, x_shape, w_shape, frozen):
     return fn(who, x_shape, w_shape, attrs)
 
 
-def geometry_for(kind, who, x_shape, w_shape, attrs):
+def geometry_for(kind, who, x_shape, w_shape, attrs, frozen=None):
     """conv_geometry / conv_transpose_geometry (kind "conv" or "transpose"), cached per shapes
-    and attributes: kernels call this on every run."""
-    return _cached(kind, who, tuple(x_shape), tuple(w_shape), freeze(attrs))
+    and attributes: kernels call this on every run.  `frozen`: freeze(attrs), where the caller
+    keeps it (a bound node's KernelContext.frozen_attrs())."""
+    return _cached(kind, who, tuple(x_shape), tuple(w_shape), freeze(attrs) if frozen is None else frozen)
 
 
 def three_axes(values, fill, rank):

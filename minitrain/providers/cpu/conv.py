@@ -11,7 +11,9 @@ and the bias gradient is a per-channel sum.  Three implementations back them (`r
     row ends and Y written directly: no grid copy, no crop, which is most of the direct kernels'
     time when each point meets a single channel's few taps.  The data gradient is the same
     kernel on the columns with the flipped weight; the weight gradient per channel dot products
-    of dY with the shifted image, OpenMP over (channel, sample chunk) items.
+    of dY with the shifted image, OpenMP over (channel, sample chunk) items.  The same
+    convolutions at stride 2 ("depthwise_strided") run on the stride-1 grid: its output
+    subsampled, or the columns placed on it with zeros between them for the gradients.
   * direct (_ext.conv_direct): SIMD microkernels over a copy of the image in which every tap is
     one constant offset (the shifted grid, or the width-unrolled grid where the shifted grid's
     garbage columns would cost more than the wider copy: `unrolls`), OpenMP over (sample chunk,
@@ -22,6 +24,7 @@ and the bias gradient is a per-channel sum.  Three implementations back them (`r
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
 """
+import dataclasses
 import functools
 import threading
 
@@ -462,6 +465,10 @@ DEPTHWISE_ITEMS_PER_THREAD = 8
 # forward pass reads the image plane once per output channel, where the direct kernels' blocks
 # of output channels share each load, and from 4 on the direct forward pass is the faster.
 DEPTHWISE_MAX_MULTIPLIER = 2
+# The largest stride of a depthwise convolution run on the stride-1 grid (depthwise_strided):
+# there the in-place kernel computes stride^rank times the points it keeps, which at stride 2
+# still costs less than the direct kernels' copy of every (sample, channel) plane.
+DEPTHWISE_MAX_STRIDE = 2
 
 
 def depthwise_forward(img, w, bias, geom, nt):
@@ -494,16 +501,66 @@ def depthwise_weight_grad(cols, img, w_shape, geom, nt):
     return dw
 
 
+@bounded_cache("cpu conv unit_stride_geometry")
+def unit_stride_geometry(geom):
+    """The stride-1 geometry with geom's image, kernel, dilations and pads: its column point
+    o * stride is geom's column point o, for every o of geom's columns."""
+    cols = tuple(i + b + e - d * (k - 1) for i, b, e, d, k in
+                 zip(geom.img_spatial, geom.pads_begin, geom.pads_end, geom.dilations, geom.kernel))
+    return dataclasses.replace(geom, col_spatial=cols, strides=(1,) * geom.rank)
+
+
+def _grid_dims(geom, unit):
+    """conv_depthwise's dims of geom's columns on the stride-1 grid of `unit`."""
+    r = geom.rank
+    return np.array(three_axes(unit.col_spatial, 1, r) + three_axes(geom.col_spatial, 1, r)
+                    + three_axes(geom.strides, 1, r), dtype=np.int64)
+
+
+def depthwise_strided_forward(img, w, bias, geom, nt):
+    """conv_forward of a strided depthwise convolution: the stride-1 one, subsampled."""
+    unit = unit_stride_geometry(geom)
+    full = depthwise_forward(img, w, bias, unit, nt)
+    out = np.empty((img.shape[0], geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
+    _depthwise.gather_grid(full.reshape(out.shape[0] * out.shape[1], -1), out.reshape(out.shape[0] * out.shape[1], -1),
+                           _grid_dims(geom, unit), nt)
+    return out
+
+
+def _upsampled(cols, geom, unit, nt):
+    """geom's columns placed on the stride-1 grid of `unit`, zeros between them."""
+    full = np.empty(cols.shape[:2] + tuple(unit.col_spatial), dtype=cols.dtype)
+    planes = cols.shape[0] * cols.shape[1]
+    _depthwise.scatter_grid(cols.reshape(planes, -1), full.reshape(planes, -1), _grid_dims(geom, unit), nt)
+    return full
+
+
+def depthwise_strided_data_grad(cols, w, bias, geom, nt):
+    """conv_data_grad of a strided depthwise convolution: the stride-1 one of the columns
+    upsampled with zeros (the points the stride skips contribute nothing)."""
+    unit = unit_stride_geometry(geom)
+    return depthwise_data_grad(_upsampled(cols, geom, unit, nt), w, bias, unit, nt)
+
+
+def depthwise_strided_weight_grad(cols, img, w_shape, geom, nt):
+    """conv_weight_grad of a strided depthwise convolution, on the upsampled columns."""
+    unit = unit_stride_geometry(geom)
+    return depthwise_weight_grad(_upsampled(cols, geom, unit, nt), img, w_shape, unit, nt)
+
+
 # --------------------------------------------------------------------------- primitives
 def route(geom, n, nt):
     """"depthwise" for stride-1 convolutions with one image channel per group and at most
-    DEPTHWISE_MAX_MULTIPLIER column channels per group; else "direct" for every convolution but
-    1x1 ones (plain GEMMs, for BLAS) and batches too small to give each thread a (sample, group)
-    item; else "gemm"."""
+    DEPTHWISE_MAX_MULTIPLIER column channels per group, "depthwise_strided" for those with
+    strides up to DEPTHWISE_MAX_STRIDE and no negative pad; else "direct" for every convolution but 1x1 ones (plain
+    GEMMs, for BLAS) and batches too small to give each thread a (sample, group) item; else
+    "gemm"."""
     g = geom.group
-    if (n > 0 and geom.img_channels == g and geom.col_channels <= DEPTHWISE_MAX_MULTIPLIER * g
-            and all(s == 1 for s in geom.strides)):
-        return "depthwise"
+    if n > 0 and geom.img_channels == g and geom.col_channels <= DEPTHWISE_MAX_MULTIPLIER * g:
+        if all(s == 1 for s in geom.strides):
+            return "depthwise"
+        if all(s <= DEPTHWISE_MAX_STRIDE for s in geom.strides) and min(geom.pads) >= 0:
+            return "depthwise_strided"
     direct = not geom.is_pointwise and n > 0 and (nt == 1 or n * geom.group >= nt)
     return "direct" if direct else "gemm"
 
@@ -607,6 +664,8 @@ def conv_forward(img, w, bias, geom, who):
     path = route(geom, img.shape[0], nt)
     if path == "depthwise":
         return depthwise_forward(img, w, bias, geom, nt)
+    if path == "depthwise_strided":
+        return depthwise_strided_forward(img, w, bias, geom, nt)
     if path == "direct":
         return direct_forward(img, w, bias, geom, nt)
     check_blas_dims(geom, who)
@@ -622,6 +681,8 @@ def conv_data_grad(cols, w, bias, geom, who):
     path = route(geom, cols.shape[0], nt)
     if path == "depthwise":
         return depthwise_data_grad(cols, w, bias, geom, nt)
+    if path == "depthwise_strided":
+        return depthwise_strided_data_grad(cols, w, bias, geom, nt)
     if path == "direct":
         return direct_data_grad(cols, w, bias, geom, nt)
     check_blas_dims(geom, who)
@@ -636,6 +697,8 @@ def conv_weight_grad(cols, img, w_shape, geom, who):
     path = route(geom, img.shape[0], nt)
     if path == "depthwise":
         return depthwise_weight_grad(cols, img, w_shape, geom, nt)
+    if path == "depthwise_strided":
+        return depthwise_strided_weight_grad(cols, img, w_shape, geom, nt)
     if path == "direct":
         return direct_weight_grad(cols, img, w_shape, geom, nt)
     check_blas_dims(geom, who)
@@ -656,33 +719,38 @@ def bias_grad(dy):
 def conv_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     return {"Y": conv_forward(x, w, b, geom, ctx.who)}
 
 
 def conv_transpose_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     return {"Y": conv_data_grad(x, w, b, geom, ctx.who)}
 
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     out = {}
-    if ctx.wants("dX"):
-        out["dX"] = conv_data_grad(dy, w, None, geom, ctx.who)
-    if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(dy, x, w.shape, geom, ctx.who)
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
+    cols = dy
+    if (ctx.wants("dX") or ctx.wants("dW")) and route(geom, x.shape[0], kernel_threads()) == "depthwise_strided":
+        # the gradients of the stride-1 convolution at dY placed on its grid: placed there once
+        unit = unit_stride_geometry(geom)
+        cols, geom = _upsampled(dy, geom, unit, kernel_threads()), unit
+    if ctx.wants("dX"):
+        out["dX"] = conv_data_grad(cols, w, None, geom, ctx.who)
+    if ctx.wants("dW"):
+        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, ctx.who)
     return out
 
 
 def conv_transpose_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs)
+    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     out = {}
     if ctx.wants("dX"):
         out["dX"] = conv_forward(dy, w, None, geom, ctx.who)
