@@ -26,7 +26,7 @@ def test_short_row_broadcast_matches_numpy(rng, op, a_shape, b_shape, dtype):
 
 @pytest.mark.parametrize("a_shape,b_shape,tiled", [((16, 16, 16, 8), (8,), True), ((8,), (4, 4, 8), True),
                                                    ((3, 5, 7), (1, 1, 1, 7), True), ((2, 3, 4), (2, 1, 4), False),
-                                                   ((3, 4), (3, 4), False), ((4, 200), (200,), False),
+                                                   ((3, 4), (3, 4), False), ((4, 200), (200,), False), ((16, 16), (16,), False),
                                                    ((16, 16), (), False), ((16, 16), (1, 1), False)])
 def test_short_row_broadcast_is_recognised(a_shape, b_shape, tiled):
     assert broadcasts_short_rows(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)) == tiled

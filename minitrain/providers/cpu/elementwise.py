@@ -14,8 +14,9 @@ from ...registry import register_kernel
 from ...threads import kernel_threads
 
 
-# A vector of fewer than half this many elements broadcast over rows is tiled to about this
-# length first.
+# A vector of fewer than SHORT_ROW_ELEMENTS broadcast over rows is tiled to about
+# TILED_ROW_ELEMENTS first; NumPy's own inner loop is as fast from 16 elements on.
+SHORT_ROW_ELEMENTS = 16
 TILED_ROW_ELEMENTS = 256
 
 
@@ -30,7 +31,7 @@ def broadcasts_short_rows(a, b):
     """Whether one float operand is a short vector (a bias, a per-channel scale) that is the
     other's trailing dims, broadcast over its rows: NumPy would then loop over those rows one
     short inner loop each."""
-    if not 1 < min(a.size, b.size) < TILED_ROW_ELEMENTS // 2 or a.size == b.size or a.dtype != b.dtype \
+    if not 1 < min(a.size, b.size) < SHORT_ROW_ELEMENTS or a.size == b.size or a.dtype != b.dtype \
             or a.dtype not in (np.float32, np.float64):
         return False        # a scalar is one long inner loop already
     big, small = (a, b) if a.size > b.size else (b, a)
