@@ -26,7 +26,7 @@
 // rather than one per element it stages.
 #include "common.cuh"
 #include "activation.cuh"
-#include <type_traits>
+#include "gemm1d_staging.cuh"
 
 #ifndef MT_GEMM1D_TILE
 #error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
@@ -34,11 +34,6 @@
 #define TILE MT_GEMM1D_TILE
 #define LANES 32
 #define SPAN (LANES * TILE)
-#define STAGE_BATCH 8
-
-struct LineGeo {
-    int in_channels, out_channels, in_len, out_len, k, pad;
-};
 
 // v = p[0 .. TILE) from shared memory; p is 16-byte aligned (float4 loads for float).
 template <typename A>
@@ -55,60 +50,6 @@ __device__ __forceinline__ void load_tile<float>(const float* p, float (&v)[TILE
         v[i + 1] = q.y;
         v[i + 2] = q.z;
         v[i + 3] = q.w;
-    }
-}
-
-// dst = *src in shared memory without a register on the way (cp.async, sm_80 and newer); zero
-// when src is null (no byte is read: `fallback`, any valid address, stands in for it).
-template <typename T>
-__device__ __forceinline__ void copy_async(T* dst, const T* src, const T* fallback) {
-    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src ? src : fallback),
-                 "n"((int)sizeof(T)), "r"(src ? (int)sizeof(T) : 0));
-}
-
-__device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;\n" ::); }
-
-// For r < rows, j < width: dst[index(r, j)] = *source(r, j) (zero where source gives null),
-// the pairs dealt to the block's threads in row-major order.  Float and double go by cp.async,
-// every copy of a thread in flight at once (copies_done() waits for them); the 16-bit types,
-// which convert on the way, through registers, STAGE_BATCH loads in flight before their stores.
-template <typename T, typename Source, typename Index>
-__device__ __forceinline__ void stage(acc_t<T>* dst, int rows, int width, int tid, int threads, const T* fallback,
-                                      Source source, Index index) {
-    typedef acc_t<T> A;
-    const int total = rows * width, dr = threads / width, dj = threads - dr * width;
-    int r = tid / width, j = tid - r * width;
-    if constexpr (std::is_same<T, A>::value) {
-        for (int e = tid; e < total; e += threads) {
-            copy_async(dst + index(r, j), source(r, j), fallback);
-            r += dr;
-            j += dj;
-            if (j >= width) {
-                j -= width;
-                ++r;
-            }
-        }
-    } else {
-        for (int e = tid; e < total; e += STAGE_BATCH * threads) {
-            A v[STAGE_BATCH];
-            int at[STAGE_BATCH];
-#pragma unroll
-            for (int u = 0; u < STAGE_BATCH; ++u) {
-                const T* p = e + u * threads < total ? source(r, j) : nullptr;
-                v[u] = p ? to_acc(*p) : A(0);
-                at[u] = e + u * threads < total ? index(r, j) : 0;
-                r += dr;
-                j += dj;
-                if (j >= width) {
-                    j -= width;
-                    ++r;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < STAGE_BATCH; ++u)
-                if (e + u * threads < total) dst[at[u]] = v[u];
-        }
     }
 }
 
@@ -204,7 +145,7 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
     extern __shared__ __align__(16) unsigned char gemm1d_shared[];
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
     const int lda = bm + 4;                          // dY rows stay 16-byte aligned
-    const int width = chunk + g.k - 1, stride = chunk + g.k;
+    const int stride = chunk + g.k;
     const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
     const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
     const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
@@ -229,20 +170,9 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
     for (int64_t q = first; q < last; ++q) {
         const int64_t s = q / per_sample;
         const int l0 = (int)(q - s * per_sample) * chunk;
-        const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
-        const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
         __syncthreads();    // the previous chunk's readers are done
-        stage(as, bm, chunk, tid, threads, dy,
-              [&](int m, int p) -> const T* {
-                  return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
-              },
-              [&](int m, int p) { return p * lda + m; });
-        stage(xs, c_count, width, tid, threads, dy,
-              [&](int c, int j) -> const T* {
-                  const int at = l0 - g.pad + j;
-                  return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
-              },
-              [&](int c, int j) { return c * stride + j; });
+        stage_weight_chunk(dy, x, as, xs, s, l0, m0, bm, chunk, c_first, c_count, stride, tid, threads, g,
+                           [&](int m, int p) { return p * lda + m; });
         copies_done();
         __syncthreads();
         for (int p = threadIdx.z; p < chunk; p += layers) {

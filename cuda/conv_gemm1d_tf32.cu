@@ -30,6 +30,7 @@
 // Every tile is staged by cp.async with all its copies in flight.
 #include "common.cuh"
 #include "activation.cuh"
+#include "gemm1d_staging.cuh"
 
 #ifndef MT_GEMM1D_TF32_LINE_NT
 #error "MT_GEMM1D_TF32_LINE_NT comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TF32_LINE_NT=...)"
@@ -39,38 +40,6 @@
 #define MMA_M 16
 #define MMA_N 8
 #define MMA_K 8
-
-struct LineGeo {
-    int in_channels, out_channels, in_len, out_len, k, pad;
-};
-
-// *dst = *src in shared memory without a register on the way; zero when src is null (no byte
-// is read: `fallback`, any valid address, stands in for it).
-__device__ __forceinline__ void copy_async(float* dst, const float* src, const float* fallback) {
-    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src ? src : fallback),
-                 "r"(src ? 4 : 0));
-}
-
-__device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;\n" ::); }
-
-// For r < rows, j < width: dst[index(r, j)] = *source(r, j) (zero where source gives null), the
-// pairs dealt to the block's threads in row-major order, every copy in flight at once.
-template <typename Source, typename Index>
-__device__ __forceinline__ void stage(float* dst, int rows, int width, int tid, int threads, const float* fallback,
-                                      Source source, Index index) {
-    const int total = rows * width, dr = threads / width, dj = threads - dr * width;
-    int r = tid / width, j = tid - r * width;
-    for (int e = tid; e < total; e += threads) {
-        copy_async(dst + index(r, j), source(r, j), fallback);
-        r += dr;
-        j += dj;
-        if (j >= width) {
-            j -= width;
-            ++r;
-        }
-    }
-}
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned u;
@@ -198,7 +167,7 @@ __device__ void weight_impl(const float* dy, const float* x, float* part, int64_
     extern __shared__ __align__(16) unsigned char gemm1d_tf32_shared[];
     const int warps_n = blockDim.y / warps_m, layers = blockDim.z;
     const int bm = warps_m * MT * MMA_M, bn = warps_n * NT * MMA_N;
-    const int lda = chunk + 4, width = chunk + g.k - 1, stride = chunk + g.k;
+    const int lda = chunk + 4, stride = chunk + g.k;
     const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
     const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
     const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
@@ -225,20 +194,9 @@ __device__ void weight_impl(const float* dy, const float* x, float* part, int64_
     for (int64_t q = first; q < last; ++q) {
         const int64_t s = q / per_sample;
         const int l0 = (int)(q - s * per_sample) * chunk;
-        const float* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
-        const float* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
         __syncthreads();    // the previous chunk's readers are done
-        stage(as, bm, chunk, tid, threads, dy,
-              [&](int m, int p) -> const float* {
-                  return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
-              },
-              [&](int m, int p) { return m * lda + p; });
-        stage(xs, c_count, width, tid, threads, dy,
-              [&](int c, int j) -> const float* {
-                  const int at = l0 - g.pad + j;
-                  return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
-              },
-              [&](int c, int j) { return c * stride + j; });
+        stage_weight_chunk(dy, x, as, xs, s, l0, m0, bm, chunk, c_first, c_count, stride, tid, threads, g,
+                           [&](int m, int p) { return m * lda + p; });
         copies_done();
         __syncthreads();
         for (int p = threadIdx.z * MMA_K; p < chunk; p += layers * MMA_K) {
