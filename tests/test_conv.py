@@ -209,6 +209,24 @@ def assert_close32(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
 
 
+def check_against_torch_padded(x, w, b, dy, want, attrs, strides, dilations, pads, group):
+    """Conv and ConvGrad in float32 against PyTorch autograd's conv{1,2,3}d on the input padded
+    by F.pad (ONNX pads may differ at the two ends); skipped without torch."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    r = x.ndim - 2
+    torch_pads = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
+
+    def fn(xt, wt, bt):
+        return (F.conv1d, F.conv2d, F.conv3d)[r - 1](F.pad(xt, torch_pads), wt, bt, stride=strides,
+                                                      dilation=dilations, groups=group)
+    ty, tdx, tdw, tdb = torch_compare(torch, fn, x, w, b, dy, want)
+    f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
+    assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], ty)
+    for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (tdx, tdw, tdb)):
+        assert_close32(got, ref)
+
+
 def check_on_one_and_three_threads(x, w, b, dy, want, attrs, rng):
     """Serially and on three threads: Conv against `want`, ConvGrad against central differences
     in float64, both in float32 against float64.  Returns ConvGrad's (dX, dW, dB) in float64."""
@@ -433,18 +451,7 @@ def test_depthwise_kernels_against_reference(shape, kernel, attrs, rng, monkeypa
     for got, ref in zip(run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS), (dx, dw, db)):
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
     monkeypatch.undo()
-
-    torch = pytest.importorskip("torch")
-    F = torch.nn.functional
-    torch_pads = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
-
-    def fn(xt, wt, bt):
-        return (F.conv1d, F.conv2d, F.conv3d)[r - 1](F.pad(xt, torch_pads), wt, bt, dilation=dilations, groups=group)
-    ty, tdx, tdw, tdb = torch_compare(torch, fn, x, w, b, dy, want)
-    f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
-    assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], ty)
-    for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (tdx, tdw, tdb)):
-        assert_close32(got, ref)
+    check_against_torch_padded(x, w, b, dy, want, attrs, [1] * r, dilations, pads, group)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs,expected", [
@@ -493,19 +500,7 @@ def test_strided_depthwise_against_reference(shape, kernel, attrs, rng, monkeypa
     for got, ref in zip(run_node("ConvGrad", [dy, x, w], attrs=attrs, domain=MS), grads):
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
     monkeypatch.undo()
-
-    torch = pytest.importorskip("torch")
-    F = torch.nn.functional
-    torch_pads = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
-
-    def fn(xt, wt, bt):
-        return (F.conv1d, F.conv2d, F.conv3d)[r - 1](F.pad(xt, torch_pads), wt, bt, stride=strides,
-                                                      dilation=dilations, groups=attrs["group"])
-    ty, tdx, tdw, tdb = torch_compare(torch, fn, x, w, b, dy, want)
-    f32 = [a.astype(np.float32) for a in (dy, x, w, b)]
-    assert_close32(run_node("Conv", f32[1:], attrs=attrs)[0], ty)
-    for got, ref in zip(run_node("ConvGrad", f32[:3], attrs=attrs, domain=MS), (tdx, tdw, tdb)):
-        assert_close32(got, ref)
+    check_against_torch_padded(x, w, b, dy, want, attrs, strides, dilations, pads, attrs["group"])
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [
