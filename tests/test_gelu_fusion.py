@@ -197,14 +197,19 @@ def test_the_whole_graph_pass_fuses_a_forward_graph_too(rng):
     assert working_ops(fuse(graph)) == {"Gelu": 1}
 
 
-@pytest.mark.parametrize("moved", ["Gelu", "GeluGrad"])
-def test_no_gelu_where_it_or_its_gradient_runs_elsewhere(moved, monkeypatch):
+def place_elsewhere(monkeypatch, moved):
+    """The fusion pass sees op type `moved` run on another provider ("cuda") than the rest."""
     real = Rewrite.kernel_for
 
     def elsewhere(self, op_type, domain, dtype):
         kdef = real(self, op_type, domain, dtype)
         return dataclasses.replace(kdef, provider="cuda") if op_type == moved else kdef
     monkeypatch.setattr(Rewrite, "kernel_for", elsewhere)
+
+
+@pytest.mark.parametrize("moved", ["Gelu", "GeluGrad"])
+def test_no_gelu_where_it_or_its_gradient_runs_elsewhere(moved, monkeypatch):
+    place_elsewhere(monkeypatch, moved)
     assert "Gelu" not in op_counts(fuse_forward(erf_pattern()))
 
 
@@ -263,12 +268,7 @@ def test_no_bias_gelu_for_the_tanh_form_a_kept_sum_or_a_second_reader():
 
 @pytest.mark.parametrize("moved", ["BiasGelu", "BiasGeluGrad_dX"])
 def test_no_bias_gelu_where_it_or_its_gradient_runs_elsewhere(moved, monkeypatch):
-    real = Rewrite.kernel_for
-
-    def elsewhere(self, op_type, domain, dtype):
-        kdef = real(self, op_type, domain, dtype)
-        return dataclasses.replace(kdef, provider="cuda") if op_type == moved else kdef
-    monkeypatch.setattr(Rewrite, "kernel_for", elsewhere)
+    place_elsewhere(monkeypatch, moved)
     assert working_ops(fuse_forward(bias_gelu_graph())) == {"Add": 1, "Gelu": 1}
 
 
