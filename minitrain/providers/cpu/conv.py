@@ -565,13 +565,24 @@ def route(geom, n, nt):
     return "direct" if direct else "gemm"
 
 
-def _gemm_setup(geom, items, nt, dtype):
-    """(geometry array, tile width, OpenMP-over-items?, im2col scratch) for the GEMM path."""
+@functools.lru_cache(maxsize=256)
+def _gemm_plan(geom, n, per_tile, nt, dtype):
+    """(geometry array, tile width, OpenMP-over-items?, scratch rows, scratch size) of the GEMM
+    path, the work items being (sample, group, tile) when `per_tile`, else (sample, group); kept
+    per key, as a step runs the same convolutions every time (the array is only read)."""
     t = _tile(geom, np.dtype(dtype).itemsize)
-    parallel = _schedule(items(t), nt)
+    items = n * geom.group * (-(-numel(geom.col_spatial) // t) if per_tile else 1)
+    parallel = _schedule(items, nt)
     k = geom.img_channels // geom.group * numel(geom.kernel)
-    scratch = _scratch(nt if parallel else 1, 0 if geom.is_pointwise else k * t, dtype)
-    return geo_array(geom), t, parallel, scratch
+    geo = geo_array(geom)
+    geo.flags.writeable = False
+    return geo, t, parallel, nt if parallel else 1, 0 if geom.is_pointwise else k * t
+
+
+def _gemm_setup(geom, n, per_tile, nt, dtype):
+    """(geometry array, tile width, OpenMP-over-items?, im2col scratch) for the GEMM path."""
+    geo, t, parallel, rows, size = _gemm_plan(geom, n, per_tile, nt, np.dtype(dtype))
+    return geo, t, parallel, _scratch(rows, size, dtype)
 
 
 def gemm_forward(img, w, bias, geom, nt):
@@ -580,8 +591,7 @@ def gemm_forward(img, w, bias, geom, nt):
     out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
     if out.size == 0:
         return out
-    geo, t, parallel, scratch = _gemm_setup(
-        geom, lambda t: n * geom.group * -(-numel(geom.col_spatial) // t), nt, img.dtype)
+    geo, t, parallel, scratch = _gemm_setup(geom, n, True, nt, img.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.forward(img.reshape(-1), w.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
                       out.reshape(-1), geo, n, t, scratch, parallel, nt)
@@ -597,7 +607,7 @@ def gemm_data_grad(cols, w, bias, geom, nt):
     out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
     if out.size == 0:
         return out
-    geo, t, parallel, scratch = _gemm_setup(geom, lambda t: n * geom.group, nt, cols.dtype)
+    geo, t, parallel, scratch = _gemm_setup(geom, n, False, nt, cols.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.backward_data(cols.reshape(-1), w.reshape(-1), _NO_BIAS[cols.dtype] if bias is None else bias,
                             out.reshape(-1), geo, n, t, scratch, parallel, nt)
@@ -607,8 +617,7 @@ def gemm_data_grad(cols, w, bias, geom, nt):
 def gemm_weight_grad(cols, img, w_shape, geom, nt):
     """conv_weight_grad by im2col tiles and GEMM; per-thread accumulators when parallel."""
     n = img.shape[0]
-    geo, t, parallel, scratch = _gemm_setup(
-        geom, lambda t: n * geom.group * -(-numel(geom.col_spatial) // t), nt, img.dtype)
+    geo, t, parallel, scratch = _gemm_setup(geom, n, True, nt, img.dtype)
     acc = np.zeros((nt if parallel else 1, numel(w_shape)), dtype=img.dtype)
     with blas_threads(1 if parallel else nt):
         _conv.backward_weight(cols.reshape(-1), img.reshape(-1), acc, geo, n, t, scratch, parallel, nt)
