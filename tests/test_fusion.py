@@ -484,11 +484,14 @@ def test_relu_and_max_pool_stay_when_their_values_are_fetched_or_read_elsewhere(
 
 # ------------------------------------------------------------------------------ training
 def bench_cases():
+    """bench/train.py as a module; sys.path restored whole afterwards (the script puts bench/ on it
+    too, where its model_families.py would shadow the tests' own)."""
+    saved = list(sys.path)
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     try:
         bench_train = importlib.import_module("train")
     finally:
-        sys.path.pop(0)
+        sys.path[:] = saved
     return bench_train
 
 
