@@ -1,7 +1,8 @@
 """Whole-step CUDA Graphs: captured and uncaptured training give bitwise-equal parameters, a new
 batch size captures a second graph, a checkpoint of a captured run resumes bitwise, the step's
-arena never gives two live allocations the same bytes, Dropout draws a new mask per replay,
-and a plan with a host node runs uncaptured."""
+arena never gives two live allocations the same bytes, Dropout draws a new mask per replay, a
+learning rate changed between replays reaches the graph, and a plan with a host node runs
+uncaptured."""
 import logging
 
 import numpy as np
@@ -86,6 +87,27 @@ def test_device_and_host_feeds_mix_in_a_captured_run():
              for i, (x, y) in enumerate(data)]
     _, params = params_after(captured, mixed)
     assert captured._train.graphs.stats["replays"] == 5
+    for name in plain:
+        assert np.array_equal(params[name], plain[name]), name
+
+
+def test_a_learning_rate_changed_between_replays_reaches_the_graph():
+    """Device-fed batches leave the learning rate the only host value of a replay: it is staged
+    again when it changes, and held in the graph's input while it does not."""
+    data = batches(64, 16)
+
+    def run(s):
+        provider = s._provider
+        for step, (x, y) in enumerate(data):
+            if step in (7, 12):
+                s.optimizer.param_groups[0]["lr"] *= 0.5
+            s.train_step(provider.from_numpy(x), provider.from_numpy(y))
+        s.pull()
+        return {name: p.copy() for name, p in s.params.items()}
+    plain = run(session(False))
+    captured = session(True)
+    params = run(captured)
+    assert captured._train.graphs.stats["replays"] == 13
     for name in plain:
         assert np.array_equal(params[name], plain[name]), name
 

@@ -30,6 +30,23 @@ def test_copies_of_many_blocks(dtype, rng):
     check_parity("Gather", [x, np.array([[5, -1], [0, 32]])], {"axis": 1}, opset=13, dtypes=[dtype])
 
 
+@pytest.mark.parametrize("axis", [0, 1, 3])
+def test_concat_and_split_of_more_pieces_than_a_launch_takes(axis, rng):
+    """Six pieces (two launches of the pieces kernels), one of them empty, on the first, a middle
+    and the last axis; Split with some outputs unwanted."""
+    sizes = [3, 1, 0, 5, 2, 4]
+    pieces = []
+    for size in sizes:
+        shape = [4, 3, 5, 6]
+        shape[axis] = size
+        pieces.append(rng.standard_normal(shape))
+    check_parity("Concat", pieces, {"axis": axis}, opset=13)
+    whole = np.concatenate(pieces, axis=axis)
+    names = [f"outputs_{i}" for i in range(len(sizes))]
+    check_parity("Split", [whole, np.array(sizes)], {"axis": axis}, opset=13, outputs=names)
+    check_parity("Split", [whole, np.array(sizes)], {"axis": axis}, opset=13, outputs=names[1::2])
+
+
 def test_transpose_past_eight_unmergeable_dims(rng):
     x = rng.standard_normal((2,) * 10)
     check_parity("Transpose", [x], {"perm": [1, 0, 3, 2, 5, 4, 7, 6, 9, 8]}, opset=13)

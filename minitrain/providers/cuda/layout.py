@@ -99,6 +99,36 @@ def copy_strided(provider, dtype, src, src_strides, dst, dst_strides, shape):
                      dst + i * dst_strides[0] * item, dst_strides[1:], shape[1:])
 
 
+PIECES_PER_LAUNCH = 4
+_CONCAT_PIECES = _ByWidth("layout", "concat_pieces", "PqqqPPPPqqqq")
+_SPLIT_PIECES = _ByWidth("layout", "split_pieces", "PqqqPPPPqqqq")
+
+
+def concat_pieces(provider, dtype, whole, pieces, widths, outer):
+    """Each of whole's `outer` rows = the dense pieces' rows (widths[j] elements each) side by
+    side: Concat along one axis, PIECES_PER_LAUNCH pieces a launch."""
+    _launch_pieces(_CONCAT_PIECES, provider, dtype, whole, pieces, widths, outer)
+
+
+def split_pieces(provider, dtype, whole, pieces, widths, outer):
+    """Each dense piece's rows = its columns of whole's rows (Split along one axis); a None piece
+    is skipped.  PIECES_PER_LAUNCH pieces a launch."""
+    _launch_pieces(_SPLIT_PIECES, provider, dtype, whole, pieces, widths, outer)
+
+
+def _launch_pieces(kernel, provider, dtype, whole, pieces, widths, outer):
+    row, first = sum(widths), 0
+    for start in range(0, len(pieces), PIECES_PER_LAUNCH):
+        group = range(start, min(start + PIECES_PER_LAUNCH, len(pieces)))
+        pad = [0] * (PIECES_PER_LAUNCH - len(group))
+        pointers = [0 if pieces[j] is None else pieces[j] for j in group] + pad
+        span = sum(widths[j] for j in group)
+        if any(pieces[j] is not None for j in group):
+            kernel.launch_elements(provider, dtype, outer * span, whole, row, first, outer, *pointers,
+                                   *[widths[j] for j in group], *pad)
+        first += span
+
+
 def make_contiguous(provider, value):
     """A new C-contiguous GPUArray with the elements of the strided view `value`, in one launch
     (a view of more than MAX_RANK merged dims is refused by plan_args)."""

@@ -27,7 +27,7 @@ from .compiler import CUDA_FLOAT_TYPES, Kernel
 from .driver import device_ptr
 from .elementwise import broadcast_strides
 from .launch import MAX_RANK
-from .layout import copy_strided, dense_strides
+from .layout import concat_pieces, copy_strided, dense_strides, split_pieces
 from .shape import view
 
 _FILL = Kernel("structural", "fill", "PqT")
@@ -85,28 +85,28 @@ def transpose(ctx):
 
 @register_kernel("Concat", since=1, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
 def concat(ctx):
+    """The inputs' rows side by side, the rows being what lies under the axis: a launch per
+    PIECES_PER_LAUNCH inputs."""
     inputs = ctx.inputs
     axis = concat_axis(ctx.fail, ctx.attrs["axis"], [x.shape for x in inputs])
     shape = list(inputs[0].shape)
     shape[axis] = sum(x.shape[axis] for x in inputs)
     out = ctx.provider.empty(shape, inputs[0].dtype)
-    strides, start = dense_strides(shape), 0
-    for x in inputs:
-        copy_strided(ctx.provider, x.dtype, address(x), dense_strides(x.shape), address(out, start * strides[axis]),
-                     strides, x.shape)
-        start += x.shape[axis]
+    inner = math.prod(shape[axis + 1:])
+    concat_pieces(ctx.provider, out.dtype, out, inputs, [x.shape[axis] * inner for x in inputs],
+                  math.prod(shape[:axis]))
     return {"concat_result": out}
 
 
 def _split(ctx, split, version):
+    """Every wanted output's rows from its columns of x's rows (see concat)."""
     x = ctx.inputs[0]
     axis, sizes = split_plan(ctx.fail, version, ctx.attrs, x.shape, split, ctx.wanted)
-    strides, start, out = dense_strides(x.shape), 0, {}
-    for name, size in zip(PIECES, sizes):
-        if ctx.wants(name):
-            shape = x.shape[:axis] + (size,) + x.shape[axis + 1:]
-            out[name] = gathered(ctx.provider, x, start * strides[axis], strides, shape)
-        start += size
+    out = {name: ctx.provider.empty(x.shape[:axis] + (size,) + x.shape[axis + 1:], x.dtype)
+           for name, size in zip(PIECES, sizes) if ctx.wants(name)}
+    inner = math.prod(x.shape[axis + 1:])
+    split_pieces(ctx.provider, x.dtype, x, [out.get(name) for name in PIECES[:len(sizes)]],
+                 [size * inner for size in sizes], math.prod(x.shape[:axis]))
     return out
 
 

@@ -15,7 +15,7 @@ SLOTS = 8
 class FetchRing:
     def __init__(self, provider):
         self.provider = provider
-        self.slots = [None] * SLOTS      # (pending, buffers) of each slot
+        self.slots = [None] * SLOTS      # (pending, buffers, event) of each slot
         self.next = 0
 
     def fetch(self, values):
@@ -28,7 +28,7 @@ class FetchRing:
         on_host = {name: np.array(v) for name, v in values.items() if isinstance(v, np.ndarray)}
         on_device = {name: v for name, v in values.items() if name not in on_host}
         buffers = self._buffers(held[1] if held else {}, on_device)
-        event = driver.Event(driver.event_flags.DISABLE_TIMING)
+        event = held[2] if held else driver.Event(driver.event_flags.DISABLE_TIMING)
         for name, value in on_device.items():
             value = self.provider.contiguous(value)
             if value.size:
@@ -41,7 +41,7 @@ class FetchRing:
             copied = {name: np.array(buffers[name]) for name in on_device}
             return {name: copied[name] if name in copied else on_host[name] for name in values}
         pending = PendingValues(None, wait)
-        self.slots[slot] = (pending, buffers)
+        self.slots[slot] = (pending, buffers, event)
         return pending
 
     @staticmethod

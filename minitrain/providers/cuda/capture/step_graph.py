@@ -13,7 +13,8 @@ Inputs travel through pinned host buffers, double-buffered: run k writes its bat
 buffer k % 2, copies it on a side stream into device staging k % 2 (overlapping step k - 1 on
 the GPU), and the main stream copies staging into the graph's input tensors just before the
 launch; inputs fed as device tensors are copied into them directly.  Host values a kernel needs
-afresh every execution (a Dropout seed: `uploaded`) ride along the same way.
+afresh every execution (a Dropout seed: `uploaded`) ride along the same way.  A small host value
+equal to the one the previous run loaded (a constant learning rate) is not copied again.
 
 A plan is not captured when a node runs on another provider or reads a per-run input from host
 memory, but for the shape arithmetic of run-time shape subgraphs (shape_folding.py): host nodes
@@ -169,7 +170,12 @@ class StepGraphs(StepReplay):
 
 
 class _Staging:
-    """Double-buffered pinned and device staging of a graph's inputs and per-execution uploads."""
+    """Double-buffered pinned and device staging of a graph's inputs and per-execution uploads.
+
+    Host values of at most SMALL_BYTES (a learning rate, a seed) that equal what the previous
+    run loaded are not copied again: the graph's input tensors still hold them, as nothing but
+    `load` writes them.  A run whose host values are all such skips the staging altogether."""
+    SMALL_BYTES = 256
 
     def __init__(self, provider, inputs, uploads):
         self.provider = provider
@@ -187,36 +193,48 @@ class _Staging:
         self.copy_stream = driver.Stream()
         self.parity = 0
         self.used = [False, False]
+        self.loaded = {}        # target index -> bytes of the small host value its tensor holds
 
     def load(self, fed):
         """Queue this run's inputs into the graph's input tensors (main stream order)."""
+        from_host, on_device = [], []
+        for index, (source, tensor) in enumerate(self.targets):
+            value = fed[source] if isinstance(source, str) else source()
+            if self.provider.is_native(value):
+                on_device.append((tensor, value))
+            else:
+                from_host.append((index, np.ascontiguousarray(value, tensor.dtype).reshape(-1).view(np.uint8)))
+        if from_host and not self._hold(from_host):
+            self._stage(from_host)
+        for tensor, value in on_device:
+            self.provider.copy_into(tensor, value)
+
+    def _hold(self, from_host):
+        """Whether every host value is small and already in its tensor."""
+        return all(flat.size <= self.SMALL_BYTES and self.loaded.get(index) == flat.tobytes()
+                   for index, flat in from_host)
+
+    def _stage(self, from_host):
+        """Copy the host values through pinned buffer and device staging of this run's parity."""
         p, self.parity = self.parity, self.parity ^ 1
         if self.used[p]:
             self.copied[p].synchronize()          # the copy from host[p] two runs ago is done
             self.copy_stream.wait_for_event(self.consumed[p])
         self.used[p] = True
         host, device, stream = self.host[p], self.device[p], self.provider.stream
-        from_host, on_device = [], []
-        for (source, tensor), offset in zip(self.targets, self.offsets):
-            value = fed[source] if isinstance(source, str) else source()
-            if self.provider.is_native(value):
-                on_device.append((tensor, value))
-            else:
-                flat = np.ascontiguousarray(value, tensor.dtype).reshape(-1).view(np.uint8)
-                host[offset:offset + flat.size] = flat
-                from_host.append((tensor, offset))
+        for index, flat in from_host:
+            offset = self.offsets[index]
+            host[offset:offset + flat.size] = flat
+            self.loaded[index] = flat.tobytes() if flat.size <= self.SMALL_BYTES else None
         base = int(device.gpudata)
-        if from_host:       # one copy over the span of the host-fed values
-            first = from_host[0][1]
-            last = from_host[-1][1] + from_host[-1][0].nbytes
-            driver.memcpy_htod_async(base + first, host[first:last], self.copy_stream)
+        first = self.offsets[from_host[0][0]]      # one copy over the span of the host-fed values
+        last = self.offsets[from_host[-1][0]] + from_host[-1][1].size
+        driver.memcpy_htod_async(base + first, host[first:last], self.copy_stream)
         self.copied[p].record(self.copy_stream)
         stream.wait_for_event(self.copied[p])
-        for tensor, offset in from_host:
-            if tensor.nbytes:
-                driver.memcpy_dtod_async(tensor.gpudata, base + offset, tensor.nbytes, stream)
-        for tensor, value in on_device:
-            self.provider.copy_into(tensor, value)
+        for index, flat in from_host:
+            if flat.size:
+                driver.memcpy_dtod_async(self.targets[index][1].gpudata, base + self.offsets[index], flat.size, stream)
         self.consumed[p].record(stream)
 
 
