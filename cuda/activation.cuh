@@ -56,6 +56,11 @@ template <typename A> __device__ __forceinline__ A activate(int code, A x, A alp
     }
 }
 
+// A convolution epilogue's activation: none for code -1.
+template <typename A> __device__ __forceinline__ A activate_or_keep(int code, A x, A alpha, A beta) {
+    return code < 0 ? x : activate(code, x, alpha, beta);
+}
+
 template <typename A> struct ReluGrad { A alpha; __device__ A operator()(A dy, A x) const { return x > A(0) ? dy : A(0); } };
 template <typename A> struct SigmoidGrad {
     A alpha;

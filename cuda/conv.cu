@@ -10,6 +10,7 @@
 // Nothing here uses atomics: every result is a gather or a block reduction, so every kernel
 // is deterministic.
 #include "common.cuh"
+#include "activation.cuh"
 
 // The geometry, passed by value; its fields are the last kernel arguments (21 int32).
 struct ConvGeo {
@@ -173,10 +174,11 @@ __device__ void sum_slices_impl(const acc_t<T>* part, T* out, int64_t count, int
 }
 
 // ---------------------------------------------------------------------------- direct algorithm
-// cols[b, co, o] = bias[co] + sum over (ci, tap) of w[co, ci, tap] * img[b, g*c + ci, o's tap point].
+// cols[b, co, o] = act(bias[co] + sum over (ci, tap) of w[co, ci, tap] * img[b, g*c + ci, o's tap point]),
+// act: activate_or_keep(code, ., alpha, beta) (FusedConv's activation; -1 none).
 template <typename T>
 __device__ void direct_forward_impl(const T* img, const T* w, const T* bias, T* cols, int64_t samples, int has_bias,
-                                    ConvGeo g) {
+                                    int code, acc_t<T> alpha, acc_t<T> beta, ConvGeo g) {
     const int taps = kernel_taps(g), col_channels = g.group * g.m;
     const int64_t P = column_plane(g), plane = image_plane(g);
     const int64_t n = samples * col_channels * P;
@@ -204,7 +206,7 @@ __device__ void direct_forward_impl(const T* img, const T* w, const T* bias, T* 
                 }
             }
         }
-        cols[i] = from_acc<T>(acc);
+        cols[i] = from_acc<T>(activate_or_keep(code, acc, alpha, beta));
     }
 }
 
@@ -296,8 +298,9 @@ __device__ void direct_weight_grad_impl(const T* cols, const T* img, T* dw, int6
         sum_slices_impl<T>(part, out, count, slices);                                                           \
     }                                                                                                           \
     extern "C" __global__ void direct_forward_##S(const T* img, const T* w, const T* bias, T* cols,             \
-                                                  int64_t samples, int has_bias, GEO) {                         \
-        direct_forward_impl<T>(img, w, bias, cols, samples, has_bias, g);                                       \
+                                                  int64_t samples, int has_bias, int code, acc_t<T> alpha,      \
+                                                  acc_t<T> beta, GEO) {                                         \
+        direct_forward_impl<T>(img, w, bias, cols, samples, has_bias, code, alpha, beta, g);                    \
     }                                                                                                           \
     extern "C" __global__ void direct_data_grad_##S(const T* cols, const T* w, const T* bias, T* img,           \
                                                     int64_t samples, int has_bias, GEO) {                       \

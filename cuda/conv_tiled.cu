@@ -7,6 +7,7 @@
 // a slice of (sample, row) per block, every tap at once in registers, and conv.cu's sum_slices
 // adds the slices in a fixed order: no atomics, deterministic.
 #include "common.cuh"
+#include "activation.cuh"
 
 struct TileGeo {
     int group, c, m;    // groups; image / column channels per group
@@ -39,11 +40,12 @@ __device__ void stage_window(const T* src, acc_t<T>* tile, int channels, int64_t
         }
 }
 
-// cols[b, g*m + mo, oy, ox] = bias + sum over (ci, ky, kx) of w[g*m + mo, ci, ky, kx] * img[b, g*c + ci, window]
+// cols[b, g*m + mo, oy, ox] = act(bias + sum over (ci, ky, kx) of w[g*m + mo, ci, ky, kx] * img[b, g*c + ci, window]),
+// act: activate_or_keep(code, ., alpha, beta) (FusedConv's activation; -1 none).
 // A tile is blockDim.x columns by blockDim.y * rpt rows (each thread rpt rows, blockDim.y apart).
 template <typename T>
 __device__ void tiled_forward_impl(const T* img, const T* w, const T* bias, T* cols, int64_t samples, int has_bias,
-                                   int rpt, TileGeo g) {
+                                   int rpt, int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {
     typedef acc_t<T> A;
     extern __shared__ unsigned char shared_raw[];
     A* tile = reinterpret_cast<A*>(shared_raw);
@@ -77,7 +79,7 @@ __device__ void tiled_forward_impl(const T* img, const T* w, const T* bias, T* c
                         for (int kx = 0; kx < g.kw; ++kx)
                             acc += t[ky * g.dh * width + kx * g.dw] * wm[(ci * g.kh + ky) * g.kw + kx];
                 }
-                cols[(bg * g.m + mo) * P + (int64_t)oy * g.ow + ox] = from_acc<T>(acc);
+                cols[(bg * g.m + mo) * P + (int64_t)oy * g.ow + ox] = from_acc<T>(activate_or_keep(code, acc, alpha, beta));
             }
         }
     }
@@ -139,13 +141,15 @@ __device__ void tiled_data_impl(const T* cols, const T* w, const T* bias, T* img
 // shared memory, no synchronization.  DATA: the data gradient (unit strides both ways), as
 // the forward convolution of the columns with the flipped kernel and pads (k - 1) * d - p;
 // else the forward.  Threads stride over (output row, group of ROWS_X) along x and over (sample,
-// group, output channel) planes along y.
+// group, output channel) planes along y.  Outputs pass through activate_or_keep(code, ., alpha,
+// beta): FusedConv's activation on a forward, -1 (none) for the data gradient.
 #ifndef MT_ROWS_X
 #error "MT_ROWS_X comes from minitrain/providers/cuda/launch.py (nvcc -DMT_ROWS_X=...)"
 #endif
 #define ROWS_X MT_ROWS_X
 template <typename T, int KW, bool DATA>
-__device__ void rows_impl(const T* src, const T* w, const T* bias, T* dst, int64_t samples, int has_bias, TileGeo g) {
+__device__ void rows_impl(const T* src, const T* w, const T* bias, T* dst, int64_t samples, int has_bias, int code,
+                          acc_t<T> alpha, acc_t<T> beta, TileGeo g) {
     typedef acc_t<T> A;
     const int cin = DATA ? g.m : g.c, cout = DATA ? g.c : g.m, taps = g.kh * KW;
     const int src_h = DATA ? g.oh : g.ih, src_w = DATA ? g.ow : g.iw;
@@ -190,7 +194,7 @@ __device__ void rows_impl(const T* src, const T* w, const T* bias, T* dst, int64
             T* out = dst + (pl * H + y) * W + x0;
 #pragma unroll
             for (int r = 0; r < ROWS_X; ++r)
-                if (x0 + r < W) out[r] = from_acc<T>(acc[r]);
+                if (x0 + r < W) out[r] = from_acc<T>(activate_or_keep(code, acc[r], alpha, beta));
         }
     }
 }
@@ -249,8 +253,9 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
 
 #define TILED_KERNELS(T, S)                                                                                     \
     extern "C" __global__ void tiled_forward_##S(const T* img, const T* w, const T* bias, T* cols, int64_t samples, \
-                                                 int has_bias, int rpt, TileGeo g) {                            \
-        tiled_forward_impl<T>(img, w, bias, cols, samples, has_bias, rpt, g);                                   \
+                                                 int has_bias, int rpt, int code, acc_t<T> alpha, acc_t<T> beta, \
+                                                 TileGeo g) {                                                   \
+        tiled_forward_impl<T>(img, w, bias, cols, samples, has_bias, rpt, code, alpha, beta, g);                \
     }                                                                                                           \
     extern "C" __global__ void tiled_data_##S(const T* cols, const T* w, const T* bias, T* img, int64_t samples, \
                                               int has_bias, int rpt, TileGeo g) {                               \
@@ -260,14 +265,22 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
                                                    int64_t samples, int has_bias, int rpt, TileGeo g) {         \
         tiled_data_impl<T, true>(cols, w, bias, img, samples, has_bias, rpt, g);                                \
     }                                                                                                           \
-    extern "C" __global__ void rows_forward_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,  \
-                                                   TileGeo g) { rows_impl<T, 3, false>(s, w, b, d, n, hb, g); }  \
-    extern "C" __global__ void rows_forward_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,  \
-                                                   TileGeo g) { rows_impl<T, 5, false>(s, w, b, d, n, hb, g); }  \
-    extern "C" __global__ void rows_data_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,     \
-                                                TileGeo g) { rows_impl<T, 3, true>(s, w, b, d, n, hb, g); }      \
-    extern "C" __global__ void rows_data_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,     \
-                                                TileGeo g) { rows_impl<T, 5, true>(s, w, b, d, n, hb, g); }      \
+    extern "C" __global__ void rows_forward_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb, \
+                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
+        rows_impl<T, 3, false>(s, w, b, d, n, hb, code, alpha, beta, g);                                        \
+    }                                                                                                           \
+    extern "C" __global__ void rows_forward_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb, \
+                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
+        rows_impl<T, 5, false>(s, w, b, d, n, hb, code, alpha, beta, g);                                        \
+    }                                                                                                           \
+    extern "C" __global__ void rows_data_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,    \
+                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
+        rows_impl<T, 3, true>(s, w, b, d, n, hb, code, alpha, beta, g);                                         \
+    }                                                                                                           \
+    extern "C" __global__ void rows_data_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,    \
+                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
+        rows_impl<T, 5, true>(s, w, b, d, n, hb, code, alpha, beta, g);                                         \
+    }                                                                                                           \
     extern "C" __global__ void tiled_weight_t9_##S(const T* cols, const T* img, acc_t<T>* part, int64_t samples, \
                                                    int64_t per_slice, TileGeo g) {                              \
         tiled_weight_impl<T, 9>(cols, img, part, samples, per_slice, g);                                        \

@@ -13,6 +13,12 @@ from ..compiler import Kernel
 BIAS_ACTIVATION = Kernel("fused", "bias_activation", "PPqqqqqqTiTT")
 
 
+def activation_args(key):
+    """The kernel arguments (code, alpha, beta) of a key's activation for a kernel that applies
+    it in its epilogue (activation.cuh's activate_or_keep): code -1 where there is none."""
+    return key.activation if key.activation is not None else (-1, 0.0, 0.0)
+
+
 def bias_activation(provider, y, bias, code, alpha, beta):
     """y (N, C, ...) = act(y + bias[channel]) in place (no bias: act(y))."""
     channels = y.shape[1]

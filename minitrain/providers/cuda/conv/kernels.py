@@ -40,7 +40,7 @@ from . import search as conv_search
 from .bias import add_bias, bias_grad
 from .cudnn_algorithms import CudnnFamily
 from .cudnn_engines import BackendFamily
-from .epilogue import with_activation
+from .epilogue import activation_args, with_activation
 from .gemm1d import Gemm1d
 from .gemm1d_tf32 import Gemm1dTf32
 from .tiled import Rows, Tiled
@@ -52,7 +52,7 @@ GEO = "i" * 21   # ConvGeo, the last argument of the geometry kernels
 _im2col = Kernel("conv", "im2col", "PPq" + GEO)
 _col2im = Kernel("conv", "col2im", "PPPqi" + GEO)
 _sum_batches = Kernel("conv", "sum_batches", "PPqqi")
-_direct_forward = Kernel("conv", "direct_forward", "PPPPqi" + GEO)
+_direct_forward = Kernel("conv", "direct_forward", "PPPPqiiTT" + GEO)
 _direct_data = Kernel("conv", "direct_data_grad", "PPPPqi" + GEO)
 _direct_weight = Kernel("conv", "direct_weight_grad", "PPPq" + GEO)
 
@@ -207,9 +207,11 @@ class Im2colGemm:
 class Direct:
     """One thread per output element summing over its taps and channels (one block per weight
     element for dW): no workspace; fast when a group has few channels (depthwise, the first
-    layer of a network on gray images)."""
+    layer of a network on gray images).  FusedConv's bias and activation in the forward's
+    epilogue."""
     name = "direct"
     deterministic = True
+    fuses_activation = True
     SMALL = 64      # channels x taps per output below which the heuristic prefers this
 
     @staticmethod
@@ -235,7 +237,7 @@ class Direct:
 
     def forward(self, provider, key, img, w, bias, out):
         _direct_forward.launch_elements(provider, img.dtype, out.size, img, w, bias if bias is not None else 0, out,
-                                        key.n, int(bias is not None), *geo_args(key.geom))
+                                        key.n, int(bias is not None), *activation_args(key), *geo_args(key.geom))
 
     def data(self, provider, key, cols, w, bias, out):
         _direct_data.launch_elements(provider, cols.dtype, out.size, cols, w, bias if bias is not None else 0, out,

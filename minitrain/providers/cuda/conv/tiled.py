@@ -21,6 +21,7 @@ import numpy as np
 from ..compiler import Kernel
 from ..launch import BLOCK, MAX_GRID_Y, ROWS_X
 from .bias import sum_slices
+from .epilogue import activation_args
 
 MAX_CHANNELS = 32
 MAX_TAPS = 25
@@ -29,7 +30,7 @@ SHARED_LIMIT = 48 << 10
 SLICE_BLOCKS = 512             # weight-gradient blocks to aim for (about 4 per H100 multiprocessor)
 TILE_GEO = "i" * 15
 
-_forward = Kernel("conv_tiled", "tiled_forward", "PPPPqii" + TILE_GEO)
+_forward = Kernel("conv_tiled", "tiled_forward", "PPPPqiiiTT" + TILE_GEO)
 _data = Kernel("conv_tiled", "tiled_data", "PPPPqii" + TILE_GEO)
 _data_unit = Kernel("conv_tiled", "tiled_data_unit", "PPPPqii" + TILE_GEO)
 _weight = {9: Kernel("conv_tiled", "tiled_weight_t9", "PPPqq" + TILE_GEO),
@@ -81,9 +82,10 @@ class Tiled:
     """Tiled direct convolution (shared-memory windows); no workspace but the weight
     gradient's slice partials.  `rows_per_thread` sets the tile height of the forward and data
     kernels (more rows: less window overhead; fewer: more blocks); the search times the two
-    instances of conv.py."""
+    instances of conv.py.  FusedConv's bias and activation in the forward's epilogue."""
     family = "direct_tiled"
     deterministic = True
+    fuses_activation = True
 
     def __init__(self, rows_per_thread, name):
         self.rows_per_thread, self.name = rows_per_thread, name
@@ -127,13 +129,13 @@ class Tiled:
         bx, by, rows, shared = launch_shape(key.direction, tg, out.dtype, self.rows_per_thread)
         grid = (-(-width // bx) * -(-height // (by * rows)), min(key.n * tg[0], MAX_GRID_Y), 1)
         if key.direction == "forward":
-            kernel = _forward
+            kernel, epilogue = _forward, activation_args(key)
         else:
-            kernel = _data_unit if tg[9] == tg[10] == 1 else _data
+            kernel, epilogue = _data_unit if tg[9] == tg[10] == 1 else _data, ()
         kernel.function(out.dtype).prepared_async_call(
             grid, (bx, by, 1), provider.stream, int(source.gpudata), int(w.gpudata),
-            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), rows, *tg,
-            shared_size=shared)
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), key.n, int(bias is not None), rows,
+            *epilogue, *tg, shared_size=shared)
 
     def _weight(self, provider, key, tg, cols, img, dw):
         slices, per_slice = self._slices(key, tg)
@@ -145,16 +147,18 @@ class Tiled:
         sum_slices(provider, part, dw, dw.size, slices)
 
 
-_rows = {(direction, kw): Kernel("conv_tiled", f"rows_{direction}_k{kw}", "PPPPqi" + TILE_GEO)
+_rows = {(direction, kw): Kernel("conv_tiled", f"rows_{direction}_k{kw}", "PPPPqiiTT" + TILE_GEO)
          for direction in ("forward", "data") for kw in (3, 5)}
 
 
 class Rows:
     """Register-tiled direct convolution (4 neighbouring outputs per thread, no shared memory)
     for kernels 3 or 5 wide with unit column stride and dilation: the forward, and the data
-    gradient where both strides are 1; few channels per group, like Tiled."""
+    gradient where both strides are 1; few channels per group, like Tiled.  FusedConv's bias and
+    activation in the forward's epilogue."""
     name = "direct_rows"
     deterministic = True
+    fuses_activation = True
 
     def supports(self, key):
         tg = tile_geo(key.geom)
@@ -179,4 +183,5 @@ class Rows:
         positions = height * -(-width // ROWS_X)
         grid = (min(-(-positions // BLOCK), 1024), min(planes, MAX_GRID_Y), 1)
         _rows[key.direction, tg[8]].launch(provider, out.dtype, grid, (BLOCK, 1, 1), source, w,
-                                           bias if bias is not None else 0, out, key.n, int(bias is not None), *tg)
+                                           bias if bias is not None else 0, out, key.n, int(bias is not None),
+                                           *activation_args(key), *tg)
