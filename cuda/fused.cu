@@ -11,12 +11,13 @@
 //   global_average_pool_activation_grad_bias
 //                         the same, dy being a global average pool's gradient: one value per
 //                         plane, spread over it in registers rather than read from memory
-// The three move 16-byte packs where a plane's length allows, a few packs in flight per thread.
 //   batch_norm_fold       an inference BatchNormalization folded into the Conv's weight and
 //                         bias, in double as the CPU's kernel
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
+// activation_grad_bias and the two after it move 16-byte packs where a plane's length allows,
+// a few packs in flight per thread.
 // The activation is a run-time code (activation.cuh's activate): 0 Relu, 1 Sigmoid, 2 Tanh,
 // 3 LeakyRelu (alpha), 4 Clip (forward only: bounds alpha and beta), 5 HardSwish (gradient only).
 #include "common.cuh"

@@ -9,7 +9,8 @@
 //
 //   max_pool / avg_pool        one thread per output, looping over the window's valid taps.
 //   max_pool_tiles_r1|r2|r3    max_pool where the windows tile the input (kernel = stride, no
-//                              padding or dilation), for 1, 2 or 3 real spatial axes.
+//                              padding or dilation), for 1, 2 or 3 real spatial axes; 1-D
+//                              windows of two over even planes read 16-byte packs of x.
 //   avg_pool_grad              one thread per dX element, gathering from the windows over it:
 //                              deterministic, no atomics; one product when every window
 //                              counts the same.
