@@ -8,11 +8,16 @@
 //   max_pool_activation_grad_bias
 //                         the same, dy being MaxPoolGrad's dX for windows that tile the plane,
 //                         found from the MaxPool's input and dY rather than read
+//   global_average_pool_activation_grad_bias
+//                         the same, dy being a global average pool's gradient: one value per
+//                         plane, spread over it in registers rather than read from memory
 //   batch_norm_fold       an inference BatchNormalization folded into the Conv's weight and
 //                         bias, in double as the CPU's kernel
 //   sce_with_grad         SoftmaxCrossEntropyLoss and its gradient in one pass over each row:
 //                         the row's loss (reduced by loss.cu's sce_reduce) and d_logits, with
 //                         loss.cu's formulas, so the float32/float64 bits are the unfused ones
+// activation_grad_bias and the two after it move 16-byte packs where a plane's length allows,
+// a few packs in flight per thread.
 // The activation is a run-time code (activation.cuh's activate): 0 Relu, 1 Sigmoid, 2 Tanh,
 // 3 LeakyRelu (alpha), 4 Clip (forward only: bounds alpha and beta), 5 HardSwish (gradient only).
 #include "common.cuh"
@@ -20,6 +25,7 @@
 #include "block_sum.cuh"
 #include "cross_entropy_rows.cuh"
 #include "hard_swish.cuh"
+#include "lanes.cuh"
 #include "pool_window.cuh"
 
 template <typename A> __device__ __forceinline__ A activation_grad(int code, A dy, A v, A alpha) {
@@ -103,40 +109,140 @@ __device__ void finish_channel_sum(acc_t<T> acc, int64_t ch, T* db, double* part
     }
 }
 
-// dy, v, dx: (samples, channels, plane).  Block (ch, s) computes dx over elements
-// [s * chunk, (s + 1) * chunk) of channel ch, and their sum.
-template <typename T>
+// Work items of a (channels, splits) grid: block (ch, s) takes items [s * chunk, (s + 1) * chunk)
+// of channel ch's `items`, chunk = items / splits rounded up, UNROLL of them per thread at a
+// time (their loads issued before any of their stores, so that each thread keeps several in flight).
+constexpr int UNROLL = 2;
+
+__device__ __forceinline__ void channel_range(int64_t items, int64_t& begin, int64_t& end) {
+    const int64_t chunk = (items + gridDim.y - 1) / gridDim.y;
+    begin = min(items, (int64_t)blockIdx.y * chunk);
+    end = min(items, begin + chunk);
+}
+
+// The activation's gradient over channel ch's packs [begin, end) of V elements (per_plane packs
+// to a plane of dy, v and dx: (samples, channels, plane)); returns the thread's sum of dx.  POOLED:
+// dy holds one value per plane (a global average pool's gradient) and each element's incoming
+// gradient is dy[plane] / plane size, rounded to T as GlobalAveragePoolGrad writes it.
+template <typename T, bool POOLED, int V>
+__device__ acc_t<T> activation_grad_packs(const T* __restrict__ dy, const T* __restrict__ v, T* __restrict__ dx,
+                                          int64_t begin, int64_t end, int per_plane, int64_t channels, int64_t ch,
+                                          int code, acc_t<T> alpha, acc_t<T> inv_plane) {
+    typedef acc_t<T> A;
+    A acc = 0;
+    for (int64_t j0 = begin + threadIdx.x; j0 < end; j0 += UNROLL * (int64_t)blockDim.x) {
+        Lanes<T, V> vin[UNROLL], din[UNROLL];
+        int64_t at[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int64_t j = j0 + u * (int64_t)blockDim.x;
+            if (j >= end) break;
+            int64_t sample;
+            int k;
+            split_index(j, per_plane, sample, k);
+            const int64_t p = sample * channels + ch;
+            at[u] = p * per_plane + k;
+            vin[u] = load_lanes<T, V>(v, at[u]);
+            if (POOLED) {
+                const T g = from_acc<T>(to_acc<T>(dy[p]) * inv_plane);
+#pragma unroll
+                for (int e = 0; e < V; ++e) din[u].v[e] = g;
+            } else {
+                din[u] = load_lanes<T, V>(dy, at[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (j0 + u * (int64_t)blockDim.x >= end) break;
+            Lanes<T, V> out;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                out.v[e] = from_acc<T>(activation_grad(code, to_acc<T>(din[u].v[e]), to_acc<T>(vin[u].v[e]), alpha));
+                acc += to_acc<T>(out.v[e]);
+            }
+            store_lanes<T, V>(dx, at[u], out);
+        }
+    }
+    return acc;
+}
+
+// dy (or, POOLED, one value per plane), v, dx: (samples, channels, plane).  Block (ch, s) computes
+// dx over its share of channel ch and their sum: in 16-byte packs where the plane's length and
+// the pointers allow, else element by element.
+template <typename T, bool POOLED>
 __device__ void activation_grad_bias_impl(const T* dy, const T* v, T* dx, T* db, double* partial,
                                           unsigned int* counter, int64_t samples, int plane, int64_t channels,
-                                          int64_t chunk, int code, acc_t<T> alpha) {
-    const int64_t ch = blockIdx.x, n = samples * plane, begin = (int64_t)blockIdx.y * chunk;
-    const int64_t end = min(n, begin + chunk);
-    acc_t<T> acc = 0;
-    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
-        int64_t sample;
-        int q;
-        split_index(j, plane, sample, q);
-        const int64_t i = (sample * channels + ch) * plane + q;
-        const T g = from_acc<T>(activation_grad(code, to_acc<T>(dy[i]), to_acc<T>(v[i]), alpha));
-        dx[i] = g;
-        acc += to_acc<T>(g);
-    }
+                                          int code, acc_t<T> alpha) {
+    constexpr int V = vec_width<T>();
+    const int64_t ch = blockIdx.x;
+    const acc_t<T> inv_plane = POOLED ? acc_t<T>(1) / acc_t<T>(plane) : acc_t<T>(1);
+    const bool packed = plane % V == 0 && aligned_to(v, 16) && aligned_to(dx, 16) && (POOLED || aligned_to(dy, 16));
+    const int per_plane = packed ? plane / V : plane;
+    int64_t begin, end;
+    channel_range(samples * per_plane, begin, end);
+    const acc_t<T> acc =
+        packed ? activation_grad_packs<T, POOLED, V>(dy, v, dx, begin, end, per_plane, channels, ch, code, alpha,
+                                                     inv_plane)
+               : activation_grad_packs<T, POOLED, 1>(dy, v, dx, begin, end, per_plane, channels, ch, code, alpha,
+                                                     inv_plane);
     finish_channel_sum<T>(acc, ch, db, partial, counter);
 }
 
-// The same for MaxPoolGrad's dX as the incoming gradient, the MaxPool's windows tiling the plane
-// of x (its input, read by the gradient too): block (ch, s) takes windows [s * chunk, (s + 1) *
-// chunk) of channel ch, a thread a window: its maximum found again in x (tile_argmax), then dx
-// over the window's box, dy of the window at the maximum and 0 elsewhere, through the
-// activation's gradient.  Elements outside every window are not written (zeroed before).
+// MaxPoolGrad's dX as the incoming gradient, for 1-D windows of two (a pair of x per dy): channel
+// ch's packs [begin, end) of V elements of x and dx, V / 2 of dy, per_plane packs to a plane.  A
+// pair's maximum is picked as tile_argmax picks it: the second where it is greater or a NaN.
+template <typename T>
+__device__ acc_t<T> max_pool_activation_grad_pairs(const T* __restrict__ dy, const T* __restrict__ x,
+                                                   T* __restrict__ dx, int64_t begin, int64_t end, int per_plane,
+                                                   int64_t channels, int64_t ch, int code, acc_t<T> alpha) {
+    typedef acc_t<T> A;
+    constexpr int V = vec_width<T>(), H = V / 2;
+    A acc = 0;
+    for (int64_t j0 = begin + threadIdx.x; j0 < end; j0 += UNROLL * (int64_t)blockDim.x) {
+        Lanes<T, V> xin[UNROLL];
+        Lanes<T, H> din[UNROLL];
+        int64_t at[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int64_t j = j0 + u * (int64_t)blockDim.x;
+            if (j >= end) break;
+            int64_t sample;
+            int k;
+            split_index(j, per_plane, sample, k);
+            at[u] = (sample * channels + ch) * per_plane + k;
+            xin[u] = load_lanes<T, V>(x, at[u]);
+            din[u] = load_lanes<T, H>(dy, at[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (j0 + u * (int64_t)blockDim.x >= end) break;
+            Lanes<T, V> out;
+#pragma unroll
+            for (int w = 0; w < H; ++w) {
+                const A x0 = to_acc<T>(xin[u].v[2 * w]), x1 = to_acc<T>(xin[u].v[2 * w + 1]);
+                const A d = to_acc<T>(din[u].v[w]);
+                const bool second = x1 > x0 || x1 != x1;
+                out.v[2 * w] = from_acc<T>(activation_grad(code, second ? A(0) : d, x0, alpha));
+                out.v[2 * w + 1] = from_acc<T>(activation_grad(code, second ? d : A(0), x1, alpha));
+                acc += to_acc<T>(out.v[2 * w]);
+                acc += to_acc<T>(out.v[2 * w + 1]);
+            }
+            store_lanes<T, V>(dx, at[u], out);
+        }
+    }
+    return acc;
+}
+
+// The same for any windows that tile the plane, a thread per window (channel ch's windows
+// [begin, end)): its maximum found again in x (tile_argmax), then dx over the window's box, dy
+// of the window at the maximum and 0 elsewhere, through the activation's gradient.
 template <typename T, int R>
-__device__ void max_pool_activation_grad_bias_impl(const T* dy, const T* x, T* dx, T* db, double* partial,
-                                                   unsigned int* counter, int64_t samples, int64_t channels,
-                                                   int64_t chunk, int code, acc_t<T> alpha, PoolGeom g) {
+__device__ acc_t<T> max_pool_activation_grad_windows(const T* __restrict__ dy, const T* __restrict__ x,
+                                                     T* __restrict__ dx, int64_t begin, int64_t end,
+                                                     int64_t channels, int64_t ch, int code, acc_t<T> alpha,
+                                                     const PoolGeom& g) {
     typedef acc_t<T> A;
     const int P = plane_size(g), Q = out_size(g), H = g.size[1], W = g.size[2];
-    const int64_t ch = blockIdx.x, n = samples * Q, begin = (int64_t)blockIdx.y * chunk;
-    const int64_t end = min(n, begin + chunk);
     A acc = 0;
     for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
         int64_t sample;
@@ -156,6 +262,30 @@ __device__ void max_pool_activation_grad_bias_impl(const T* dy, const T* x, T* d
                     dxp[k] = gk;
                     acc += to_acc<T>(gk);
                 }
+    }
+    return acc;
+}
+
+// ActivationGradBias of MaxPoolGrad's dX, the MaxPool's windows tiling the plane of x (its input,
+// read by the gradient too): block (ch, s) takes its share of channel ch's windows, in 16-byte
+// packs of x for 1-D windows of two where the plane's length and the pointers allow.  Elements
+// outside every window are not written (zeroed before).
+template <typename T, int R>
+__device__ void max_pool_activation_grad_bias_impl(const T* dy, const T* x, T* dx, T* db, double* partial,
+                                                   unsigned int* counter, int64_t samples, int64_t channels,
+                                                   int code, acc_t<T> alpha, PoolGeom g) {
+    constexpr int V = vec_width<T>();
+    const int P = plane_size(g);
+    const int64_t ch = blockIdx.x;
+    int64_t begin, end;
+    acc_t<T> acc;
+    if (R == 1 && g.kernel[2] == 2 && P % V == 0 && aligned_to(x, 16) && aligned_to(dx, 16) &&
+        aligned_to(dy, sizeof(T) * V / 2)) {
+        channel_range(samples * (P / V), begin, end);
+        acc = max_pool_activation_grad_pairs<T>(dy, x, dx, begin, end, P / V, channels, ch, code, alpha);
+    } else {
+        channel_range(samples * out_size(g), begin, end);
+        acc = max_pool_activation_grad_windows<T, R>(dy, x, dx, begin, end, channels, ch, code, alpha, g);
     }
     finish_channel_sum<T>(acc, ch, db, partial, counter);
 }
@@ -213,9 +343,9 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
 #define MAX_POOL_ACTIVATION_GRAD_BIAS(T, S, R)                                                                \
     extern "C" __global__ void max_pool_activation_grad_bias_r##R##_##S(                                     \
         const T* dy, const T* x, T* dx, T* db, double* partial, unsigned int* counter, int64_t samples,      \
-        int64_t channels, int64_t chunk, int code, acc_t<T> alpha, PoolGeom g) {                            \
-        max_pool_activation_grad_bias_impl<T, R>(dy, x, dx, db, partial, counter, samples, channels, chunk,   \
-                                                 code, alpha, g);                                           \
+        int64_t channels, int code, acc_t<T> alpha, PoolGeom g) {                                           \
+        max_pool_activation_grad_bias_impl<T, R>(dy, x, dx, db, partial, counter, samples, channels, code,    \
+                                                 alpha, g);                                                 \
     }
 
 #define FUSED(T, S)                                                                                          \
@@ -228,10 +358,15 @@ __device__ void sce_with_grad_impl(const T* x, const L* labels, const T* weights
     }                                                                                                        \
     extern "C" __global__ void activation_grad_bias_##S(const T* dy, const T* v, T* dx, T* db, double* partial, \
                                                         unsigned int* counter, int64_t samples, int plane,  \
-                                                        int64_t channels, int64_t chunk, int code,          \
-                                                        acc_t<T> alpha) {                                   \
-        activation_grad_bias_impl<T>(dy, v, dx, db, partial, counter, samples, plane, channels, chunk, code,   \
-                                     alpha);                                                                \
+                                                        int64_t channels, int code, acc_t<T> alpha) {       \
+        activation_grad_bias_impl<T, false>(dy, v, dx, db, partial, counter, samples, plane, channels, code,   \
+                                            alpha);                                                         \
+    }                                                                                                        \
+    extern "C" __global__ void global_average_pool_activation_grad_bias_##S(                                 \
+        const T* dy, const T* v, T* dx, T* db, double* partial, unsigned int* counter, int64_t samples,      \
+        int plane, int64_t channels, int code, acc_t<T> alpha) {                                            \
+        activation_grad_bias_impl<T, true>(dy, v, dx, db, partial, counter, samples, plane, channels, code,    \
+                                           alpha);                                                          \
     }                                                                                                        \
     extern "C" __global__ void batch_norm_fold_##S(const T* w, const T* scale, const T* bias, const T* mean,  \
                                                    const T* var, const T* b, T* w_folded, T* b_folded,      \

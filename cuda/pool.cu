@@ -9,7 +9,8 @@
 //
 //   max_pool / avg_pool        one thread per output, looping over the window's valid taps.
 //   max_pool_tiles_r1|r2|r3    max_pool where the windows tile the input (kernel = stride, no
-//                              padding or dilation), for 1, 2 or 3 real spatial axes.
+//                              padding or dilation), for 1, 2 or 3 real spatial axes; 1-D
+//                              windows of two over even planes read 16-byte packs of x.
 //   avg_pool_grad              one thread per dX element, gathering from the windows over it:
 //                              deterministic, no atomics; one product when every window
 //                              counts the same.
@@ -22,6 +23,7 @@
 //   max_pool_grad_scatter      the other geometries: atomic scatter-add into a zeroed dX.
 // An index outside its (n, c) plane is skipped: nothing is written out of bounds.
 #include "common.cuh"
+#include "lanes.cuh"
 #include "pool_window.cuh"
 
 // Taps of window o along axis a that AveragePool counts: inside the padded input
@@ -72,10 +74,52 @@ __device__ void max_pool_impl(const T* x, T* y, int64_t* ind, int64_t total, Poo
     }
 }
 
-// The same for windows that tile the plane, with less index arithmetic (R: tile_start's).
+// 1-D windows of two over planes of even length: window i of the flat output is elements 2i and
+// 2i + 1 of the flat input, so a thread takes 16-byte packs of x (V / 2 windows each), two packs
+// at a time, and the tail of windows past the last whole pack one by one.  A pair's maximum is
+// picked as tile_argmax picks it: the second where it is greater or a NaN.  In 1-D the
+// column-major index is the row-major one.
+template <typename T>
+__device__ void max_pool_pairs(const T* __restrict__ x, T* __restrict__ y, int64_t* __restrict__ ind, int64_t total) {
+    constexpr int V = vec_width<T>(), H = V / 2;
+    const int64_t packs = total / H, stride = (int64_t)blockDim.x * gridDim.x;
+    for (int64_t k0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k0 < packs; k0 += 2 * stride) {
+        Lanes<T, V> in[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+            if (k0 + u * stride < packs) in[u] = load_lanes<T, V>(x, k0 + u * stride);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int64_t k = k0 + u * stride;
+            if (k >= packs) break;
+            Lanes<T, H> out;
+#pragma unroll
+            for (int w = 0; w < H; ++w) {
+                const acc_t<T> x0 = to_acc(in[u].v[2 * w]), x1 = to_acc(in[u].v[2 * w + 1]);
+                const int second = x1 > x0 || x1 != x1;
+                out.v[w] = second ? in[u].v[2 * w + 1] : in[u].v[2 * w];
+                if (ind != nullptr) ind[k * H + w] = k * V + 2 * w + second;
+            }
+            store_lanes<T, H>(y, k, out);
+        }
+    }
+    for (int64_t i = packs * H + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const acc_t<T> x0 = to_acc(x[2 * i]), x1 = to_acc(x[2 * i + 1]);
+        const int second = x1 > x0 || x1 != x1;
+        y[i] = x[2 * i + second];
+        if (ind != nullptr) ind[i] = 2 * i + second;
+    }
+}
+
+// The same for windows that tile the plane, with less index arithmetic (R: tile_start's); 1-D
+// windows of two over planes of even length in packs (max_pool_pairs) where the pointers allow.
 template <typename T, int R>
 __device__ void max_pool_tiles_impl(const T* x, T* y, int64_t* ind, int64_t total, PoolGeom g, int col_major) {
     const int P = plane_size(g), Q = out_size(g);
+    if (R == 1 && g.kernel[2] == 2 && P % 2 == 0 && aligned_to(x, 16) && aligned_to(y, 8)) {
+        max_pool_pairs<T>(x, y, ind, total);
+        return;
+    }
     GRID_STRIDE_LOOP(i, total) {
         int64_t p;
         int q;
@@ -342,7 +386,10 @@ __device__ void global_pool_impl(const T* x, T* y, int64_t planes, int64_t P, in
     }
 }
 
-// The same with a warp per plane, for short planes (several planes to a block).
+// The same with a warp per plane, for short planes (several planes to a block); each lane adds
+// its elements lane, lane + 32, ... in that order, LANE_LOADS of them loaded at a time.
+constexpr int LANE_LOADS = 8;
+
 template <typename T>
 __device__ void global_pool_warps_impl(const T* x, T* y, int64_t planes, int64_t P, int is_max) {
     typedef acc_t<T> A;
@@ -351,7 +398,15 @@ __device__ void global_pool_warps_impl(const T* x, T* y, int64_t planes, int64_t
     for (int64_t p = (int64_t)blockIdx.x * per_block + threadIdx.x / 32; p < planes; p += step) {
         const T* xp = x + p * P;
         A v = is_max ? -INFINITY : A(0);
-        for (int64_t i = lane; i < P; i += 32) v = is_max ? max_or_nan(v, to_acc(xp[i])) : v + to_acc(xp[i]);
+        int64_t i = lane;
+        for (; i + 32 * (LANE_LOADS - 1) < P; i += 32 * LANE_LOADS) {    // LANE_LOADS loads in flight
+            T r[LANE_LOADS];
+#pragma unroll
+            for (int k = 0; k < LANE_LOADS; ++k) r[k] = xp[i + 32 * k];
+#pragma unroll
+            for (int k = 0; k < LANE_LOADS; ++k) v = is_max ? max_or_nan(v, to_acc(r[k])) : v + to_acc(r[k]);
+        }
+        for (; i < P; i += 32) v = is_max ? max_or_nan(v, to_acc(xp[i])) : v + to_acc(xp[i]);
         if (is_max)
             v = warp_reduce(v, [](A a, A b) { return max_or_nan(a, b); });
         else

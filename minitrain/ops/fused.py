@@ -16,6 +16,11 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         (kernel_shape = strides, no padding or dilation, floor rounding): the gradient reads X
         (the activation's output that the MaxPool pooled), and each window's maximum is found
         again in X, as MaxPool found it, instead of read from Indices.
+    GlobalAveragePoolActivationGrad(dY, X) -> dX, dB
+        ActivationGradBias of a global average pool's gradient (GlobalAveragePoolGrad, or
+        AveragePoolGrad whose one window is the whole plane): dY (N, C, 1, ...) is the pooled
+        gradient, and each element of plane (n, c) takes dY[n, c] / (X's plane size) as its
+        incoming gradient, never written out as a tensor of X's shape.
     ClipGrad(dY, X, min?, max?) -> dX
         Clip's gradient (ops/clip.py's Less, Greater and Where nodes) in one pass: dX = 0 where
         X < min or X > max, else dY; a NaN X passes dY (it fails both comparisons) and an absent
@@ -128,6 +133,21 @@ def infer_max_pool_activation_grad(ctx):
         tiles = output_spatial(max_pool_tiles(ctx.attrs["kernel_shape"]), shape[2:],
                                lambda message, error: ctx.fail(message, error), "input 'X'")
         ctx.require_shape(0, tuple(shape[:2]) + tuple(tiles), "input 'X' pooled by kernel_shape tiles")
+    return [ctx.out(shape), ctx.out((shape[1],))]
+
+
+@schema("GlobalAveragePoolActivationGrad", domain=FUSED_DOMAIN, inputs=["dY", "X"], outputs=["dX", "dB"],
+        attrs=ACTIVATION_ATTRS, optional_outputs=("dB",))
+def infer_global_average_pool_activation_grad(ctx):
+    """dX like X; dB (C,); dY is X globally pooled: (N, C, 1, ...)."""
+    check_activation(ctx, GRADIENT_ACTIVATIONS)
+    shape = check_pool_input(ctx, 1, "X")
+    if shape is None:
+        return [ctx.out(None), ctx.out(None)]
+    for i, d in enumerate(shape[2:]):
+        if isinstance(d, int) and d < 1:
+            ctx.fail(f"input 'X' {tuple(shape)} has an empty spatial axis {i}")
+    ctx.require_shape(0, tuple(shape[:2]) + (1,) * (len(shape) - 2), "input 'X' globally pooled")
     return [ctx.out(shape), ctx.out((shape[1],))]
 
 

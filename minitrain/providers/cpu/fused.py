@@ -12,7 +12,7 @@ from .conv import bias_grad, conv_kernel
 from .elementwise import sum_to_shape
 from .loss import as_ncd, cross_entropy, log_softmax
 from .math import gemm
-from .pool import max_pool, max_pool_grad
+from .pool import global_average_pool_grad, max_pool, max_pool_grad
 from .streaming import should_stream
 
 
@@ -86,6 +86,16 @@ def max_pool_activation_grad(ctx):
     indices = max_pool(_part(ctx, ctx.op_type, [x], ("Y", "Indices"), tiles))["Indices"]
     pooled_grad = max_pool_grad(_part(ctx, ctx.op_type, [dy, indices], ("dX",), tiles, {"dX": x.shape}))["dX"]
     return activation_grad_bias(_part(ctx, ctx.op_type, [pooled_grad, x], ctx.wanted))
+
+
+@register_kernel("GlobalAveragePoolActivationGrad", domain=FUSED_DOMAIN, reference=True)
+def global_average_pool_activation_grad(ctx):
+    """GlobalAveragePoolGrad's kernel, then ActivationGradBias's: the pooled gradient spread
+    over X's shape in memory, as unfused, so a reference kernel."""
+    dy, x = ctx.inputs
+    shape = np.array(x.shape, dtype=np.int64)
+    spread = global_average_pool_grad(_part(ctx, "GlobalAveragePoolGrad", [dy, shape], ("dX",), {}))["dX"]
+    return activation_grad_bias(_part(ctx, ctx.op_type, [spread, x], ctx.wanted))
 
 
 @register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN)

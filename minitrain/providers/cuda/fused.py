@@ -9,10 +9,13 @@ CPU's are (providers/cpu/fused.py):
   * ActivationGradBias: one launch for dX and dB (unfused: the gradient, then the reduction;
     HardSwishGrad's formula shared with its own kernel through cuda/hard_swish.cuh),
     each channel's elements split over blocks that add up their sums in a fixed order;
-  * MaxPoolActivationGrad: the same split of dB's sums, a thread per pooling window: it finds
-    the window's maximum again in X, then writes the window's dX through the activation's
-    gradient (dY at the maximum, 0 elsewhere), so the forward MaxPool writes no Indices and no
-    dX of MaxPoolGrad goes through memory;
+  * MaxPoolActivationGrad: the same split of dB's sums, a thread per pooling window (per
+    16-byte pack of X, several windows, for 1-D windows of two): it finds the window's maximum
+    again in X, then writes the window's dX through the activation's gradient (dY at the
+    maximum, 0 elsewhere), so the forward MaxPool writes no Indices and no dX of MaxPoolGrad
+    goes through memory;
+  * GlobalAveragePoolActivationGrad: ActivationGradBias's launch reading one pooled gradient
+    per plane instead of GlobalAveragePoolGrad's (or AveragePoolGrad's) dX spread in memory;
   * ClipGrad: one launch over dY and X (cuda/clip_grad.cu; unfused: Less, Where, Greater,
     Where), the bounds read on the device;
   * BatchNormFold: one launch for the folded weight and bias (unfused: BatchNormalization's
@@ -36,9 +39,10 @@ from .elementwise import packs
 from .launch import BLOCK, WARPS_PER_BLOCK, grid_stride_blocks
 
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}   # cuda/fused.cu's codes
-ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqqiT")
+ACTIVATION_GRAD_BIAS = Kernel("fused", "activation_grad_bias", "PPPPPPqiqiT")
+GLOBAL_AVERAGE_POOL_ACTIVATION_GRAD_BIAS = Kernel("fused", "global_average_pool_activation_grad_bias", "PPPPPPqiqiT")
 MAX_POOL_ACTIVATION_GRAD_BIAS = {    # by the count of spatial axes
-    rank: Kernel("fused", f"max_pool_activation_grad_bias_r{rank}", "PPPPPPqqqiT" + pool.GEOM) for rank in (1, 2, 3)}
+    rank: Kernel("fused", f"max_pool_activation_grad_bias_r{rank}", "PPPPPPqqiT" + pool.GEOM) for rank in (1, 2, 3)}
 BATCH_NORM_FOLD = Kernel("fused", "batch_norm_fold", "PPPPPPPPqqqd")
 CLIP_GRAD = Kernel("clip_grad", "clip_grad", "PPPqPP")
 SPLIT_ELEMENTS = 2048       # items (elements, windows) of a channel per block of the bias-gradient kernels, at least
@@ -103,21 +107,21 @@ def reduction_scratch(provider, channels, splits):
 
 
 def channel_split(ctx, channels, items):
-    """(grid, chunk, partial sums, counters) for a kernel whose block (ch, s) takes `chunk` of
-    channel ch's `items` and adds up their bias gradient: enough blocks to fill the device,
-    none with less than SPLIT_ELEMENTS items."""
+    """(grid, partial sums, counters) for a kernel whose block (ch, s) takes share s of channel
+    ch's `items` and adds up their bias gradient: enough blocks to fill the device, none with
+    less than SPLIT_ELEMENTS items."""
     prov = ctx.provider
     splits = max(1, min(-(-items // SPLIT_ELEMENTS), -(-BLOCKS_PER_MULTIPROCESSOR * prov.multiprocessors // channels)))
-    return (channels, splits, 1), -(-items // splits), *reduction_scratch(prov, channels, splits)
+    return (channels, splits, 1), *reduction_scratch(prov, channels, splits)
 
 
 def gradient_outputs(ctx, dx, db):
     return {"dX": dx, "dB": db} if ctx.wants("dB") else {"dX": dx}
 
 
-@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
-def activation_grad_bias(ctx):
-    dy, v = ctx.inputs
+def plane_gradient(ctx, kernel, dy, v, name):
+    """dX and dB of `kernel` (activation_grad_bias or its global-pool variant) over v's
+    (samples, channels, plane); `name` is the input whose plane is checked against int32."""
     prov = ctx.provider
     dx, db = prov.empty(v.shape, v.dtype), prov.empty((v.shape[1],), v.dtype)
     if v.size == 0:
@@ -126,12 +130,23 @@ def activation_grad_bias(ctx):
     samples, channels = v.shape[0], v.shape[1]
     plane = v.size // (samples * channels)
     if plane > np.iinfo(np.int32).max:
-        ctx.fail(f"input 'dY' {tuple(v.shape)} has {plane} elements per (sample, channel); at most 2**31 - 1 here")
-    grid, chunk, partial, counter = channel_split(ctx, channels, samples * plane)
-    ACTIVATION_GRAD_BIAS.launch(prov, v.dtype, grid, (BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples,
-                                plane, channels, chunk, ACTIVATION_CODES[ctx.attrs["activation"]],
-                                activation_alpha(ctx.attrs))
+        ctx.fail(f"input {name!r} {tuple(v.shape)} has {plane} elements per (sample, channel); at most 2**31 - 1 here")
+    grid, partial, counter = channel_split(ctx, channels, samples * plane)
+    kernel.launch(prov, v.dtype, grid, (BLOCK, 1, 1), dy, v, dx, db, partial, counter, samples, plane, channels,
+                  ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs))
     return gradient_outputs(ctx, dx, db)
+
+
+@register_kernel("ActivationGradBias", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def activation_grad_bias(ctx):
+    dy, v = ctx.inputs
+    return plane_gradient(ctx, ACTIVATION_GRAD_BIAS, dy, v, "dY")
+
+
+@register_kernel("GlobalAveragePoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
+def global_average_pool_activation_grad(ctx):
+    dy, x = ctx.inputs
+    return plane_gradient(ctx, GLOBAL_AVERAGE_POOL_ACTIVATION_GRAD_BIAS, dy, x, "X")
 
 
 @register_kernel("MaxPoolActivationGrad", domain=FUSED_DOMAIN, provider="cuda", dtypes=CUDA_FLOAT_TYPES)
@@ -153,9 +168,9 @@ def max_pool_activation_grad(ctx):
     if not covered:
         prov.fill_zero(dx)
     samples, channels = x.shape[0], x.shape[1]
-    grid, chunk, partial, counter = channel_split(ctx, channels, dy.size // channels)
+    grid, partial, counter = channel_split(ctx, channels, dy.size // channels)
     MAX_POOL_ACTIVATION_GRAD_BIAS[x.ndim - 2].launch(
-        prov, x.dtype, grid, (BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels, chunk,
+        prov, x.dtype, grid, (BLOCK, 1, 1), dy, x, dx, db, partial, counter, samples, channels,
         ACTIVATION_CODES[ctx.attrs["activation"]], activation_alpha(ctx.attrs), *geom)
     return gradient_outputs(ctx, dx, db)
 
