@@ -31,6 +31,7 @@
 #include "common.cuh"
 #include "activation.cuh"
 #include "gemm1d_staging.cuh"
+#include "gemm1d_weight.cuh"
 
 #ifndef MT_GEMM1D_TF32_LINE_NT
 #error "MT_GEMM1D_TF32_LINE_NT comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TF32_LINE_NT=...)"
@@ -168,19 +169,15 @@ __device__ void weight_impl(const float* dy, const float* x, float* part, int64_
     const int warps_n = blockDim.y / warps_m, layers = blockDim.z;
     const int bm = warps_m * MT * MMA_M, bn = warps_n * NT * MMA_N;
     const int lda = chunk + 4, stride = chunk + g.k;
-    const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
-    const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
-    const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
+    const WeightTile tile = weight_tile(bm, bn, g);
+    const int columns = tile.columns, m0 = tile.m0, n0 = tile.n0;
     float* as = reinterpret_cast<float*>(gemm1d_tf32_shared);     // [bm][lda]
     float* xs = as + bm * lda;                                     // [c_count][stride]
     const int lane = threadIdx.x, gq = lane >> 2, t4 = lane & 3;
     const int wm = (threadIdx.y % warps_m) * MT * MMA_M, wn = (threadIdx.y / warps_m) * NT * MMA_N;
     int offset[NT];                                  // this lane's B column's (c, t) in the window
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        const int col = min(n0 + wn + j * MMA_N + gq, columns - 1), c = col / g.k;
-        offset[j] = (c - c_first) * stride + col - c * g.k;
-    }
+    for (int j = 0; j < NT; ++j) offset[j] = window_offset(n0 + wn + j * MMA_N + gq, tile, stride, g);
     const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * LANES + lane;
     const int threads = LANES * blockDim.y * layers;
     float acc[MT][NT][4];
@@ -188,14 +185,13 @@ __device__ void weight_impl(const float* dy, const float* x, float* part, int64_
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
-    const int per_sample = (g.out_len + chunk - 1) / chunk;
-    const int64_t first = (int64_t)blockIdx.y * chunks_per_slice;
-    const int64_t last = min(first + chunks_per_slice, samples * per_sample);
-    for (int64_t q = first; q < last; ++q) {
-        const int64_t s = q / per_sample;
-        const int l0 = (int)(q - s * per_sample) * chunk;
+    const SliceChunks slice = slice_chunks(samples, chunks_per_slice, chunk, g);
+    for (int64_t q = slice.first; q < slice.last; ++q) {
+        int64_t s;
+        int l0;
+        chunk_at(q, slice, chunk, s, l0);
         __syncthreads();    // the previous chunk's readers are done
-        stage_weight_chunk(dy, x, as, xs, s, l0, m0, bm, chunk, c_first, c_count, stride, tid, threads, g,
+        stage_weight_chunk(dy, x, as, xs, s, l0, m0, bm, chunk, tile.c_first, tile.c_count, stride, tid, threads, g,
                            [&](int m, int p) { return m * lda + p; });
         copies_done();
         __syncthreads();

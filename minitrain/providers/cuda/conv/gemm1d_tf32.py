@@ -17,13 +17,10 @@ mma.sync .tf32).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..compiler import Kernel
 from ..launch import GEMM1D_TF32_LINE_NT, WARP
-from .bias import sum_slices
-from .gemm1d import (CHUNK_BUDGET, INT32_MAX, LINE_GEO, MAX_CHUNK, MAX_LAYERS, MAX_REDUCTION, MAX_THREADS,
-                     MAX_WEIGHT, SHARED_LIMIT, line_geo)
+from .gemm1d import CHUNK_BUDGET, MAX_CHUNK, MAX_LAYERS, MAX_THREADS, SHARED_LIMIT
+from .gemm1d_base import INT32_MAX, LINE_GEO, Gemm1dBase, up
 
 MMA_M, MMA_N, MMA_K = 16, 8, 8     # the tile of one mma.sync.m16n8k8
 MAX_WARPS_M = 2                    # warps of a block along M: 64 rows at most
@@ -36,10 +33,6 @@ _weight = {(mt, nt): Kernel("conv_gemm1d_tf32", f"gemm1d_tf32_weight_m{mt}n{nt}"
            for mt in (1, 2) for nt in (1, 4)}
 
 
-def _up(value, multiple):
-    return -(-value // multiple) * multiple
-
-
 def _m_tiles(rows):
     """(MT, warps along M) for `rows` rows of M."""
     mt = 1 if rows <= MMA_M else 2
@@ -49,7 +42,7 @@ def _m_tiles(rows):
 def line_shared(chunk, k, bm, bn):
     """Shared bytes of a forward / data block: the weights (K rows up to a multiple of 8, bm + 8
     apart), the window of `chunk` channels and a row of bn zeros, the K rows' window offsets."""
-    rows = _up(chunk * k, MMA_K)
+    rows = up(chunk * k, MMA_K)
     return (rows * (bm + 8) + chunk * (bn + k - 1) + bn + rows) * FLOAT
 
 
@@ -86,7 +79,7 @@ def weight_launch(lg):
     bm, bn = warps_m * mt * MMA_M, warps_n * nt * MMA_N
     window_rows = min(in_channels, (bn - 1) // k + 2)
     per_position = (bm + window_rows) * FLOAT
-    chunk = min(MAX_CHUNK, _up(out_len, WARP), max(WARP, CHUNK_BUDGET // per_position // WARP * WARP))
+    chunk = min(MAX_CHUNK, up(out_len, WARP), max(WARP, CHUNK_BUDGET // per_position // WARP * WARP))
     staged = (bm * (chunk + 4) + window_rows * (chunk + k)) * FLOAT
     if staged > SHARED_LIMIT:
         return None
@@ -100,78 +93,43 @@ def weight_launch(lg):
     return mt, nt, warps_m, warps_n, layers, chunk, shared
 
 
-class Gemm1dTf32:
-    """Implicit-GEMM 1-D convolution on TF32 tensor cores, for float32 keys that allow TF32; no
-    workspace but the weight gradient's slice partials.  The settings are gemm1d.Gemm1d's:
-    `max_warps` (warps of a forward / data block), `shared_budget` (bytes of its chunk of
-    staged input channels), `slice_blocks` (the weight-gradient blocks to aim for)."""
+class Gemm1dTf32(Gemm1dBase):
+    """Implicit-GEMM 1-D convolution on TF32 tensor cores, for float32 keys that allow TF32; the
+    settings are Gemm1dBase's."""
     family = "implicit_gemm_1d_tf32"
-    deterministic = True
-    fuses_activation = True
 
-    def __init__(self, name, max_warps, shared_budget, slice_blocks):
-        self.name, self.max_warps = name, max_warps
-        self.shared_budget, self.slice_blocks = shared_budget, slice_blocks
+    def takes(self, key):
+        return key.dtype == "float32" and key.tf32
 
-    def supports(self, key):
-        geom = key.geom
-        if key.dtype != "float32" or not key.tf32:
-            return False
-        if geom.rank != 1 or geom.group != 1 or geom.strides != (1,) or geom.dilations != (1,):
-            return False
-        lg = line_geo(key.direction, geom)
-        in_channels, out_channels, in_len, out_len, k, _ = lg
-        if in_channels * in_len > INT32_MAX or out_channels * out_len > INT32_MAX:
-            return False
-        if key.direction == "weight":
-            return out_channels * in_channels * k <= MAX_WEIGHT and weight_launch(lg) is not None
+    def line_fits(self, key, lg):
         launch = line_launch(lg, self.shared_budget, self.max_warps)
         if launch is None:
             return False
-        tiles = -(-out_len // (launch[1] * GEMM1D_TF32_LINE_NT * MMA_N))
-        return in_channels * k <= MAX_REDUCTION and key.n * tiles <= INT32_MAX
+        tiles = -(-lg[3] // (launch[1] * GEMM1D_TF32_LINE_NT * MMA_N))
+        return key.n * tiles <= INT32_MAX
 
-    def _slices(self, key, lg):
-        """(slices, chunks per slice, dW tiles) of the weight gradient."""
-        in_channels, out_channels, _, out_len, k, _ = lg
-        mt, nt, warps_m, warps_n, _, chunk, _ = weight_launch(lg)
-        tiles = -(-out_channels // (warps_m * mt * MMA_M)) * -(-(in_channels * k) // (warps_n * nt * MMA_N))
-        chunks = key.n * -(-out_len // chunk)
-        want = max(1, min(chunks, -(-self.slice_blocks // tiles)))
-        per_slice = -(-chunks // want)
-        return -(-chunks // per_slice), per_slice, tiles
-
-    def workspace_bytes(self, key):
-        if key.direction != "weight":
-            return 0
-        lg = line_geo("weight", key.geom)
-        slices, _, _ = self._slices(key, lg)
-        return slices * lg[1] * lg[0] * lg[4] * FLOAT
+    def weight_tiling(self, lg, dtype):
+        launch = weight_launch(lg)
+        if launch is None:
+            return None
+        mt, nt, warps_m, warps_n, _, chunk, _ = launch
+        return warps_m * mt * MMA_M, warps_n * nt * MMA_N, chunk
 
     def heuristic_rank(self, key):
         return -0.6 if self.supports(key) else 2
 
-    def run(self, provider, key, buffers):
-        lg = line_geo(key.direction, key.geom)
-        if key.direction == "weight":
-            self._weight(provider, key, lg, *buffers)
-            return
-        source, w, bias, out = buffers
+    def run_line(self, provider, key, lg, source, w, bias, out, activation):
         mt, warps_n, warps_m, chunk, shared = line_launch(lg, self.shared_budget, self.max_warps)
         bm, bn = warps_m * mt * MMA_M, warps_n * GEMM1D_TF32_LINE_NT * MMA_N
         tiles = -(-lg[3] // bn)
         grid = (key.n * tiles, -(-lg[1] // bm), 1)
-        code, alpha, beta = key.activation if key.activation is not None else (-1, 0.0, 0.0)
         _line[key.direction, mt].function(out.dtype).prepared_async_call(
             grid, (WARP, warps_n, warps_m), provider.stream, int(source.gpudata), int(w.gpudata),
-            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), tiles, int(bias is not None), chunk, code,
-            alpha, beta, *lg, shared_size=shared)
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), tiles, int(bias is not None), chunk,
+            *activation, *lg, shared_size=shared)
 
-    def _weight(self, provider, key, lg, cols, img, dw):
-        slices, per_slice, tiles = self._slices(key, lg)
+    def launch_weight(self, provider, key, lg, cols, img, part, slices, per_slice, tiles):
         mt, nt, warps_m, warps_n, layers, chunk, shared = weight_launch(lg)
-        part = provider.empty((slices * dw.size,), np.float32)
-        _weight[mt, nt].function(dw.dtype).prepared_async_call(
+        _weight[mt, nt].function(cols.dtype).prepared_async_call(
             (tiles, slices, 1), (WARP, warps_m * warps_n, layers), provider.stream, int(cols.gpudata),
             int(img.gpudata), int(part.gpudata), key.n, per_slice, chunk, warps_m, *lg, shared_size=shared)
-        sum_slices(provider, part, dw, dw.size, slices)
