@@ -253,7 +253,7 @@ ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct
               Gemm1dTf32("implicit_gemm_1d_tf32_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024),
               Gemm1dTf32("implicit_gemm_1d_tf32_pipe", max_warps=8, shared_budget=48 << 10, slice_blocks=512,
                          pipeline_tiles=8),
-              Gemm1dTf32("implicit_gemm_1d_tf32_pipe_fine", max_warps=4, shared_budget=48 << 10, slice_blocks=2048,
+              Gemm1dTf32("implicit_gemm_1d_tf32_pipe_fine", max_warps=4, shared_budget=48 << 10, slice_blocks=384,
                          pipeline_tiles=4)]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
