@@ -165,11 +165,14 @@ __device__ void line_impl(const float* src, const float* w, const float* bias, f
 // weight (K = in_channels * k rows, up to a multiple of 8) as TF32 A fragments, converted once, and
 // strides over the position tiles (tile = sample * tiles + tile of the sample, blockIdx.x + i *
 // gridDim.x) with a ring of `stages` (2 or 3) source windows: the copies of the next stages - 1
-// tiles' windows are in flight while the warps multiply the current one.  Shared memory: the
-// fragments [steps][m-tiles][LANES] of 4 words (a lane's A in one 16-byte load), the ring
-// [stages][in_channels * stride + bn] (each window's rows stride = bn + k + 7 apart, so that the
-// four K rows of a fragment, taps of one channel or of neighbours, fall into distinct banks, then
-// a row of bn zeros for the K padding rows), the K rows' window offsets [steps * 8].  A block of
+// tiles' windows are in flight while the warps multiply the current one.  A window row holds
+// `span` positions from l0 - pad - shift, a multiple of 4 (l0 is), so that where the source's
+// rows are 16-byte aligned every 4 positions are one 16-byte copy, wholly inside the row or
+// wholly outside (zeros).  Shared memory: the fragments [steps][m-tiles][LANES] of 4 words (a
+// lane's A in one 16-byte load), the ring [stages][in_channels * stride + bn] (rows stride = bn
+// + up4(k + 7) apart, so that the four K rows of a fragment, taps of one channel or of
+// neighbours, fall into distinct banks, then a row of bn zeros for the K padding rows), the K
+// rows' window offsets [steps * 8].  A block of
 // (32, warps_n, warps_m) threads: warp (y, z) owns MT m-tiles from z * MT and PIPE_NT n-tiles
 // from y * PIPE_NT.  Grid: (blocks striding over n_tiles tiles, channel tiles).
 template <int MT, bool FLIP>
@@ -178,7 +181,9 @@ __device__ void line_pipe_impl(const float* src, const float* w, const float* bi
     extern __shared__ __align__(16) unsigned char gemm1d_tf32_shared[];
     const int m_tiles = blockDim.z * MT, bm = m_tiles * MMA_M, bn = blockDim.y * PIPE_NT * MMA_N;
     const int reduction = g.in_channels * g.k, steps = round_up8(reduction) / MMA_K;
-    const int width = bn + g.k - 1, stride = bn + g.k + 7, window = g.in_channels * stride + bn;
+    const int shift = ((-g.pad) % 4 + 4) % 4, span = (bn + g.k - 1 + shift + 3) / 4 * 4;
+    const int stride = bn + (g.k + 7 + 3) / 4 * 4, window = g.in_channels * stride + bn;
+    const bool by16 = (g.in_len & 3) == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0;
     uint4* fragments = reinterpret_cast<uint4*>(gemm1d_tf32_shared);            // [steps][m_tiles][LANES]
     float* ring = reinterpret_cast<float*>(fragments + steps * m_tiles * LANES);   // [stages][window]
     int* offset = reinterpret_cast<int*>(ring + stages * window);                  // [steps * MMA_K]
@@ -188,11 +193,20 @@ __device__ void line_pipe_impl(const float* src, const float* w, const float* bi
     const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * LANES + lane, threads = LANES * blockDim.y * blockDim.z;
     auto stage_window = [&](int64_t tile, float* xs) {
         const int64_t sample = tile / tiles;
-        const int l0 = (int)(tile - sample * tiles) * bn;
+        const int from = (int)(tile - sample * tiles) * bn - g.pad - shift;
         const float* lines = src + sample * g.in_channels * (int64_t)g.in_len;
-        stage(xs, g.in_channels, width, tid, threads, src,
+        if (by16) {
+            const int quads = span / 4;
+            for (int e = tid; e < g.in_channels * quads; e += threads) {
+                const int c = e / quads, j = 4 * (e - c * quads), at = from + j;
+                const bool inside = at >= 0 && at < g.in_len;
+                copy_async16(xs + c * stride + j, inside ? lines + (int64_t)c * g.in_len + at : src, inside ? 16 : 0);
+            }
+            return;
+        }
+        stage(xs, g.in_channels, span, tid, threads, src,
               [&](int c, int j) -> const float* {
-                  const int at = l0 - g.pad + j;
+                  const int at = from + j;
                   return at >= 0 && at < g.in_len ? lines + (int64_t)c * g.in_len + at : nullptr;
               },
               [&](int c, int j) { return c * stride + j; });
@@ -215,7 +229,7 @@ __device__ void line_pipe_impl(const float* src, const float* w, const float* bi
     }
     for (int r = tid; r < steps * MMA_K; r += threads) {
         const int c = r / g.k;
-        offset[r] = r < reduction ? c * stride + r - c * g.k : g.in_channels * stride;
+        offset[r] = r < reduction ? c * stride + r - c * g.k + shift : g.in_channels * stride;
     }
     for (int e = tid; e < stages * bn; e += threads) ring[(e / bn) * window + g.in_channels * stride + e % bn] = 0.f;
     float start[MT][2];

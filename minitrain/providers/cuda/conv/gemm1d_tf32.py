@@ -74,10 +74,10 @@ def line_launch(lg, budget, max_warps):
 
 def pipe_shared(in_channels, k, bm, bn, stages):
     """Shared bytes of a pipelined forward / data block: the weight's A fragments (K rows up to a
-    multiple of 8, bm columns), `stages` windows (in_channels rows bn + k + 7 apart, then bn
-    zeros) and the K rows' window offsets."""
+    multiple of 8, bm columns), `stages` windows (in_channels rows bn + up(k + 7, 4) apart, then
+    bn zeros) and the K rows' window offsets."""
     rows = up(in_channels * k, MMA_K)
-    return (rows * bm + stages * (in_channels * (bn + k + 7) + bn) + rows) * FLOAT
+    return (rows * bm + stages * (in_channels * (bn + up(k + 7, 4)) + bn) + rows) * FLOAT
 
 
 def pipe_launch(lg, budget, max_warps):
