@@ -11,8 +11,9 @@ CALLS runs, so only GPU time counts; the median over ROUNDS rounds.  Float32, st
 on CUDA the same primitive of cuDNN (benchmark mode, TF32 as minitrain's) is timed the same way.
 The table gives each algorithm's time and TFLOP/s, the fastest of the others and the ratio
 other / implicit GEMM (above 1: the implicit GEMM is faster).  Before the table, every
-algorithm's time is printed, and the implicit GEMM's at other settings than its two instances
-(SWEEP: forward / data warps and chunk budgets, weight-gradient slice counts).
+algorithm's time is printed, and the implicit GEMM's at other settings than its instances
+(SWEEP: forward / data warps and chunk budgets, the pipelined TF32 kernel's warps, shared bytes
+and tiles a block, weight-gradient slice counts).
 
     python bench/conv1d_gpu.py [--batch 1024] [--rounds 7] [--no-sweep] [--tf32]
 """
@@ -43,6 +44,10 @@ SWEEP = [family(f"sweep {family.family} warps {warps} budget {budget >> 10}K sli
          for family in (Gemm1d, Gemm1dTf32)
          for warps, budget, slices in ((2, 6 << 10, 128), (4, 24 << 10, 512), (8, 16 << 10, 2048),
                                        (8, 48 << 10, 64))]
+SWEEP += [Gemm1dTf32(f"sweep {Gemm1dTf32.family} pipelined warps {warps} budget {budget >> 10}K tiles {tiles} "
+                     f"slices {slices}", warps, budget, slices, pipeline_tiles=tiles)
+          for warps, budget, tiles, slices in ((2, 48 << 10, 8, 132), (4, 32 << 10, 16, 264), (8, 48 << 10, 2, 792),
+                                               (8, 48 << 10, 32, 1584))]
 PRIMITIVES = (("forward", None), ("forward+relu", RELU), ("data", None), ("weight", None))
 
 

@@ -27,6 +27,7 @@
 #include "common.cuh"
 #include "activation.cuh"
 #include "gemm1d_staging.cuh"
+#include "gemm1d_weight.cuh"
 
 #ifndef MT_GEMM1D_TILE
 #error "MT_GEMM1D_TILE comes from minitrain/providers/cuda/launch.py (nvcc -DMT_GEMM1D_TILE=...)"
@@ -146,17 +147,13 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
     const int bn = blockDim.x * TILE, bm = blockDim.y * TILE, layers = blockDim.z;
     const int lda = bm + 4;                          // dY rows stay 16-byte aligned
     const int stride = chunk + g.k;
-    const int columns = g.in_channels * g.k, column_tiles = (columns + bn - 1) / bn;
-    const int m0 = (blockIdx.x / column_tiles) * bm, n0 = (blockIdx.x % column_tiles) * bn;
-    const int c_first = n0 / g.k, c_count = min(g.in_channels - 1, (n0 + bn - 1) / g.k) - c_first + 1;
+    const WeightTile tile = weight_tile(bm, bn, g);
+    const int columns = tile.columns, m0 = tile.m0, n0 = tile.n0;
     A* as = reinterpret_cast<A*>(gemm1d_shared);     // [chunk][lda]
     A* xs = as + chunk * lda;                        // [c_count][stride]
     int offset[TILE];                                // column n0 + threadIdx.x + j * blockDim.x's (c, t) in the window
 #pragma unroll
-    for (int j = 0; j < TILE; ++j) {
-        const int col = min(n0 + (int)threadIdx.x + j * (int)blockDim.x, columns - 1), c = col / g.k;
-        offset[j] = (c - c_first) * stride + col - c * g.k;
-    }
+    for (int j = 0; j < TILE; ++j) offset[j] = window_offset(n0 + (int)threadIdx.x + j * (int)blockDim.x, tile, stride, g);
     const int tid = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y * layers;
     A acc[TILE][TILE];
@@ -164,14 +161,13 @@ __device__ void gemm1d_weight_impl(const T* dy, const T* x, acc_t<T>* part, int6
     for (int i = 0; i < TILE; ++i)
 #pragma unroll
         for (int j = 0; j < TILE; ++j) acc[i][j] = A(0);
-    const int per_sample = (g.out_len + chunk - 1) / chunk;
-    const int64_t first = (int64_t)blockIdx.y * chunks_per_slice;
-    const int64_t last = min(first + chunks_per_slice, samples * per_sample);
-    for (int64_t q = first; q < last; ++q) {
-        const int64_t s = q / per_sample;
-        const int l0 = (int)(q - s * per_sample) * chunk;
+    const SliceChunks slice = slice_chunks(samples, chunks_per_slice, chunk, g);
+    for (int64_t q = slice.first; q < slice.last; ++q) {
+        int64_t s;
+        int l0;
+        chunk_at(q, slice, chunk, s, l0);
         __syncthreads();    // the previous chunk's readers are done
-        stage_weight_chunk(dy, x, as, xs, s, l0, m0, bm, chunk, c_first, c_count, stride, tid, threads, g,
+        stage_weight_chunk(dy, x, as, xs, s, l0, m0, bm, chunk, tile.c_first, tile.c_count, stride, tid, threads, g,
                            [&](int m, int p) { return p * lda + m; });
         copies_done();
         __syncthreads();

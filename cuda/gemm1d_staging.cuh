@@ -22,6 +22,26 @@ __device__ __forceinline__ void copy_async(T* dst, const T* src, const T* fallba
 
 __device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;\n" ::); }
 
+// The copies issued since the last commit form one group; copies_wait(pending) returns when at
+// most `pending` (0, 1 or 2; more counts as 2) of this thread's groups are still in flight.
+__device__ __forceinline__ void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+__device__ __forceinline__ void copies_wait(int pending) {
+    if (pending <= 0)
+        asm volatile("cp.async.wait_group 0;\n" ::);
+    else if (pending == 1)
+        asm volatile("cp.async.wait_group 1;\n" ::);
+    else
+        asm volatile("cp.async.wait_group 2;\n" ::);
+}
+
+// 16 bytes from src to dst in shared memory, those past the first `valid` (0 to 16) zero; src
+// is a valid 16-byte-aligned address even where no byte of it is read.
+__device__ __forceinline__ void copy_async16(float* dst, const float* src, int valid) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(valid));
+}
+
 // For r < rows, j < width: dst[index(r, j)] = *source(r, j) (zero where source gives null),
 // the pairs dealt to the block's threads in row-major order.  Float and double go by cp.async,
 // every copy of a thread in flight at once (copies_done() waits for them); the 16-bit types,
@@ -65,6 +85,35 @@ __device__ __forceinline__ void stage(acc_t<T>* dst, int rows, int width, int ti
     }
 }
 
+// dY's rows m0 .. m0 + bm at positions l0 .. l0 + chunk of sample s, at as[dy_index(m, p)]; zeros
+// outside the tensor.
+template <typename T, typename Index>
+__device__ __forceinline__ void stage_dy_rows(const T* dy, acc_t<T>* as, int64_t s, int l0, int m0, int bm, int chunk,
+                                              int tid, int threads, LineGeo g, Index dy_index) {
+    const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
+    stage(as, bm, chunk, tid, threads, dy,
+          [&](int m, int p) -> const T* {
+              return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
+          },
+          dy_index);
+}
+
+// The window of X's channels c_first .. c_first + c_count that a weight-gradient block's columns
+// read for positions l0 .. l0 + chunk of sample s (chunk + k - 1 positions from l0 - pad), at
+// xs[c * stride + j]; zeros outside the tensor.  `fallback` is any valid address.
+template <typename T>
+__device__ __forceinline__ void stage_x_window(const T* x, acc_t<T>* xs, int64_t s, int l0, int chunk, int c_first,
+                                               int c_count, int stride, int tid, int threads, LineGeo g,
+                                               const T* fallback) {
+    const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
+    stage(xs, c_count, chunk + g.k - 1, tid, threads, fallback,
+          [&](int c, int j) -> const T* {
+              const int at = l0 - g.pad + j;
+              return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
+          },
+          [&](int c, int j) { return c * stride + j; });
+}
+
 // One chunk of the weight gradient's K (positions l0 .. l0 + chunk of sample s): dY's rows m0 ..
 // m0 + bm at as[dy_index(m, p)], and the window of X's channels c_first .. c_first + c_count that
 // the block's columns read (chunk + k - 1 positions from l0 - pad) at xs[c * stride + j]; zeros
@@ -73,17 +122,6 @@ template <typename T, typename Index>
 __device__ __forceinline__ void stage_weight_chunk(const T* dy, const T* x, acc_t<T>* as, acc_t<T>* xs, int64_t s,
                                                    int l0, int m0, int bm, int chunk, int c_first, int c_count,
                                                    int stride, int tid, int threads, LineGeo g, Index dy_index) {
-    const T* dys = dy + (s * g.out_channels + m0) * (int64_t)g.out_len + l0;
-    const T* xc = x + (s * g.in_channels + c_first) * (int64_t)g.in_len;
-    stage(as, bm, chunk, tid, threads, dy,
-          [&](int m, int p) -> const T* {
-              return m0 + m < g.out_channels && l0 + p < g.out_len ? dys + (int64_t)m * g.out_len + p : nullptr;
-          },
-          dy_index);
-    stage(xs, c_count, chunk + g.k - 1, tid, threads, dy,
-          [&](int c, int j) -> const T* {
-              const int at = l0 - g.pad + j;
-              return at >= 0 && at < g.in_len ? xc + (int64_t)c * g.in_len + at : nullptr;
-          },
-          [&](int c, int j) { return c * stride + j; });
+    stage_dy_rows(dy, as, s, l0, m0, bm, chunk, tid, threads, g, dy_index);
+    stage_x_window(x, xs, s, l0, chunk, c_first, c_count, stride, tid, threads, g, dy);
 }

@@ -3,7 +3,8 @@ against the CPU kernels in float64.
 
 A provider with use_tf32 on runs each case forced to the algorithm (search mode "fixed") in
 float32: the forward with its bias and ConvGrad's three gradients, on the shapes of
-test_cuda_conv_gemm1d.py.  Random inputs match at TF32's tolerance (1e-2 of the output's
+test_cuda_conv_gemm1d.py, for the family and for its pipelined instances (the weight held by
+each block, the source windows in a ring), which take each primitive whose weight fits a block.  Random inputs match at TF32's tolerance (1e-2 of the output's
 scale, as cuBLAS's TF32 GEMM is checked in test_cuda_math.py); inputs that TF32 holds exactly
 (ten mantissa bits) match at float32's, which a fragment or an offset read from the wrong row
 or column would miss by far.  The run counters prove that the algorithm took each primitive;
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.cuda
 
 MS = "com.microsoft"
 FAMILY = "implicit_gemm_1d_tf32"
-NAMES = (FAMILY, "implicit_gemm_1d_tf32_fine")
+PIPELINED = ("implicit_gemm_1d_tf32_pipe", "implicit_gemm_1d_tf32_pipe_fine")
+NAMES = (FAMILY, "implicit_gemm_1d_tf32_fine") + PIPELINED
+DIRECTIONS = ("forward", "data", "weight")
 TF32_TOLERANCE = 1e-2     # of the output's scale
 EXACT_TOLERANCE = 1e-5    # of the output's scale: float32 accumulation of exact products
 
@@ -47,6 +50,19 @@ def force(provider, algorithm):
 def runs(search, provider):
     ran = search.stats(provider).ran
     return sum(ran[name] for name in NAMES)
+
+
+def algorithm_named(name):
+    from minitrain.providers.cuda.conv import kernels as conv
+    return next(a for a in conv.ALGORITHMS if a.name == name)
+
+
+def taken(search, name, x_shape, w_shape, attrs, op="Conv"):
+    """How many of the three primitives of the case the algorithm `name` supports."""
+    geom = geometry_for("conv", op, x_shape, w_shape, attrs)
+    algorithm = algorithm_named(name)
+    return sum(algorithm.supports(search.ConvKey(op, direction, x_shape[0], geom, "float32", True, ()))
+               for direction in DIRECTIONS)
 
 
 def tf32_exact(x):
@@ -86,13 +102,30 @@ def test_every_direction_matches_the_cpu(x_shape, w_shape, attrs, exact, tf32, s
     assert runs(search, tf32) - before == 3    # the forward, the data and weight gradients
 
 
+@pytest.mark.parametrize("x_shape,w_shape,attrs", SHAPES)
+@pytest.mark.parametrize("exact", [False, True], ids=["random", "tf32_exact"])
+@pytest.mark.parametrize("algorithm", PIPELINED)
+def test_pipelined_every_direction(x_shape, w_shape, attrs, exact, algorithm, tf32, search, rng):
+    """The pipelined instances on every shape: the primitives they take (those whose weight fits
+    a block, and every weight gradient) match, the others fall through."""
+    force(tf32, algorithm)
+    ran = search.stats(tf32).ran
+    before = ran[algorithm]
+    expected = taken(search, algorithm, x_shape, w_shape, attrs)
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[0])
+    check_every_direction(tf32, "Conv", x, w, b, attrs, rng, EXACT_TOLERANCE if exact else TF32_TOLERANCE, exact)
+    assert ran[algorithm] - before == expected
+
+
 @pytest.mark.parametrize("k", range(1, 10))
-def test_every_kernel_width(k, tf32, search, rng):
-    force(tf32, FAMILY)
-    before = runs(search, tf32)
+@pytest.mark.parametrize("algorithm", (FAMILY,) + PIPELINED)
+def test_every_kernel_width(k, algorithm, tf32, search, rng):
+    force(tf32, algorithm)
+    ran = search.stats(tf32).ran
+    before = ran[algorithm]
     x, w, b = rng.standard_normal((2, 7, 29)), rng.standard_normal((6, 7, k)), rng.standard_normal(6)
     check_every_direction(tf32, "Conv", x, w, b, {"pads": [k // 2, (k - 1) // 2]}, rng, EXACT_TOLERANCE, exact=True)
-    assert runs(search, tf32) - before == 3
+    assert ran[algorithm] - before == 3
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", CNN1D)
@@ -116,25 +149,49 @@ def test_the_fine_instance(tf32, search, rng):
     assert ran["implicit_gemm_1d_tf32_fine"] - before == 3
 
 
-def test_conv_transpose_unit_stride(tf32, search, rng):
+@pytest.mark.parametrize("algorithm", (FAMILY,) + PIPELINED)
+def test_conv_transpose_unit_stride(algorithm, tf32, search, rng):
     """ConvTranspose runs the data primitive forward and the forward primitive for its dX."""
-    force(tf32, FAMILY)
-    before = runs(search, tf32)
+    force(tf32, algorithm)
+    ran = search.stats(tf32).ran
+    before = ran[algorithm]
     x, w, b = rng.standard_normal((2, 6, 40)), rng.standard_normal((6, 5, 5)), rng.standard_normal(5)
     check_every_direction(tf32, "ConvTranspose", x, w, b, {"pads": [1, 3]}, rng, EXACT_TOLERANCE, exact=True)
-    assert runs(search, tf32) - before == 3
+    assert ran[algorithm] - before == 3
 
 
 @pytest.mark.parametrize("act,alpha", ACTS)
 @pytest.mark.parametrize("bias", [True, False])
-def test_fused_conv_epilogue(act, alpha, bias, tf32, search, rng):
-    force(tf32, FAMILY)
-    before = runs(search, tf32)
+@pytest.mark.parametrize("algorithm", (FAMILY,) + PIPELINED)
+def test_fused_conv_epilogue(act, alpha, bias, algorithm, tf32, search, rng):
+    force(tf32, algorithm)
+    ran = search.stats(tf32).ran
+    before = ran[algorithm]
     x, w = rng.standard_normal((3, 6, 70)), rng.standard_normal((10, 6, 5)) / np.sqrt(30)
     inputs = [x, w] + ([rng.standard_normal(10)] if bias else [])
     attrs = {"pads": [2, 1], **fused_attrs(act, alpha, "activation_params")}
     check_against_cpu(tf32, "FusedConv", [tf32_exact(v) for v in inputs], attrs, EXACT_TOLERANCE, domain=MS)
-    assert runs(search, tf32) - before == 1
+    assert ran[algorithm] - before == 1
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [((300, 3, 1000), (8, 3, 5)), ((300, 3, 999), (8, 3, 5)),
+                                              ((300, 16, 128), (32, 16, 5))],
+                         ids=["two stages, 16-byte rows", "two stages, unaligned rows", "three stages"])
+@pytest.mark.parametrize("algorithm", (FAMILY, "implicit_gemm_1d_tf32_fine"))
+def test_weight_ring_over_many_chunks(x_shape, w_shape, algorithm, tf32, search, rng):
+    """Slices of several chunks each: the ring's buffers refilled while the warps multiply, dY's
+    rows staged by 16-byte copies (length a multiple of 4) or one float at a time."""
+    force(tf32, algorithm)
+    ran = search.stats(tf32).ran
+    before = ran[algorithm]
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    dy = rng.standard_normal((x_shape[0], w_shape[0], x_shape[2]))
+    inputs = [tf32_exact(v) for v in (dy, x, w)]
+    expected = run_node("ConvGrad", inputs, attrs={"pads": [2, 2]}, domain=MS, outputs=["dW"])[0]
+    got = run_node("ConvGrad", [v.astype(np.float32) for v in inputs], attrs={"pads": [2, 2]}, domain=MS,
+                   provider=tf32, outputs=["dW"])[0]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=EXACT_TOLERANCE * np.max(np.abs(expected)))
+    assert ran[algorithm] - before == 1
 
 
 @pytest.mark.parametrize("attrs,w_shape", [

@@ -8,36 +8,38 @@ mma.sync m16n8k8 on TF32-rounded operands and accumulated in float32.  A warp ow
 tiles of 16 x 8 outputs: MT is 1 where the M side (output channels; the data gradient's input
 channels) has at most 16 rows, else 2.
   * forward and data gradient: M = output channels, N = positions (LINE_NT n-tiles a warp),
-    K = input channels x taps, the bias and FusedConv's activation in the epilogue;
+    K = input channels x taps, the bias and FusedConv's activation in the epilogue.  The
+    instances with `pipeline_tiles` run the pipelined kernel instead (PIPE_NT n-tiles a warp):
+    each block converts its rows of the whole weight to TF32 fragments once and strides over
+    position tiles, the next tiles' source windows in flight (a ring of 2 or 3) while its warps
+    multiply, for keys whose weight fits a block's shared memory;
   * weight gradient: M = output channels, N = input channels x taps (NT 1 where there are at
     most 8 columns, else 4), K = batch x length cut into slices summed in a fixed order
-    (sum_slices): deterministic.
+    (sum_slices): deterministic.  A block's chunks of positions go through a ring of 2 or 3
+    buffers, dY's rows by 16-byte copies where its rows are 16-byte aligned.
 Same limits as gemm1d.py: one group, unit stride and dilation; sm_80 and newer (cp.async,
 mma.sync .tf32).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..compiler import Kernel
 from ..launch import GEMM1D_TF32_LINE_NT, WARP
-from .bias import sum_slices
-from .gemm1d import (CHUNK_BUDGET, INT32_MAX, LINE_GEO, MAX_CHUNK, MAX_LAYERS, MAX_REDUCTION, MAX_THREADS,
-                     MAX_WEIGHT, SHARED_LIMIT, line_geo)
+from .gemm1d import MAX_CHUNK, MAX_LAYERS, MAX_THREADS, SHARED_LIMIT
+from .gemm1d_base import INT32_MAX, LINE_GEO, Gemm1dBase, up
 
 MMA_M, MMA_N, MMA_K = 16, 8, 8     # the tile of one mma.sync.m16n8k8
 MAX_WARPS_M = 2                    # warps of a block along M: 64 rows at most
 MAX_WARPS_N_WEIGHT = 3             # warps of a weight-gradient block along N: 96 columns at most
+PIPE_NT = 4                        # n-tiles of a pipelined forward / data warp (conv_gemm1d_tf32.cu)
+RING_BUDGET = 44 << 10             # bytes of a weight-gradient block's ring of chunks
 FLOAT = 4
 
 _line = {(direction, mt): Kernel("conv_gemm1d_tf32", f"gemm1d_tf32_{direction}_m{mt}", "PPPPiiiiTT" + LINE_GEO)
          for direction in ("forward", "data") for mt in (1, 2)}
-_weight = {(mt, nt): Kernel("conv_gemm1d_tf32", f"gemm1d_tf32_weight_m{mt}n{nt}", "PPPqiii" + LINE_GEO)
+_pipe = {(direction, mt): Kernel("conv_gemm1d_tf32", f"gemm1d_tf32_{direction}_pipe_m{mt}", "PPPPqiiiiff" + LINE_GEO)
+         for direction in ("forward", "data") for mt in (1, 2)}
+_weight = {(mt, nt): Kernel("conv_gemm1d_tf32", f"gemm1d_tf32_weight_m{mt}n{nt}", "PPPqiiii" + LINE_GEO)
            for mt in (1, 2) for nt in (1, 4)}
-
-
-def _up(value, multiple):
-    return -(-value // multiple) * multiple
 
 
 def _m_tiles(rows):
@@ -49,7 +51,7 @@ def _m_tiles(rows):
 def line_shared(chunk, k, bm, bn):
     """Shared bytes of a forward / data block: the weights (K rows up to a multiple of 8, bm + 8
     apart), the window of `chunk` channels and a row of bn zeros, the K rows' window offsets."""
-    rows = _up(chunk * k, MMA_K)
+    rows = up(chunk * k, MMA_K)
     return (rows * (bm + 8) + chunk * (bn + k - 1) + bn + rows) * FLOAT
 
 
@@ -70,14 +72,48 @@ def line_launch(lg, budget, max_warps):
     return mt, warps_n, warps_m, chunk, line_shared(chunk, k, bm, bn)
 
 
+def pipe_shared(in_channels, k, bm, bn, stages):
+    """Shared bytes of a pipelined forward / data block: the weight's A fragments (K rows up to a
+    multiple of 8, bm columns), `stages` windows (in_channels rows bn + up(k + 7, 4) apart, then
+    bn zeros) and the K rows' window offsets."""
+    rows = up(in_channels * k, MMA_K)
+    return (rows * bm + stages * (in_channels * (bn + up(k + 7, 4)) + bn) + rows) * FLOAT
+
+
+def pipe_launch(lg, budget, max_warps):
+    """(MT, warps along N, warps along M, stages, shared bytes) of a pipelined forward / data
+    launch, or None when the weight and two windows of WARP positions exceed `budget`: MT 1
+    where M has at most 32 rows (two warps of 16), else 2; as many warps along N as `max_warps`
+    allows and the length needs, fewer where the shared memory asks, three windows in flight
+    where they fit, else two."""
+    in_channels, out_channels, _, out_len, k, _ = lg
+    mt = 1 if out_channels <= 2 * MMA_M else 2
+    warps_m = min(MAX_WARPS_M, -(-out_channels // (mt * MMA_M)))
+    bm = warps_m * mt * MMA_M
+    most = max(1, min(max_warps // warps_m, -(-out_len // (PIPE_NT * MMA_N))))
+    for warps_n in range(most, 0, -1):
+        for stages in (3, 2):
+            shared = pipe_shared(in_channels, k, bm, warps_n * PIPE_NT * MMA_N, stages)
+            if shared <= budget:
+                return mt, warps_n, warps_m, stages, shared
+    return None
+
+
+def weight_chunk_bytes(bm, window_rows, chunk, k):
+    """Shared bytes of one weight-gradient chunk: bm dY rows chunk + 4 apart, the X window's rows
+    chunk + k apart, up to a multiple of 16 bytes."""
+    return up(bm * (chunk + 4) + window_rows * (chunk + k), 4) * FLOAT
+
+
 def weight_launch(lg):
-    """(MT, NT, warps along M, warps along N, layers, chunk positions, shared bytes) of a
-    weight-gradient block, or None when a chunk of WARP positions exceeds SHARED_LIMIT.  A chunk
-    stages its positions of bm dY rows (chunk + 4 apart) and the X window of the channels the
-    tile's bn columns reach (chunk + k apart): as many positions as CHUNK_BUDGET holds (a
-    multiple of WARP, at most MAX_CHUNK and no more than the length needs); `layers` warps per
-    tile warp split a chunk's k-steps while the threads stay <= MAX_THREADS and the layers'
-    sums fit the shared memory."""
+    """(MT, NT, warps along M, warps along N, layers, chunk positions, stages, shared bytes) of a
+    weight-gradient block, or None when two chunks of WARP positions exceed RING_BUDGET.  A chunk
+    stages its positions of bm dY rows and the X window of the channels the tile's bn columns
+    reach; `stages` chunks are in flight at once.  The chunk is the longest that the ring holds
+    (a multiple of WARP, no more than the length needs, a power of two where the length is
+    longer than MAX_CHUNK), three stages preferred at each length; `layers` warps per tile warp
+    split a chunk's k-steps while the threads stay <= MAX_THREADS and the layers' sums fit the
+    shared memory."""
     in_channels, out_channels, _, out_len, k, _ = lg
     columns = in_channels * k
     mt, warps_m = _m_tiles(out_channels)
@@ -85,93 +121,86 @@ def weight_launch(lg):
     warps_n = min(MAX_WARPS_N_WEIGHT, -(-columns // (nt * MMA_N)))
     bm, bn = warps_m * mt * MMA_M, warps_n * nt * MMA_N
     window_rows = min(in_channels, (bn - 1) // k + 2)
-    per_position = (bm + window_rows) * FLOAT
-    chunk = min(MAX_CHUNK, _up(out_len, WARP), max(WARP, CHUNK_BUDGET // per_position // WARP * WARP))
-    staged = (bm * (chunk + 4) + window_rows * (chunk + k)) * FLOAT
-    if staged > SHARED_LIMIT:
+    longest = min(MAX_CHUNK, up(out_len, WARP))
+    lengths = sorted({longest} | {c for c in (256, 128, 64, 32) if c < longest}, reverse=True)
+    fits = [(chunk, stages) for chunk in lengths for stages in (3, 2)
+            if stages * weight_chunk_bytes(bm, window_rows, chunk, k) <= RING_BUDGET]
+    if not fits:
         return None
+    chunk, stages = fits[0]
+    ring = stages * weight_chunk_bytes(bm, window_rows, chunk, k)
     warps = warps_m * warps_n
     sums = warps * mt * nt * 4 * WARP * FLOAT
     layers = 1
     while 2 * layers * warps * WARP <= MAX_THREADS and 2 * layers <= min(chunk // MMA_K, MAX_LAYERS) \
             and sums <= SHARED_LIMIT:
         layers *= 2
-    shared = max(staged, sums) if layers > 1 else staged
-    return mt, nt, warps_m, warps_n, layers, chunk, shared
+    shared = max(ring, sums) if layers > 1 else ring
+    return mt, nt, warps_m, warps_n, layers, chunk, stages, shared
 
 
-class Gemm1dTf32:
-    """Implicit-GEMM 1-D convolution on TF32 tensor cores, for float32 keys that allow TF32; no
-    workspace but the weight gradient's slice partials.  The settings are gemm1d.Gemm1d's:
-    `max_warps` (warps of a forward / data block), `shared_budget` (bytes of its chunk of
-    staged input channels), `slice_blocks` (the weight-gradient blocks to aim for)."""
+class Gemm1dTf32(Gemm1dBase):
+    """Implicit-GEMM 1-D convolution on TF32 tensor cores, for float32 keys that allow TF32; the
+    settings are Gemm1dBase's, and `pipeline_tiles`: None for the forward / data kernel that
+    stages chunks of input channels tile by tile, else the pipelined one (the whole weight held
+    by each block, `shared_budget` its shared bytes), whose blocks take pipeline_tiles position
+    tiles each (more: the weight staged fewer times, a longer pipeline; fewer: more blocks to
+    balance the multiprocessors)."""
     family = "implicit_gemm_1d_tf32"
-    deterministic = True
-    fuses_activation = True
 
-    def __init__(self, name, max_warps, shared_budget, slice_blocks):
-        self.name, self.max_warps = name, max_warps
-        self.shared_budget, self.slice_blocks = shared_budget, slice_blocks
+    def __init__(self, name, max_warps, shared_budget, slice_blocks, pipeline_tiles=None):
+        super().__init__(name, max_warps, shared_budget, slice_blocks)
+        self.pipeline_tiles = pipeline_tiles
 
-    def supports(self, key):
-        geom = key.geom
-        if key.dtype != "float32" or not key.tf32:
-            return False
-        if geom.rank != 1 or geom.group != 1 or geom.strides != (1,) or geom.dilations != (1,):
-            return False
-        lg = line_geo(key.direction, geom)
-        in_channels, out_channels, in_len, out_len, k, _ = lg
-        if in_channels * in_len > INT32_MAX or out_channels * out_len > INT32_MAX:
-            return False
-        if key.direction == "weight":
-            return out_channels * in_channels * k <= MAX_WEIGHT and weight_launch(lg) is not None
+    def takes(self, key):
+        return key.dtype == "float32" and key.tf32
+
+    def line_fits(self, key, lg):
+        if self.pipeline_tiles is not None:
+            return pipe_launch(lg, self.shared_budget, self.max_warps) is not None
         launch = line_launch(lg, self.shared_budget, self.max_warps)
         if launch is None:
             return False
-        tiles = -(-out_len // (launch[1] * GEMM1D_TF32_LINE_NT * MMA_N))
-        return in_channels * k <= MAX_REDUCTION and key.n * tiles <= INT32_MAX
+        tiles = -(-lg[3] // (launch[1] * GEMM1D_TF32_LINE_NT * MMA_N))
+        return key.n * tiles <= INT32_MAX
 
-    def _slices(self, key, lg):
-        """(slices, chunks per slice, dW tiles) of the weight gradient."""
-        in_channels, out_channels, _, out_len, k, _ = lg
-        mt, nt, warps_m, warps_n, _, chunk, _ = weight_launch(lg)
-        tiles = -(-out_channels // (warps_m * mt * MMA_M)) * -(-(in_channels * k) // (warps_n * nt * MMA_N))
-        chunks = key.n * -(-out_len // chunk)
-        want = max(1, min(chunks, -(-self.slice_blocks // tiles)))
-        per_slice = -(-chunks // want)
-        return -(-chunks // per_slice), per_slice, tiles
-
-    def workspace_bytes(self, key):
-        if key.direction != "weight":
-            return 0
-        lg = line_geo("weight", key.geom)
-        slices, _, _ = self._slices(key, lg)
-        return slices * lg[1] * lg[0] * lg[4] * FLOAT
+    def weight_tiling(self, lg, dtype):
+        launch = weight_launch(lg)
+        if launch is None:
+            return None
+        mt, nt, warps_m, warps_n, _, chunk, _, _ = launch
+        return warps_m * mt * MMA_M, warps_n * nt * MMA_N, chunk
 
     def heuristic_rank(self, key):
         return -0.6 if self.supports(key) else 2
 
-    def run(self, provider, key, buffers):
-        lg = line_geo(key.direction, key.geom)
-        if key.direction == "weight":
-            self._weight(provider, key, lg, *buffers)
+    def run_line(self, provider, key, lg, source, w, bias, out, activation):
+        if self.pipeline_tiles is not None:
+            self._run_pipelined(provider, key, lg, source, w, bias, out, activation)
             return
-        source, w, bias, out = buffers
         mt, warps_n, warps_m, chunk, shared = line_launch(lg, self.shared_budget, self.max_warps)
         bm, bn = warps_m * mt * MMA_M, warps_n * GEMM1D_TF32_LINE_NT * MMA_N
         tiles = -(-lg[3] // bn)
         grid = (key.n * tiles, -(-lg[1] // bm), 1)
-        code, alpha, beta = key.activation if key.activation is not None else (-1, 0.0, 0.0)
         _line[key.direction, mt].function(out.dtype).prepared_async_call(
             grid, (WARP, warps_n, warps_m), provider.stream, int(source.gpudata), int(w.gpudata),
-            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), tiles, int(bias is not None), chunk, code,
-            alpha, beta, *lg, shared_size=shared)
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), tiles, int(bias is not None), chunk,
+            *activation, *lg, shared_size=shared)
 
-    def _weight(self, provider, key, lg, cols, img, dw):
-        slices, per_slice, tiles = self._slices(key, lg)
-        mt, nt, warps_m, warps_n, layers, chunk, shared = weight_launch(lg)
-        part = provider.empty((slices * dw.size,), np.float32)
-        _weight[mt, nt].function(dw.dtype).prepared_async_call(
+    def _run_pipelined(self, provider, key, lg, source, w, bias, out, activation):
+        mt, warps_n, warps_m, stages, shared = pipe_launch(lg, self.shared_budget, self.max_warps)
+        bm, bn = warps_m * mt * MMA_M, warps_n * PIPE_NT * MMA_N
+        tiles = -(-lg[3] // bn)
+        n_tiles = key.n * tiles
+        grid = (-(-n_tiles // self.pipeline_tiles), -(-lg[1] // bm), 1)
+        code, alpha, beta = activation
+        _pipe[key.direction, mt].function(out.dtype).prepared_async_call(
+            grid, (WARP, warps_n, warps_m), provider.stream, int(source.gpudata), int(w.gpudata),
+            int(bias.gpudata) if bias is not None else 0, int(out.gpudata), n_tiles, tiles, stages,
+            int(bias is not None), code, alpha, beta, *lg, shared_size=shared)
+
+    def launch_weight(self, provider, key, lg, cols, img, part, slices, per_slice, tiles):
+        mt, nt, warps_m, warps_n, layers, chunk, stages, shared = weight_launch(lg)
+        _weight[mt, nt].function(cols.dtype).prepared_async_call(
             (tiles, slices, 1), (WARP, warps_m * warps_n, layers), provider.stream, int(cols.gpudata),
-            int(img.gpudata), int(part.gpudata), key.n, per_slice, chunk, warps_m, *lg, shared_size=shared)
-        sum_slices(provider, part, dw, dw.size, slices)
+            int(img.gpudata), int(part.gpudata), key.n, per_slice, chunk, stages, warps_m, *lg, shared_size=shared)

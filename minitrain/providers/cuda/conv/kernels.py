@@ -19,7 +19,8 @@ and cudnn_engines.py, when libcudnn 9 loads and the pads are symmetric):
   * Gemm1d (gemm1d.py): implicit GEMMs for 1D convolutions of moderate channel counts (one
     group, unit stride and dilation), 8 x 8 register tiles from shared-memory operands.
   * Gemm1dTf32 (gemm1d_tf32.py, cuda/conv_gemm1d_tf32.cu): the same on TF32 tensor cores, for
-    float32 keys that allow TF32.
+    float32 keys that allow TF32; its _pipe instances hold the weight in each block and keep the
+    next source windows in flight while they multiply.
 The kernels are in cuda/conv.cu, cuda/conv_tiled.cu and cuda/conv_gemm1d.cu; none uses
 atomics, so every result is deterministic.  The bias is bias.py's.
 """
@@ -251,7 +252,11 @@ ALGORITHMS = [Im2colGemm(), Direct(), Tiled(4, "direct_tiled"), Tiled(1, "direct
               Gemm1d("implicit_gemm_1d", max_warps=8, shared_budget=32 << 10, slice_blocks=256),
               Gemm1d("implicit_gemm_1d_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024),
               Gemm1dTf32("implicit_gemm_1d_tf32", max_warps=8, shared_budget=32 << 10, slice_blocks=256),
-              Gemm1dTf32("implicit_gemm_1d_tf32_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024)]
+              Gemm1dTf32("implicit_gemm_1d_tf32_fine", max_warps=4, shared_budget=12 << 10, slice_blocks=1024),
+              Gemm1dTf32("implicit_gemm_1d_tf32_pipe", max_warps=8, shared_budget=48 << 10, slice_blocks=512,
+                         pipeline_tiles=8),
+              Gemm1dTf32("implicit_gemm_1d_tf32_pipe_fine", max_warps=4, shared_budget=48 << 10, slice_blocks=384,
+                         pipeline_tiles=4)]
 # cuDNN's legacy algorithms and its backend's engine configurations join per key (heuristic
 # mode: after the direct kernel where it suits)
 FAMILIES = [CudnnFamily(own_first=Direct.suits), BackendFamily(own_first=Direct.suits)]
