@@ -6,7 +6,7 @@ The same three GEMMs and the same staging (the input window and the weights by c
 im2col operand read from the window, never built), with the products taken by warp-level
 mma.sync m16n8k8 on TF32-rounded operands and accumulated in float32.  A warp owns MT x NT
 tiles of 16 x 8 outputs: MT is 1 where the M side (output channels; the data gradient's input
-channels) has at most 16 rows, else 2.
+channels) has at most 16 rows (32 for the pipelined kernel, two warps of 16), else 2.
   * forward and data gradient: M = output channels, N = positions (LINE_NT n-tiles a warp),
     K = input channels x taps, the bias and FusedConv's activation in the epilogue.  The
     instances with `pipeline_tiles` run the pipelined kernel instead (PIPE_NT n-tiles a warp):
@@ -157,7 +157,11 @@ class Gemm1dTf32(Gemm1dBase):
 
     def line_fits(self, key, lg):
         if self.pipeline_tiles is not None:
-            return pipe_launch(lg, self.shared_budget, self.max_warps) is not None
+            launch = pipe_launch(lg, self.shared_budget, self.max_warps)
+            if launch is None:
+                return False
+            n_tiles = key.n * -(-lg[3] // (launch[1] * PIPE_NT * MMA_N))
+            return -(-n_tiles // self.pipeline_tiles) <= INT32_MAX
         launch = line_launch(lg, self.shared_budget, self.max_warps)
         if launch is None:
             return False
