@@ -29,6 +29,7 @@ from . import (
     conv_batch_norm,
     gelu,
     max_pool_activation_grad,
+    mul_grad,
     relu_max_pool,
     softmax_cross_entropy,
 )
@@ -36,7 +37,7 @@ from .rewrite import Rewrite
 
 FORWARD_RULES = (gelu, bias_gelu)
 RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, activation, max_pool_activation_grad,
-         activation_grad_bias, clip_grad)
+         activation_grad_bias, clip_grad, mul_grad)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):
