@@ -14,6 +14,7 @@ from ...ops.elementwise import broadcast_axes
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .specialized import specialized
 
 
 # A vector of fewer than SHORT_ROW_ELEMENTS broadcast over rows is tiled to about
@@ -72,8 +73,9 @@ def broadcast_binary(name, a, b, layout):
     outer, kept, inner, vector_first = layout
     big, vector = (b, a) if vector_first else (a, b)
     y = np.empty(big.shape, big.dtype)
-    _broadcast.binary(name, np.ascontiguousarray(big).reshape(-1), np.ascontiguousarray(vector).reshape(-1),
-                      y.reshape(-1), outer, kept, inner, vector_first, kernel_threads())
+    specialized(_broadcast.binary, y.dtype)(name, np.ascontiguousarray(big).reshape(-1),
+                                            np.ascontiguousarray(vector).reshape(-1), y.reshape(-1), outer, kept,
+                                            inner, vector_first, kernel_threads())
     return y
 
 
@@ -118,8 +120,10 @@ def neg(ctx):
 @register_kernel("Sum", since=8)
 def sum_(ctx):
     arrays = [x for x in ctx.inputs if x is not None]
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    if len(arrays) > 1 and np.broadcast_shapes(arrays[0].shape, arrays[1].shape) == shape:
+    shapes = [a.shape for a in arrays]
+    same = shapes.count(shapes[0]) == len(shapes)       # the usual case, gradients of one value: no
+    shape = shapes[0] if same else np.broadcast_shapes(*shapes)     # broadcast_shapes (microseconds)
+    if len(arrays) > 1 and (same or np.broadcast_shapes(shapes[0], shapes[1]) == shape):
         total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
         rest = arrays[2:]
     else:
@@ -152,7 +156,7 @@ def _sum_plan(x_shape, shape):
 
 def sum_to_shape(x, shape):
     """Sum `x` over the axes along which an array of `shape` was broadcast to x.shape."""
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(shape.tolist() if isinstance(shape, np.ndarray) else (int(d) for d in shape))
     axes, layout = _sum_plan(x.shape, shape)
     if not axes:
         return x.reshape(shape)

@@ -14,6 +14,7 @@ from .elementwise import sum_to_shape, vector_layout
 from .loss import as_ncd, cross_entropy, log_softmax
 from .math import gemm
 from .pool import max_pool, max_pool_grad
+from .specialized import specialized
 from .streaming import should_stream
 
 
@@ -66,9 +67,10 @@ def clip_grad(ctx):
     """pointwise_activation.pyx's clip gradient: one pass where the unfused nodes take four."""
     dy, x, low, high = (ctx.inputs + [None, None])[:4]
     dx = np.empty(x.shape, x.dtype)
-    _pa.backward("clip", np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx.reshape(-1),
-                 -np.inf if low is None else float(low.reshape(())),      # an absent bound clips nothing
-                 np.inf if high is None else float(high.reshape(())), kernel_threads())
+    specialized(_pa.backward, x.dtype)(
+        "clip", np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx.reshape(-1),
+        -np.inf if low is None else float(low.reshape(())),      # an absent bound clips nothing
+        np.inf if high is None else float(high.reshape(())), kernel_threads())
     return {"dX": dx}
 
 
@@ -87,9 +89,9 @@ def mul_grad(ctx):
         return out
     da = np.empty(a.shape, a.dtype) if ctx.wants("dA") else None
     db = np.empty(b.shape, b.dtype) if ctx.wants("dB") else None
-    _broadcast.mul_grad(np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(a).reshape(-1),
-                        np.ascontiguousarray(b).reshape(-1), None if da is None else da.reshape(-1),
-                        None if db is None else db.reshape(-1), *layout[:3], kernel_threads())
+    specialized(_broadcast.mul_grad, dy.dtype)(
+        np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1),
+        None if da is None else da.reshape(-1), None if db is None else db.reshape(-1), *layout[:3], kernel_threads())
     return {name: value for name, value in (("dA", da), ("dB", db)) if value is not None}
 
 
