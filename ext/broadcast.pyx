@@ -82,9 +82,11 @@ def _check_layout(str what, Py_ssize_t n, Py_ssize_t vector, Py_ssize_t outer, P
                          f"{n} and {vector} elements")
 
 
-def binary(str name, const real[::1] x, const real[::1] v, real[::1] y, Py_ssize_t outer, Py_ssize_t kept,
-           Py_ssize_t inner, bint vector_first, int num_threads):
+def binary(str name, const real[::1] x not None, const real[::1] v not None, real[::1] y not None,
+           Py_ssize_t outer, Py_ssize_t kept, Py_ssize_t inner, bint vector_first, int num_threads):
     """y[o, k, i] = x[o, k, i] op v[k] (v[k] op x[o, k, i] with vector_first) for op in add, sub, mul."""
+    if name not in _OPS:
+        raise ValueError(f"broadcast: no binary op {name!r}; use one of {sorted(_OPS)}")
     _check_layout(name, x.shape[0], v.shape[0], outer, kept, inner)
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"broadcast {name}: buffers of {x.shape[0]} and {y.shape[0]} elements")
@@ -128,8 +130,8 @@ cdef void _rows_grad(const real* dy, const real* a, const real* v, real* da, dou
                 da[o * kept + k] = g[k] * v[k]
 
 
-def mul_grad(const real[::1] dy, const real[::1] a, const real[::1] v, real[::1] da, real[::1] dv,
-             Py_ssize_t outer, Py_ssize_t kept, Py_ssize_t inner, int num_threads):
+def mul_grad(const real[::1] dy not None, const real[::1] a not None, const real[::1] v not None, real[::1] da,
+             real[::1] dv, Py_ssize_t outer, Py_ssize_t kept, Py_ssize_t inner, int num_threads):
     """The gradient of y = a * v broadcast as (outer, kept, inner): da = dy * v, dv[k] = the sum
     of dy * a over o and i.  da or dv may be None (not computed); a is read only for dv."""
     _check_layout("mul_grad", dy.shape[0], v.shape[0], outer, kept, inner)

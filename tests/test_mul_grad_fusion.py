@@ -103,6 +103,19 @@ def test_mul_grad_checks_its_inputs(rng):
         run_node("MulGrad", [dy, dy, rng.standard_normal((2, 4))], domain=FUSED_DOMAIN)
 
 
+def test_broadcast_kernels_refuse_buffers_that_do_not_fit():
+    from minitrain._ext import broadcast
+    x = np.ones(12)
+    with pytest.raises(ValueError, match=r"no binary op 'div'"):
+        broadcast.binary("div", x, x[:3], x, 4, 3, 1, False, 1)
+    with pytest.raises(ValueError, match=r"layout \(2, 3, 2\) does not match buffers of 12 and 4"):
+        broadcast.binary("mul", x, x[:4], x, 2, 3, 2, False, 1)
+    with pytest.raises(ValueError, match=r"mul_grad: buffers of 12 \(dy\), 6 \(a\)"):
+        broadcast.mul_grad(x, x[:6], x[:3], None, x[:3].copy(), 2, 3, 2, 1)
+    with pytest.raises(TypeError, match="'a' must not be None"):
+        broadcast.mul_grad(x, None, x[:3], None, None, 2, 3, 2, 1)
+
+
 # ------------------------------------------------------------------------------ the rule on hand-built graphs
 def gated_graph(gate_first=False, gate_shape=("N", 3, 1, 1)):
     """loss = sum(W * X * S) for X (N, 3, 4, 4) and a gate S, with the gradients of X and S."""

@@ -119,10 +119,13 @@ def neg(ctx):
 
 @register_kernel("Sum", since=8)
 def sum_(ctx):
+    """The inputs added in one pass for the first two, in place for the rest.  Inputs of one shape
+    (the gradients of a value read by several nodes) skip np.broadcast_shapes, which takes longer
+    than adding two small tensors."""
     arrays = [x for x in ctx.inputs if x is not None]
     shapes = [a.shape for a in arrays]
-    same = shapes.count(shapes[0]) == len(shapes)       # the usual case, gradients of one value: no
-    shape = shapes[0] if same else np.broadcast_shapes(*shapes)     # broadcast_shapes (microseconds)
+    same = shapes.count(shapes[0]) == len(shapes)
+    shape = shapes[0] if same else np.broadcast_shapes(*shapes)
     if len(arrays) > 1 and (same or np.broadcast_shapes(shapes[0], shapes[1]) == shape):
         total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
         rest = arrays[2:]
