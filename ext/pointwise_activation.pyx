@@ -32,6 +32,7 @@ ctypedef fused real:
 cdef enum:
     CHUNK = 16384       # elements per OpenMP task
     BIAS_SPAN = 2048    # elements of the bias repeated into one flat loop (BiasGelu)
+    GATE_BLOCK = 256    # elements whose HardSwish gates are computed before their products
 
 cdef enum:
     HARD_SIGMOID = 0
@@ -98,6 +99,12 @@ cdef inline real _unit_clamp(real v) noexcept nogil:
     return 0 if v < 0 else (1 if v > 1 else v)
 
 
+cdef inline real _clamp_unit(real v) noexcept nogil:
+    """v clamped to [0, 1] by two selects, a form the compiler vectorises (NaN gives 0)."""
+    v = v if v > 0 else 0
+    return v if v < 1 else 1
+
+
 cdef inline real _gelu_tanh_s(real x) noexcept nogil:
     """(1 + tanh(u)) / 2 = sigmoid(2u) of the tanh form's u = K (x + C x^3): taken as a sigmoid,
     it keeps its precision where tanh(u) rounds to -1."""
@@ -114,16 +121,21 @@ cdef inline real _gelu_grad(real dy, real x) noexcept nogil:
 
 
 cdef void _forward_chunk(int op, const real* x, real* y, Py_ssize_t n, real a, real b) noexcept nogil:
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, start, m
     cdef real v, half = 0.5, one = 1
+    cdef real gate[GATE_BLOCK]
     if op == HARD_SIGMOID:
         for i in range(n):
             y[i] = _unit_clamp(a * x[i] + b)
-    elif op == HARD_SWISH:      # the gate first, then the product: a gate the compiler sees as the
-        for i in range(n):      # constant 0 would fold -inf * 0 (NaN in ONNX and PyTorch) into 0
-            y[i] = _unit_clamp(x[i] / 6 + half)
-        for i in range(n):
-            y[i] = x[i] * y[i]
+    elif op == HARD_SWISH:      # the gates of a block first, then the products: a gate the compiler
+        start = 0               # sees as the constant 0 would fold -inf * 0 and NaN * 0 (NaN in ONNX
+        while start < n:        # and PyTorch) into 0
+            m = min(<Py_ssize_t>GATE_BLOCK, n - start)
+            for i in range(m):
+                gate[i] = _clamp_unit(x[start + i] / 6 + half)
+            for i in range(m):
+                y[start + i] = x[start + i] * gate[i]
+            start += m
     elif op == SOFTPLUS:
         for i in range(n):
             v = x[i]
@@ -160,9 +172,10 @@ cdef void _backward_chunk(int op, const real* dy, const real* x, real* dx, Py_ss
             v = a * x[i] + b
             dx[i] = a * dy[i] if v > 0 and v < 1 else 0
     elif op == HARD_SWISH:      # PyTorch's: 0 below -3, dY (X / 3 + 1/2) up to 3 included, dY above
-        for i in range(n):
+        for i in range(n):      # and where X is NaN; the factor chosen by selects, so the loop vectorises
             v = x[i]
-            dx[i] = 0 if v < -3 else (dy[i] * (v / 3 + half) if v <= 3 else dy[i])
+            t = dy[i] * (v / 3 + half if v <= 3 else one)
+            dx[i] = 0 if v < -3 else t
     elif op == SOFTPLUS:
         for i in range(n):
             dx[i] = dy[i] * _sigmoid(x[i])

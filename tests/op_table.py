@@ -327,6 +327,17 @@ def batch_norm_fold(inputs, attrs):
     return {"W_folded": w * factor.reshape((-1,) + (1,) * (w.ndim - 1)), "B_folded": (b - mean) * factor + bias}
 
 
+def mul_grad(inputs, attrs):
+    """dA = dY B summed to A's shape, dB = dY A summed to B's shape (Mul's gradient)."""
+    dy, a, b = inputs
+
+    def summed(x, shape):
+        lead = x.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
+        return x.sum(axis=axes).reshape(shape)
+    return {"dA": summed(dy * b, a.shape), "dB": summed(dy * a, b.shape)}
+
+
 def clip_grad(inputs, attrs):
     """dY, but 0 where X < min or X > max (an absent bound clips nothing, a NaN X passes dY)."""
     dy, x, low, high = (list(inputs) + [None, None])[:4]
@@ -876,10 +887,12 @@ def loss_scale_update(inputs, attrs):
 
 
 def broadcasting(divisor=normal):
-    """Every broadcast pattern: equal shapes, a trailing vector, inner and outer ones, both
-    operands stretched, a scalar."""
+    """Every broadcast pattern: equal shapes, a trailing vector (short and long), inner and outer
+    ones, both operands stretched, a scalar, a squeeze-excitation gate (N, C, 1, 1) and a
+    per-channel vector (1, C, 1, 1) first."""
     shapes = [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)), ((4,), (2, 3, 4)),
-              ((2, 1, 4), (1, 3, 1)), ((), (2, 3)), ((3,), ())]
+              ((2, 1, 4), (1, 3, 1)), ((), (2, 3)), ((3,), ()), ((3, 17), (17,)), ((2, 3, 1, 1), (2, 3, 4, 5)),
+              ((1, 3, 1, 1), (2, 3, 2, 2))]
     return tuple(case(normal(*a), divisor(*b)) for a, b in shapes)
 
 
@@ -1452,6 +1465,11 @@ ROWS = [
                        case(normal(5), small_integers(5), None, np.array(1.0)), case(normal(2, 3), normal(2, 3)),
                        case(normal(4), small_integers(4), np.array(1.0), np.array(-1.0))),
           domain=FUSED, reference=clip_grad, outputs=("dX",)),
+    OpRow("MulGrad", (sample(FUSED, "MulGrad"), case(normal(2, 3, 4), normal(2, 3, 4), normal(3, 1)),
+                      case(normal(3, 17), normal(3, 17), normal(17)),
+                      case(normal(2, 3), normal(2, 3), normal(2, 3)),
+                      case(normal(2, 3), normal(3), normal(2, 1)), case(normal(4, 2), normal(4, 2), normal())),
+          domain=FUSED, reference=mul_grad, outputs=("dA", "dB")),
     OpRow("BatchNormFold", (case(normal(4, 2, 3, 3), normal(4), normal(4), normal(4), positive(4)),
                             case(normal(3, 1, 2), normal(3), normal(3), normal(3), positive(3), normal(3), epsilon=0.1)),
           domain=FUSED, reference=batch_norm_fold, outputs=("W_folded", "B_folded")),

@@ -125,6 +125,25 @@ def test_long_inputs_on_every_thread_count(op, attrs, domain, dtype, tol, thread
                                    atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hard_swish_special_values(dtype, rng):
+    """Infinities and NaN spread through a long input (the vectorised body of the kernels, not
+    only their tails): HardSwish gives NaN for -inf and NaN (-inf times a zero gate) as PyTorch
+    does; its gradient is 0 at -inf and dY at +inf and, as PyTorch's scalar rule has it, at NaN
+    (PyTorch's gradient of -4, 4 and 4 there)."""
+    x = rng.standard_normal(4099) * 5
+    at = np.arange(5, x.size, 37)
+    x[at] = np.array([-np.inf, np.inf, np.nan])[np.arange(at.size) % 3]
+    x = x.astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    (y,) = run_node("HardSwish", [x])
+    (dx,) = run_node("HardSwishGrad", [dy, x], domain=MS)
+    np.testing.assert_allclose(y, F.hardswish(torch.from_numpy(x)).numpy(), rtol=1e-6, atol=1e-6)
+    finite = torch.from_numpy(np.nan_to_num(x, nan=4.0, posinf=4.0, neginf=-4.0)).requires_grad_()
+    F.hardswish(finite).backward(torch.from_numpy(dy))
+    np.testing.assert_allclose(dx, finite.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
 # ---- exported graphs -------------------------------------------------------------------------
 
 EXPORTED = {

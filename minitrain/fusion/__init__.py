@@ -30,6 +30,7 @@ from . import (
     gelu,
     global_average_pool_activation_grad,
     max_pool_activation_grad,
+    mul_grad,
     relu_max_pool,
     softmax_cross_entropy,
 )
@@ -37,7 +38,7 @@ from .rewrite import Rewrite
 
 FORWARD_RULES = (gelu, bias_gelu)
 RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, activation, max_pool_activation_grad,
-         activation_grad_bias, global_average_pool_activation_grad, clip_grad)
+         activation_grad_bias, global_average_pool_activation_grad, clip_grad, mul_grad)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

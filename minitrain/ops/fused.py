@@ -25,6 +25,12 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         Clip's gradient (ops/clip.py's Less, Greater and Where nodes) in one pass: dX = 0 where
         X < min or X > max, else dY; a NaN X passes dY (it fails both comparisons) and an absent
         bound clips nothing.
+    MulGrad(dY, A, B) -> dA?, dB?
+        Mul's gradient (ops/elementwise.py's Mul, Identity and SumToShape nodes) in one node:
+        dA = dY B summed to A's shape, dB = dY A summed to B's shape, each product rounded
+        as Mul rounds it (the sums may add in another order).  The CPU kernel takes the
+        squeeze-excitation form, A of dY's shape times a vector B broadcast over it, in one
+        pass over dY and A.
     SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
         SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
         dY, in one pass over the scores (no log_prob kept between them).
@@ -42,7 +48,7 @@ second input is then X, as HardSwishGrad's).
 from .activation import LEAKY_RELU_ALPHA, same_as_inputs
 from .conv import CONV_ATTRS, _forward_inference
 from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
-from .math import GEMM_ATTRS, infer_gemm
+from .math import GEMM_ATTRS, broadcasts_to, infer_gemm
 from .pool import check_pool_input
 from .pool_geometry import output_spatial
 from .schema import FUSED_DOMAIN, MS_DOMAIN, REQUIRED, Attr, Input, schema
@@ -158,6 +164,17 @@ def infer_clip_grad(ctx):
     ctx.require_scalar(2, "one lower bound for every element")
     ctx.require_scalar(3, "one upper bound for every element")
     return same_as_inputs(ctx)
+
+
+@schema("MulGrad", domain=FUSED_DOMAIN, inputs=["dY", "A", "B"], outputs=["dA", "dB"], optional_outputs=("dA", "dB"))
+def infer_mul_grad(ctx):
+    """dA like A, dB like B; A and B each broadcast to dY's shape (Mul's output)."""
+    dy = ctx.shape(0)
+    for i, name in ((1, "A"), (2, "B")):
+        shape = ctx.shape(i)
+        if dy is not None and shape is not None and not broadcasts_to(shape, dy):
+            ctx.fail(f"input '{name}' {tuple(shape)} does not broadcast to input 'dY' {tuple(dy)}")
+    return [ctx.out(ctx.shape(1)), ctx.out(ctx.shape(2))]
 
 
 @schema("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN,

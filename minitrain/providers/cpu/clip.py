@@ -5,12 +5,14 @@ import numpy as np
 from ..._ext import pointwise_activation as _pa
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .specialized import specialized
 
 
 def _clip(x, low, high):
     """min(max(x, low), high): with low > high every element becomes high, as ONNX says."""
     y = np.empty(x.shape, x.dtype)
-    _pa.forward("clip", np.ascontiguousarray(x).reshape(-1), y.reshape(-1), float(low), float(high), kernel_threads())
+    specialized(_pa.forward, x.dtype)("clip", np.ascontiguousarray(x).reshape(-1), y.reshape(-1), float(low),
+                                      float(high), kernel_threads())
     return y
 
 

@@ -1,5 +1,6 @@
-"""CPU kernels of broadcasting arithmetic (NumPy ufuncs, vectorised; a short vector broadcast over
-rows is tiled into long rows first) and SumToShape
+"""CPU kernels of broadcasting arithmetic (NumPy ufuncs, vectorised; a vector broadcast over runs of
+a tensor (a per-channel scale, a squeeze-excitation gate) in one pass of minitrain._ext.broadcast; a
+short vector broadcast over rows is tiled into long rows first) and SumToShape
 (minitrain._ext.sum_to_shape where the summed axes lie before and after one run of kept axes,
 NumPy otherwise)."""
 import functools
@@ -7,11 +8,13 @@ import math
 
 import numpy as np
 
+from ..._ext import broadcast as _broadcast
 from ..._ext import sum_to_shape as _sums
 from ...ops.elementwise import broadcast_axes
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .specialized import specialized
 
 
 # A vector of fewer than SHORT_ROW_ELEMENTS broadcast over rows is tiled to about
@@ -20,11 +23,60 @@ SHORT_ROW_ELEMENTS = 16
 TILED_ROW_ELEMENTS = 256
 
 
+# the ufuncs whose broadcast of a vector minitrain._ext.broadcast computes (the same roundings)
+BROADCAST_KERNELS = {np.add: "add", np.subtract: "sub", np.multiply: "mul"}
+
+
 def _binary(ufunc, output):
+    name = BROADCAST_KERNELS.get(ufunc)
+
     def kernel(ctx):
         a, b = ctx.inputs[0], ctx.inputs[1]
+        layout = vector_layout(a, b) if name else None
+        if layout is not None:
+            return {output: broadcast_binary(name, a, b, layout)}
         return {output: _tiled_rows(ufunc, a, b) if broadcasts_short_rows(a, b) else ufunc(a, b)}
     return kernel
+
+
+def vector_layout(a, b):
+    """(outer, kept, inner, vector_first) when one float operand has the broadcast shape and the
+    other is a vector of its kept entries (more than one, all in one run of axes: middle_layout),
+    with runs of inner > 1 or rows of kept >= SHORT_ROW_ELEMENTS; vector_first when the vector
+    is `a`.  None otherwise (the NumPy paths)."""
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        return None
+    return _vector_plan(a.shape, b.shape)
+
+
+@functools.lru_cache(maxsize=512)
+def _vector_plan(a_shape, b_shape):
+    """vector_layout of operands of these shapes (a training step asks for the same few)."""
+    try:
+        shape = np.broadcast_shapes(a_shape, b_shape)
+    except ValueError:
+        return None
+    if a_shape == b_shape or shape not in (a_shape, b_shape):
+        return None
+    vector_first = shape == b_shape
+    big, small = (b_shape, a_shape) if vector_first else (a_shape, b_shape)
+    if math.prod(small) <= 1 or math.prod(big) == 0:
+        return None
+    layout = middle_layout(big, broadcast_axes(big, small))
+    if layout is None or (layout[2] == 1 and layout[1] < SHORT_ROW_ELEMENTS):
+        return None
+    return layout + (vector_first,)
+
+
+def broadcast_binary(name, a, b, layout):
+    """a op b (op: add, sub, mul) for operands of vector_layout `layout`, in one pass."""
+    outer, kept, inner, vector_first = layout
+    big, vector = (b, a) if vector_first else (a, b)
+    y = np.empty(big.shape, big.dtype)
+    specialized(_broadcast.binary, y.dtype)(name, np.ascontiguousarray(big).reshape(-1),
+                                            np.ascontiguousarray(vector).reshape(-1), y.reshape(-1), outer, kept,
+                                            inner, vector_first, kernel_threads())
+    return y
 
 
 def broadcasts_short_rows(a, b):
@@ -67,9 +119,14 @@ def neg(ctx):
 
 @register_kernel("Sum", since=8)
 def sum_(ctx):
+    """The inputs added in one pass for the first two, in place for the rest.  Inputs of one shape
+    (the gradients of a value read by several nodes) skip np.broadcast_shapes, which takes longer
+    than adding two small tensors."""
     arrays = [x for x in ctx.inputs if x is not None]
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    if len(arrays) > 1 and np.broadcast_shapes(arrays[0].shape, arrays[1].shape) == shape:
+    shapes = [a.shape for a in arrays]
+    same = shapes.count(shapes[0]) == len(shapes)
+    shape = shapes[0] if same else np.broadcast_shapes(*shapes)
+    if len(arrays) > 1 and (same or np.broadcast_shapes(shapes[0], shapes[1]) == shape):
         total = np.add(arrays[0], arrays[1], dtype=ctx.dtype)     # the first two in one pass, no copy first
         rest = arrays[2:]
     else:
@@ -102,7 +159,7 @@ def _sum_plan(x_shape, shape):
 
 def sum_to_shape(x, shape):
     """Sum `x` over the axes along which an array of `shape` was broadcast to x.shape."""
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(shape.tolist() if isinstance(shape, np.ndarray) else (int(d) for d in shape))
     axes, layout = _sum_plan(x.shape, shape)
     if not axes:
         return x.reshape(shape)

@@ -3,16 +3,18 @@ one call, the activation applied in place, so a fused plan gives the unfused pla
 import numpy as np
 
 from ..._ext import activation as _act
+from ..._ext import broadcast as _broadcast
 from ..._ext import pointwise_activation as _pa
 from ...ops.fused import ACTIVATIONS, KERNEL_NAMES, activation_alpha, clip_bounds, max_pool_tiles
 from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import KernelContext, lookup, register_kernel
 from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel
-from .elementwise import sum_to_shape
+from .elementwise import sum_to_shape, vector_layout
 from .loss import as_ncd, cross_entropy, log_softmax
 from .math import gemm
 from .pool import global_average_pool_grad, max_pool, max_pool_grad
+from .specialized import specialized
 from .streaming import should_stream
 
 
@@ -65,10 +67,32 @@ def clip_grad(ctx):
     """pointwise_activation.pyx's clip gradient: one pass where the unfused nodes take four."""
     dy, x, low, high = (ctx.inputs + [None, None])[:4]
     dx = np.empty(x.shape, x.dtype)
-    _pa.backward("clip", np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx.reshape(-1),
-                 -np.inf if low is None else float(low.reshape(())),      # an absent bound clips nothing
-                 np.inf if high is None else float(high.reshape(())), kernel_threads())
+    specialized(_pa.backward, x.dtype)(
+        "clip", np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx.reshape(-1),
+        -np.inf if low is None else float(low.reshape(())),      # an absent bound clips nothing
+        np.inf if high is None else float(high.reshape(())), kernel_threads())
     return {"dX": dx}
+
+
+@register_kernel("MulGrad", domain=FUSED_DOMAIN)
+def mul_grad(ctx):
+    """broadcast.pyx's one pass where A has dY's shape and B is a vector broadcast over it
+    (elementwise.vector_layout); elsewhere the unfused nodes' products and sums."""
+    dy, a, b = ctx.inputs
+    layout = vector_layout(a, b) if a.shape == dy.shape and dy.dtype == a.dtype else None
+    if layout is None:
+        out = {}
+        if ctx.wants("dA"):
+            out["dA"] = sum_to_shape(np.multiply(dy, b), a.shape)
+        if ctx.wants("dB"):
+            out["dB"] = sum_to_shape(np.multiply(dy, a), b.shape)
+        return out
+    da = np.empty(a.shape, a.dtype) if ctx.wants("dA") else None
+    db = np.empty(b.shape, b.dtype) if ctx.wants("dB") else None
+    specialized(_broadcast.mul_grad, dy.dtype)(
+        np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1),
+        None if da is None else da.reshape(-1), None if db is None else db.reshape(-1), *layout[:3], kernel_threads())
+    return {name: value for name, value in (("dA", da), ("dB", db)) if value is not None}
 
 
 def _part(ctx, op_type, inputs, wanted, attrs=None, output_shapes=None):

@@ -8,6 +8,7 @@ from ..._ext import pointwise_activation as _pa
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
 from ...threads import kernel_threads
+from .specialized import specialized
 
 # op: (kernel name, the attributes passed as the kernel's two parameters a and b)
 PARAMETERS = {"HardSigmoid": ("hard_sigmoid", ("alpha", "beta")), "HardSwish": ("hard_swish", ()),
@@ -22,7 +23,7 @@ def _parameters(attrs, names):
 
 def forward(name, x, params):
     y = np.empty_like(x)
-    _pa.forward(name, x.reshape(-1), y.reshape(-1), *params, kernel_threads())
+    specialized(_pa.forward, x.dtype)(name, x.reshape(-1), y.reshape(-1), *params, kernel_threads())
     return y
 
 
@@ -41,8 +42,8 @@ def gradient_kernel(op):
     def kernel(ctx):
         dy, x = ctx.inputs
         dx = np.empty_like(dy)
-        _pa.backward(name, dy.reshape(-1), x.reshape(-1), dx.reshape(-1), *_parameters(ctx.attrs, attr_names),
-                     kernel_threads())
+        specialized(_pa.backward, dy.dtype)(name, dy.reshape(-1), x.reshape(-1), dx.reshape(-1),
+                                            *_parameters(ctx.attrs, attr_names), kernel_threads())
         return {"dX": dx}
     return kernel
 
