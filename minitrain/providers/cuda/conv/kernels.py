@@ -21,8 +21,10 @@ and cudnn_engines.py, when libcudnn 9 loads and the pads are symmetric):
   * Gemm1dTf32 (gemm1d_tf32.py, cuda/conv_gemm1d_tf32.cu): the same on TF32 tensor cores, for
     float32 keys that allow TF32; its _pipe instances hold the weight in each block and keep the
     next source windows in flight while they multiply.
-The kernels are in cuda/conv.cu, cuda/conv_tiled.cu and cuda/conv_gemm1d.cu; none uses
-atomics, so every result is deterministic.  The bias is bias.py's.
+The kernels are in cuda/conv.cu, cuda/conv_tiled.cu, cuda/conv_gemm1d.cu and
+cuda/conv_gemm1d_tf32.cu; none uses atomics, so every result is deterministic.  The bias is
+bias.py's; Direct, Tiled, Rows and the Gemm1d families apply FusedConv's bias and activation in
+their forward kernels (epilogue.py).
 """
 from __future__ import annotations
 
