@@ -141,10 +141,15 @@ def _pack_weight_a(w, g, m, c, taps, mr):
 
 
 def _b_variant(m, taps):
-    """Kernel B's row blocking: single rows for one output channel (depthwise), else the blocks of
-    4 taps where those divide the kernel's taps and blocks of 3 do not, else blocks of 3 taps."""
+    """Kernel B's row blocking: single rows for one output channel (depthwise); else of the two
+    blockings of several rows the one that pads M to fewer rows (padded rows cost as much as
+    real ones: 12 output channels are two blocks of 6, not two of 8); on a tie the blocks of 4
+    taps where those divide the kernel's taps and blocks of 3 do not, else blocks of 3 taps."""
     if m == 1:
         return 1
+    padded = {v: -(-m // _B_VARIANTS[v][0]) * _B_VARIANTS[v][0] for v in (0, 2)}
+    if padded[0] != padded[2]:
+        return min(padded, key=padded.get)
     return 2 if taps % _B_VARIANTS[2][1] == 0 and taps % _B_VARIANTS[0][1] else 0
 
 
