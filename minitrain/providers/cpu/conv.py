@@ -834,7 +834,8 @@ def conv_transpose_kernel(ctx):
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    who = ctx.who
+    geom = geometry_for("conv", who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     out = {}
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
@@ -844,9 +845,9 @@ def conv_grad_kernel(ctx):
         unit = unit_stride_geometry(geom)
         cols, geom = _upsampled(dy, geom, unit, kernel_threads()), unit
     if ctx.wants("dX"):
-        out["dX"] = conv_data_grad(cols, w, None, geom, ctx.who)
+        out["dX"] = conv_data_grad(cols, w, None, geom, who)
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, ctx.who)
+        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, who)
     return out
 
 
