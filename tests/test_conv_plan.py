@@ -68,3 +68,17 @@ def test_taps_outside_the_offsets_are_refused(rng):
     bad[start:start + cpu_conv.PLAN_SUB.itemsize].view(cpu_conv.PLAN_SUB)[0]["off_index"] = 1
     with pytest.raises(ValueError, match="outside the plan's offsets"):
         _run(bad, rng)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,group,mr", [((2, 6, 5, 5), (4, 3, 3, 3), 2, 4), ((2, 5, 7), (6, 5, 3), 1, 8),
+                                                      ((1, 3, 4, 4, 4), (2, 3, 2, 3, 2), 1, 2)])
+def test_flipped_weight_packed_in_one_copy(rng, x_shape, w_shape, group, mr):
+    """_pack_flipped_weight_a equals kernel A's packing of flipped_weight, also where the image
+    channels per group are no multiple of the row block (zero rows)."""
+    attrs = {"group": group, "pads": [1] * (2 * (len(x_shape) - 2))}
+    geom = geometry_for("conv", "Conv", x_shape, w_shape, attrs)
+    w = rng.standard_normal(w_shape)
+    g, m, c = group, w_shape[0] // group, x_shape[1] // group
+    taps = int(np.prod(w_shape[2:]))
+    expected = cpu_conv._pack_weight_a(cpu_conv.flipped_weight(w, geom), g, c, m, taps, mr)
+    np.testing.assert_array_equal(cpu_conv._pack_flipped_weight_a(w, geom, mr), expected)

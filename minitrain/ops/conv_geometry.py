@@ -18,7 +18,7 @@ The rules follow ONNX (and its reference implementation, onnx/reference/ops/op_c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..caches import bounded_cache, freeze
 from ..errors import OpAttributeError, ShapeError
@@ -43,6 +43,15 @@ class ConvGeometry:
     dilations: tuple
     pads_begin: tuple
     pads_end: tuple
+
+    def __hash__(self):
+        """The fields' hash, computed once: kernels look the geometry up in several caches on
+        every call."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     @property
     def rank(self):

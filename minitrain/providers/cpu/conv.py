@@ -61,9 +61,19 @@ BLAS_INT_MAX = 2 ** 31 - 1
 
 
 # --------------------------------------------------------------------------- geometry
+@functools.lru_cache(maxsize=256)
 def geo_array(geom):
-    """The geometry as conv.pyx reads it: every rank padded to 3D."""
-    return np.array(packed_geometry(geom), dtype=np.int64)
+    """The geometry as conv.pyx and conv_depthwise.pyx read it: every rank padded to 3D; kept
+    per geometry (read-only), as a step runs the same convolutions every time."""
+    geo = np.array(packed_geometry(geom), dtype=np.int64)
+    geo.flags.writeable = False
+    return geo
+
+
+@functools.lru_cache(maxsize=256)
+def transposed_geometry(geom):
+    """geom.transposed(), kept per geometry: the stride-1 data gradient asks for it every call."""
+    return geom.transposed()
 
 
 def _tile(geom, itemsize):
@@ -131,10 +141,15 @@ def _pack_weight_a(w, g, m, c, taps, mr):
 
 
 def _b_variant(m, taps):
-    """Kernel B's row blocking: single rows for one output channel (depthwise), else the blocks of
-    4 taps where those divide the kernel's taps and blocks of 3 do not, else blocks of 3 taps."""
+    """Kernel B's row blocking: single rows for one output channel (depthwise); else of the two
+    blockings of several rows the one that pads M to fewer rows (padded rows cost as much as
+    real ones: 12 output channels are two blocks of 6, not two of 8); on a tie the blocks of 4
+    taps where those divide the kernel's taps and blocks of 3 do not, else blocks of 3 taps."""
     if m == 1:
         return 1
+    padded = {v: -(-m // _B_VARIANTS[v][0]) * _B_VARIANTS[v][0] for v in (0, 2)}
+    if padded[0] != padded[2]:
+        return min(padded, key=padded.get)
     return 2 if taps % _B_VARIANTS[2][1] == 0 and taps % _B_VARIANTS[0][1] else 0
 
 
@@ -370,29 +385,76 @@ def data_grad_plan(geom, n, itemsize, slack, rows, nt, mr):
     return plan, b, length, tap_lists, uncovered
 
 
-def direct_forward(img, w, bias, geom, nt):
-    """conv_forward on the direct kernels."""
-    n = img.shape[0]
+@dataclasses.dataclass(frozen=True)
+class ForwardLaunch:
+    """What a direct forward call needs besides its arrays: kernel A's plan and microkernel
+    (variant, MR, NV), the grid channels and taps its packed weight has, whether the grid is
+    width-unrolled, the per-thread scratch sizes and the output shape."""
+    plan: np.ndarray
+    variant: int
+    mr: int
+    nv: int
+    channels: int
+    taps: int
+    unrolled: bool
+    x_size: int
+    y_size: int
+    out_shape: tuple
+
+
+@bounded_cache("cpu conv forward_launch")
+def forward_launch(geom, n, dtype, nt):
+    """The ForwardLaunch of a direct forward convolution, kept per (geometry, batch, dtype,
+    threads): a step runs the same convolutions every time."""
+    itemsize = np.dtype(dtype).itemsize
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
     variant = _a_variant(m)
     mr, nv = _A_VARIANTS[variant]
-    vw = _SIMD // img.itemsize
+    vw = _SIMD // itemsize
     rows = -(-m // mr) * mr
     unrolled = unrolls(geom)
-    plan, b, length = direct_plan(geom, n, img.itemsize, nv * vw + vw, rows, nt, unrolled=unrolled)
-    out = np.empty((n, geom.col_channels) + tuple(geom.col_spatial), dtype=img.dtype)
+    plan, b, length = direct_plan(geom, n, itemsize, nv * vw + vw, rows, nt, unrolled=unrolled)
     taps = numel(geom.kernel)
     if unrolled:       # grid channels (c, kw), taps of the leading axes
-        w = _unrolled_weight(w, geom)
         c, taps = c * geom.kernel[-1], taps // geom.kernel[-1]
     passes = 1 if unrolled else b
-    xbuf = _scratch(nt, c * passes * length, img.dtype, "x")
-    ybuf = _scratch(nt, rows * passes * length, img.dtype, "y")
-    wp = _pack_weight_a(w, g, m, c, taps, mr)
-    coffs = _scratch(nt, c * taps, np.intp, "coff")
+    return ForwardLaunch(plan, variant, mr, nv, c, taps, unrolled, c * passes * length, rows * passes * length,
+                         (n, geom.col_channels) + tuple(geom.col_spatial))
+
+
+def _pack_flipped_weight_a(w, geom, mr):
+    """_pack_weight_a of flipped_weight(w, geom) (the stride-1 data gradient's weight on the
+    shifted grid) in one copy: [g][c block][m][tap][mr] = w[g, m, c, reversed tap], zero rows
+    past C.  Reversing every spatial axis reverses the flattened taps."""
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    blocks = -(-c // mr)
+    wg = w.reshape(g, m, c, -1)[..., ::-1]
+    if blocks * mr != c:
+        padded = np.zeros((g, m, blocks * mr, wg.shape[-1]), dtype=w.dtype)
+        padded[:, :, :c] = wg
+        wg = padded
+    return np.ascontiguousarray(wg.reshape(g, m, blocks, mr, -1).transpose(0, 2, 1, 4, 3))
+
+
+def direct_forward(img, w, bias, geom, nt, flipped_from=None):
+    """conv_forward on the direct kernels.  `flipped_from`: the geometry whose stride-1 data
+    gradient this is, w being that convolution's weight, flipped and transposed here."""
+    run = forward_launch(geom, img.shape[0], img.dtype, nt)
+    out = np.empty(run.out_shape, dtype=img.dtype)
+    if flipped_from is not None and not run.unrolled:
+        wp = _pack_flipped_weight_a(w, flipped_from, run.mr)
+    else:
+        if flipped_from is not None:
+            w = flipped_weight(w, flipped_from)
+        if run.unrolled:
+            w = _unrolled_weight(w, geom)
+        wp = _pack_weight_a(w, geom.group, geom.col_channels // geom.group, run.channels, run.taps, run.mr)
     _direct.forward(img.reshape(-1), wp.reshape(-1), _NO_BIAS[img.dtype] if bias is None else bias,
-                    out.reshape(-1), plan, n, variant, mr, nv, xbuf, ybuf, coffs, nt)
+                    out.reshape(-1), run.plan, img.shape[0], run.variant, run.mr, run.nv,
+                    _scratch(nt, run.x_size, img.dtype, "x"), _scratch(nt, run.y_size, img.dtype, "y"),
+                    _scratch(nt, run.channels * run.taps, np.intp, "coff"), nt)
     return out
 
 
@@ -400,7 +462,7 @@ def direct_data_grad(cols, w, bias, geom, nt):
     """The data gradient: at stride 1 the convolution of the columns with the flipped,
     transposed weight; else kernel A over the stride phases of the image."""
     if all(s == 1 for s in geom.strides):
-        return direct_forward(cols, flipped_weight(w, geom), bias, geom.transposed(), nt)
+        return direct_forward(cols, w, bias, transposed_geometry(geom), nt, flipped_from=geom)
     n = cols.shape[0]
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
@@ -429,32 +491,58 @@ def direct_data_grad(cols, w, bias, geom, nt):
     return out
 
 
-def direct_weight_grad(cols, img, w_shape, geom, nt):
-    """conv_weight_grad on the direct kernels: per-thread accumulators, summed at the end."""
-    n = img.shape[0]
+@dataclasses.dataclass(frozen=True)
+class WeightGradLaunch:
+    """What a direct weight-gradient call needs besides its arrays: kernel B's plan and row
+    blocking, the padded rows of its accumulator, whether the grid is width-unrolled, and the
+    per-thread scratch sizes."""
+    plan: np.ndarray
+    variant: int
+    rows: int
+    unrolled: bool
+    x_size: int
+    y_size: int
+
+
+@bounded_cache("cpu conv weight_grad_launch")
+def weight_grad_launch(geom, n, dtype, nt):
+    """The WeightGradLaunch of a direct weight gradient, kept per (geometry, batch, dtype,
+    threads)."""
+    itemsize = np.dtype(dtype).itemsize
     g = geom.group
     m, c = geom.col_channels // g, geom.img_channels // g
-    bvariant = _b_variant(m, numel(geom.kernel))
-    mr2 = _B_VARIANTS[bvariant][0]
+    variant = _b_variant(m, numel(geom.kernel))
+    mr2 = _B_VARIANTS[variant][0]
     rows = -(-m // mr2) * mr2
-    vw = _SIMD // img.itemsize
+    vw = _SIMD // itemsize
     unrolled = unrolls(geom, "weight_grad")
-    plan, b, length = direct_plan(geom, n, img.itemsize, 2 * vw, rows, nt, block_rows=mr2, unrolled=unrolled)
+    plan, b, length = direct_plan(geom, n, itemsize, 2 * vw, rows, nt, block_rows=mr2, unrolled=unrolled)
     passes = 1 if unrolled else b
-    xbuf = _scratch(nt, c * geom.kernel[-1] * length if unrolled else c * b * length, img.dtype, "x")
-    dybuf = _scratch(nt, rows * passes * length, img.dtype, "y")
+    return WeightGradLaunch(plan, variant, rows, unrolled,
+                            c * geom.kernel[-1] * length if unrolled else c * b * length, rows * passes * length)
+
+
+def direct_weight_grad(cols, img, w_shape, geom, nt):
+    """conv_weight_grad on the direct kernels: per-thread accumulators, summed at the end."""
+    run = weight_grad_launch(geom, img.shape[0], img.dtype, nt)
+    g = geom.group
+    m, c = geom.col_channels // g, geom.img_channels // g
+    rows = run.rows
     taps = numel(geom.kernel)
     acc = np.zeros((nt, g * rows * c * taps), dtype=img.dtype)
-    _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, plan, n, bvariant, xbuf, dybuf, nt)
+    _direct.weight_grad(cols.reshape(-1), img.reshape(-1), acc, run.plan, img.shape[0], run.variant,
+                        _scratch(nt, run.x_size, img.dtype, "x"), _scratch(nt, run.y_size, img.dtype, "y"), nt)
     if nt > 1:
         total = np.empty(acc.shape[1], dtype=img.dtype)
         _conv.sum_rows(acc, total, nt)
     else:
         total = acc[0]
-    if unrolled:       # (G, rows, C, KW, leading taps) -> W's order
+    if run.unrolled:       # (G, rows, C, KW, leading taps) -> W's order
         r = geom.rank
         total = total.reshape((g, rows, c, geom.kernel[-1]) + tuple(geom.kernel[:-1]))
         total = total.transpose((0, 1, 2) + tuple(range(4, r + 3)) + (3,))
+    elif rows == m:        # already W's layout
+        return total.reshape(w_shape)
     return np.ascontiguousarray(total.reshape(g, rows, c * taps)[:, :m]).reshape(w_shape)
 
 
@@ -484,7 +572,7 @@ def depthwise_forward(img, w, bias, geom, nt):
 def depthwise_data_grad(cols, w, bias, geom, nt):
     """The stride-1 data gradient: the depthwise kernel on the columns with the flipped weight
     (multiplier M: M column channels per group summed into each image channel)."""
-    return depthwise_forward(cols, flipped_weight(w, geom), bias, geom.transposed(), nt)
+    return depthwise_forward(cols, flipped_weight(w, geom), bias, transposed_geometry(geom), nt)
 
 
 def depthwise_weight_grad(cols, img, w_shape, geom, nt):
@@ -510,11 +598,15 @@ def unit_stride_geometry(geom):
     return dataclasses.replace(geom, col_spatial=cols, strides=(1,) * geom.rank)
 
 
+@functools.lru_cache(maxsize=256)
 def _grid_dims(geom, unit):
-    """conv_depthwise's dims of geom's columns on the stride-1 grid of `unit`."""
+    """conv_depthwise's dims of geom's columns on the stride-1 grid of `unit` (read-only, kept
+    per geometry)."""
     r = geom.rank
-    return np.array(three_axes(unit.col_spatial, 1, r) + three_axes(geom.col_spatial, 1, r)
+    dims = np.array(three_axes(unit.col_spatial, 1, r) + three_axes(geom.col_spatial, 1, r)
                     + three_axes(geom.strides, 1, r), dtype=np.int64)
+    dims.flags.writeable = False
+    return dims
 
 
 def depthwise_strided_forward(img, w, bias, geom, nt):
@@ -549,6 +641,7 @@ def depthwise_strided_weight_grad(cols, img, w_shape, geom, nt):
 
 
 # --------------------------------------------------------------------------- primitives
+@functools.lru_cache(maxsize=256)
 def route(geom, n, nt):
     """"depthwise" for stride-1 convolutions with one image channel per group and at most
     DEPTHWISE_MAX_MULTIPLIER column channels per group, "depthwise_strided" for those with
@@ -602,7 +695,7 @@ def gemm_data_grad(cols, w, bias, geom, nt):
     """conv_data_grad by GEMM and col2im, items (sample, group); at stride 1 the convolution of
     cols with the flipped, transposed weight instead (im2col of cols, a deeper product)."""
     if all(s == 1 for s in geom.strides):
-        return gemm_forward(cols, flipped_weight(w, geom), bias, geom.transposed(), nt)
+        return gemm_forward(cols, flipped_weight(w, geom), bias, transposed_geometry(geom), nt)
     n = cols.shape[0]
     out = np.empty((n, geom.img_channels) + tuple(geom.img_spatial), dtype=cols.dtype)
     if out.size == 0:
@@ -741,7 +834,8 @@ def conv_transpose_kernel(ctx):
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    who = ctx.who
+    geom = geometry_for("conv", who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
     out = {}
     if ctx.wants("dB"):
         out["dB"] = bias_grad(dy)
@@ -751,9 +845,9 @@ def conv_grad_kernel(ctx):
         unit = unit_stride_geometry(geom)
         cols, geom = _upsampled(dy, geom, unit, kernel_threads()), unit
     if ctx.wants("dX"):
-        out["dX"] = conv_data_grad(cols, w, None, geom, ctx.who)
+        out["dX"] = conv_data_grad(cols, w, None, geom, who)
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, ctx.who)
+        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, who)
     return out
 
 
