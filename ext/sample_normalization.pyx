@@ -5,9 +5,10 @@ has the layout): the affine entry of element `col` of row `row` is
 ((row % period) * cols + col) // stride, where stride divides cols.  So stride == 1 is one scale
 and bias per column (LayerNormalization) and stride > 1 runs of `stride` elements sharing one.
 
-Row statistics and the gradient's row sums accumulate in double; the elementwise passes run in
-the data's type, as the NumPy formulas they replace.  Rows go to the OpenMP threads in blocks;
-the gradient's dscale and dbias sums are accumulated per block (in double) and added up after.
+Row statistics and the gradient's row sums accumulate in double (in the data's type for the
+short rows of layer_norm_short.h); the elementwise passes run in the data's type.  Rows go to
+the OpenMP threads in blocks; the gradient's dscale and dbias sums are accumulated per block
+(in double) and added up after.
 """
 from cython.parallel cimport prange
 from libc.math cimport sqrt
@@ -15,6 +16,19 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
 include "thresholds.pxi"
+
+cdef extern from "layer_norm_short.h":
+    int mt_layer_norm_short_f_forward(const float* x, const float* scale, const float* bias, float* y, float* mean,
+                                      float* inv_std, Py_ssize_t rows, Py_ssize_t cols, double epsilon) noexcept nogil
+    int mt_layer_norm_short_d_forward(const double* x, const double* scale, const double* bias, double* y,
+                                      double* mean, double* inv_std, Py_ssize_t rows, Py_ssize_t cols,
+                                      double epsilon) noexcept nogil
+    int mt_layer_norm_short_f_backward(const float* dy, const float* x, const float* scale, const float* mean,
+                                       const float* inv_std, float* dx, double* dscale, double* dbias, Py_ssize_t rows,
+                                       Py_ssize_t cols) noexcept nogil
+    int mt_layer_norm_short_d_backward(const double* dy, const double* x, const double* scale, const double* mean,
+                                       const double* inv_std, double* dx, double* dscale, double* dbias,
+                                       Py_ssize_t rows, Py_ssize_t cols) noexcept nogil
 
 ctypedef fused real:
     float
@@ -115,9 +129,9 @@ cdef void _backward_rows(const real* dy, const real* x, const real* scale, const
 
 
 # LayerNormalization (one affine entry per column, no period) over short rows, a channel-last
-# normalisation over a few channels: a row-by-row loop waits on each row's chain of additions
-# (a few elements each), so the rows' sums are taken LN_BLOCK rows side by side instead, one
-# independent accumulator per row, each still summed over its columns in order.
+# normalisation over a few channels: rows of 4, 8, 16, 32 or 64 elements go to the kernels of
+# layer_norm_short.h, compiled for their width.  Other rows are taken LN_BLOCK side by side,
+# one independent accumulator per row, each still summed over its columns in order.
 cdef enum:
     LN_BLOCK = 16
 
@@ -161,6 +175,15 @@ cdef inline void _layer_norm_block(const real* x, const real* scale, const real*
 cdef void _layer_norm_rows(const real* x, const real* scale, const real* bias, real* y, real* mean, real* inv_std,
                            Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t cols, double epsilon) noexcept nogil:
     cdef Py_ssize_t r = r0
+    cdef int done
+    if real is float:
+        done = mt_layer_norm_short_f_forward(x + r0 * cols, scale, bias, y + r0 * cols, mean + r0, inv_std + r0,
+                                             r1 - r0, cols, epsilon)
+    else:
+        done = mt_layer_norm_short_d_forward(x + r0 * cols, scale, bias, y + r0 * cols, mean + r0, inv_std + r0,
+                                             r1 - r0, cols, epsilon)
+    if done:
+        return
     while r + LN_BLOCK <= r1:
         _layer_norm_block(x + r * cols, scale, bias, y + r * cols, mean + r, inv_std + r, LN_BLOCK, cols, epsilon)
         r += LN_BLOCK
@@ -223,6 +246,15 @@ cdef void _layer_norm_grad_rows(const real* dy, const real* x, const real* scale
                                 const real* inv_std, real* dx, double* dscale, double* dbias, Py_ssize_t r0,
                                 Py_ssize_t r1, Py_ssize_t cols) noexcept nogil:
     cdef Py_ssize_t r = r0
+    cdef int done
+    if real is float:
+        done = mt_layer_norm_short_f_backward(dy + r0 * cols, x + r0 * cols, scale, mean + r0, inv_std + r0,
+                                              NULL if dx == NULL else dx + r0 * cols, dscale, dbias, r1 - r0, cols)
+    else:
+        done = mt_layer_norm_short_d_backward(dy + r0 * cols, x + r0 * cols, scale, mean + r0, inv_std + r0,
+                                              NULL if dx == NULL else dx + r0 * cols, dscale, dbias, r1 - r0, cols)
+    if done:
+        return
     while r + LN_BLOCK <= r1:
         _layer_norm_grad_block(dy + r * cols, x + r * cols, scale, mean + r, inv_std + r,
                                NULL if dx == NULL else dx + r * cols, dscale, dbias, LN_BLOCK, cols)

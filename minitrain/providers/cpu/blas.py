@@ -16,7 +16,6 @@ import ctypes
 import glob
 import os
 import threading
-from contextlib import contextmanager
 
 import numpy as np
 import scipy.linalg
@@ -70,15 +69,28 @@ BLAS_THREADS = BlasThreads()
 _BLAS_LOCK = threading.RLock()
 
 
-@contextmanager
-def blas_threads(n):
-    """Run the body with SciPy's OpenBLAS at n threads, one Python thread at a time."""
-    with _BLAS_LOCK:
-        old = BLAS_THREADS.use(n)
+class blas_threads:
+    """Context manager: run the body with SciPy's OpenBLAS at n threads, one Python thread at a
+    time.  A class rather than a generator, as it is entered around every small GEMM."""
+    __slots__ = ("n", "old")
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        _BLAS_LOCK.acquire()
         try:
-            yield
+            self.old = BLAS_THREADS.use(self.n)
+        except BaseException:
+            _BLAS_LOCK.release()
+            raise
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            BLAS_THREADS.restore(self.old)
         finally:
-            BLAS_THREADS.restore(old)
+            _BLAS_LOCK.release()
 
 
 def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):
