@@ -97,5 +97,5 @@ def test_the_bench_unet_step_is_captured_and_copies_its_scalars_only():
     graphs = captured._train.graphs
     assert graphs.disabled is None
     assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 2 and graphs.stats["plain"] == 0
-    fetches = [sorted(buffers) for _, buffers in device._fetch_ring.slots[:5]]
+    fetches = [sorted(buffers) for _, buffers, _ in device._fetch_ring.slots[:5]]
     assert fetches == [["loss", "norm"]] * 3 + [["loss", "norm", "output"], ["loss", "norm"]]
