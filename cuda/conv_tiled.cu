@@ -79,7 +79,8 @@ __device__ void tiled_forward_impl(const T* img, const T* w, const T* bias, T* c
                         for (int kx = 0; kx < g.kw; ++kx)
                             acc += t[ky * g.dh * width + kx * g.dw] * wm[(ci * g.kh + ky) * g.kw + kx];
                 }
-                cols[(bg * g.m + mo) * P + (int64_t)oy * g.ow + ox] = from_acc<T>(activate_or_keep(code, acc, alpha, beta));
+                cols[(bg * g.m + mo) * P + (int64_t)oy * g.ow + ox] =
+                    from_acc<T>(activate_or_keep(code, acc, alpha, beta));
             }
         }
     }
@@ -251,6 +252,14 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
     }
 }
 
+// rows_<direction>_k<KW>_<S>: rows_impl's kernel of one direction and width.
+#define ROWS_KERNEL(T, S, DIRECTION, KW, DATA)                                                                  \
+    extern "C" __global__ void rows_##DIRECTION##_k##KW##_##S(const T* s, const T* w, const T* b, T* d,         \
+                                                              int64_t n, int hb, int code, acc_t<T> alpha,      \
+                                                              acc_t<T> beta, TileGeo g) {                       \
+        rows_impl<T, KW, DATA>(s, w, b, d, n, hb, code, alpha, beta, g);                                        \
+    }
+
 #define TILED_KERNELS(T, S)                                                                                     \
     extern "C" __global__ void tiled_forward_##S(const T* img, const T* w, const T* bias, T* cols, int64_t samples, \
                                                  int has_bias, int rpt, int code, acc_t<T> alpha, acc_t<T> beta, \
@@ -265,22 +274,10 @@ __device__ void tiled_weight_impl(const T* cols, const T* img, acc_t<T>* part, i
                                                    int64_t samples, int has_bias, int rpt, TileGeo g) {         \
         tiled_data_impl<T, true>(cols, w, bias, img, samples, has_bias, rpt, g);                                \
     }                                                                                                           \
-    extern "C" __global__ void rows_forward_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb, \
-                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
-        rows_impl<T, 3, false>(s, w, b, d, n, hb, code, alpha, beta, g);                                        \
-    }                                                                                                           \
-    extern "C" __global__ void rows_forward_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb, \
-                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
-        rows_impl<T, 5, false>(s, w, b, d, n, hb, code, alpha, beta, g);                                        \
-    }                                                                                                           \
-    extern "C" __global__ void rows_data_k3_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,    \
-                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
-        rows_impl<T, 3, true>(s, w, b, d, n, hb, code, alpha, beta, g);                                         \
-    }                                                                                                           \
-    extern "C" __global__ void rows_data_k5_##S(const T* s, const T* w, const T* b, T* d, int64_t n, int hb,    \
-                                   int code, acc_t<T> alpha, acc_t<T> beta, TileGeo g) {                        \
-        rows_impl<T, 5, true>(s, w, b, d, n, hb, code, alpha, beta, g);                                         \
-    }                                                                                                           \
+    ROWS_KERNEL(T, S, forward, 3, false)                                                                        \
+    ROWS_KERNEL(T, S, forward, 5, false)                                                                        \
+    ROWS_KERNEL(T, S, data, 3, true)                                                                            \
+    ROWS_KERNEL(T, S, data, 5, true)                                                                            \
     extern "C" __global__ void tiled_weight_t9_##S(const T* cols, const T* img, acc_t<T>* part, int64_t samples, \
                                                    int64_t per_slice, TileGeo g) {                              \
         tiled_weight_impl<T, 9>(cols, img, part, samples, per_slice, g);                                        \
