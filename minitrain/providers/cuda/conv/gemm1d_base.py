@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from .bias import sum_slices
+from .epilogue import activation_args
 
 MAX_REDUCTION = 1024           # products per output of the forward and data primitives (channels x taps)
 MAX_WEIGHT = 1 << 16           # weight elements the weight gradient takes on
@@ -116,5 +117,4 @@ class Gemm1dBase(ABC):
             sum_slices(provider, part, dw, dw.size, slices)
             return
         source, w, bias, out = buffers
-        activation = key.activation if key.activation is not None else (-1, 0.0, 0.0)
-        self.run_line(provider, key, lg, source, w, bias, out, activation)
+        self.run_line(provider, key, lg, source, w, bias, out, activation_args(key))
