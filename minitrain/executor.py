@@ -107,6 +107,7 @@ class Executor:
                 self.constants[name] = self.providers[location].from_numpy(array)
         for name, array in plan.constants.items():     # folded at plan time: not state, the plan's own
             self.constants[name] = self.providers[plan.locations[name]].from_numpy(array)
+        self._needed_inputs = [n for n in plan.graph.input_names if n in plan.needed_inputs]
         keep = set(plan.fetch) | set(self.write_back)
         # what execute reads of each step, settled once: (step, its provider, input names, the
         # names of the outputs it produces, the values to drop after it)
@@ -148,7 +149,7 @@ class Executor:
     def _checked_feeds(self, feeds):
         """The fed inputs the plan needs (dtype and shape checked) and the symbolic dims they bind."""
         plan = self.plan
-        missing = [n for n in plan.graph.input_names if n not in feeds and n in plan.needed_inputs]
+        missing = [n for n in self._needed_inputs if n not in feeds]
         if missing:
             raise ValueError(f"graph {plan.graph.name!r}: no value fed for input(s) {missing}")
         fed, dims = {}, {}

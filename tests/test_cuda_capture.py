@@ -1,5 +1,6 @@
 """Whole-step CUDA Graphs: captured and uncaptured training give bitwise-equal parameters, a new
-batch size captures a second graph, a checkpoint of a captured run resumes bitwise, the step's
+batch size captures a second graph, device-fed inputs are read where they lie and a small host
+input is staged again after a device feed, a checkpoint of a captured run resumes bitwise, the step's
 arena never gives two live allocations the same bytes, Dropout draws a new mask per replay, a
 learning rate changed between replays reaches the graph, and a plan with a host node runs
 uncaptured."""
@@ -87,6 +88,41 @@ def test_device_and_host_feeds_mix_in_a_captured_run():
              for i, (x, y) in enumerate(data)]
     _, params = params_after(captured, mixed)
     assert captured._train.graphs.stats["replays"] == 5
+    for name in plain:
+        assert np.array_equal(params[name], plain[name]), name
+
+
+def test_device_batches_refilled_in_place_reach_the_graph():
+    """The graph reads a device-fed input where it lies: the same tensors, refilled between
+    steps, give the host-fed run."""
+    data = batches(64, 8)
+    _, plain = params_after(session(False), data)
+    captured = session(True)
+    provider = captured._provider
+    x_device, y_device = provider.from_numpy(data[0][0]), provider.from_numpy(data[0][1])
+    for x, y in data:
+        provider.copy_into(x_device, x)
+        provider.copy_into(y_device, y)
+        captured.train_step(x_device, y_device)
+    captured.pull()
+    params = {name: p.copy() for name, p in captured.params.items()}
+    assert captured._train.graphs.stats["replays"] == 5
+    for name in plain:
+        assert np.array_equal(params[name], plain[name]), name
+
+
+def test_a_small_input_fed_from_host_after_a_device_feed_is_staged_again():
+    """Targets of a batch of 8 are small host values, the only host values of a replay fed
+    device images: one equal to the last staged, after a step that fed them from the device, is
+    staged again, not left to the device tensor's."""
+    data = batches(8, 9)
+    data[7] = (data[7][0], data[5][1])
+    _, plain = params_after(session(False), data)
+    captured = session(True)
+    provider = captured._provider
+    mixed = [(provider.from_numpy(x), provider.from_numpy(y) if i == 6 else y) for i, (x, y) in enumerate(data)]
+    _, params = params_after(captured, mixed)
+    assert captured._train.graphs.stats["replays"] == 6
     for name in plain:
         assert np.array_equal(params[name], plain[name]), name
 

@@ -61,7 +61,8 @@ def test_300_steps_track_float32(example, precision, float32_runs):
     # two runs' noise outweighs 2% of it
     np.testing.assert_allclose(curve, ref_curve, rtol=0.02, atol=0.01,
                                err_msg=f"{example} {precision}: mean loss per {WINDOW} steps")
-    assert abs(accuracy - ref_accuracy) <= 0.005, f"{example} {precision}: {accuracy} vs float32 {ref_accuracy}"
+    # 0.5 points, included: 0.978 - 0.973 is 0.0050000000000000044 in floats
+    assert abs(accuracy - ref_accuracy) <= 0.005 + 1e-9, f"{example} {precision}: {accuracy} vs float32 {ref_accuracy}"
     stats = s._train.graphs.stats
     assert stats["captures"] == 1 and stats["replays"] == STEPS - 3, stats
     assert s.skipped_steps <= 5

@@ -91,6 +91,7 @@ class Optimizer:
         self.params = {}
         self.state = {}          # state name -> {param name: array}
         self._group_of = []      # group index of each attached parameter, in order
+        self._groups_used = []   # the group indices that hold an attached parameter, ascending
         self._compiled_decays = None
         self._grad_norm = None   # a number, or a PendingScalar read when asked for
 
@@ -170,6 +171,7 @@ class Optimizer:
             raise OptimizerArgumentError(f"{type(self).__name__}: parameter(s) {outside} are in no parameter group")
         self.params = dict(params)
         self._group_of = [group_of[n] for n in self.params]
+        self._groups_used = sorted(set(self._group_of))
         self.state = {s: {n: np.zeros_like(p) for n, p in self.params.items()} for s in self.state_names}
         return self
 
@@ -204,7 +206,7 @@ class Optimizer:
         """The learning rate (a scalar, or one per parameter when they lie in several groups)
         and, for Adam, the step."""
         lrs = self.current_lrs()
-        if len(set(self._group_of)) > 1:
+        if len(self._groups_used) > 1:
             lr = np.array([lrs[g] for g in self._group_of], dtype=self._dtype())
         else:
             lr = np.array(lrs[self._group_of[0]] if self._group_of else lrs[0], dtype=self._dtype())
@@ -234,7 +236,7 @@ class Optimizer:
         if self.takes_step:
             scalars.append(graph.add_input(STEP_INPUT, np.int64, ()))
         inputs = scalars + list(self.params) + [grads[n] for n in self.params] + state_names
-        self._compiled_decays = self.per_parameter("weight_decay")
+        self._compiled_decays = self._group_decays()
         attrs = {**self.attrs(), **({"skip_non_finite": 1} if skip_non_finite else {})}
         return graph.add_node(self.op_type, inputs, ["optimizer.grad_norm"], attrs, MS_DOMAIN,
                               name="optimizer_update")
@@ -242,14 +244,18 @@ class Optimizer:
     def feeds(self):
         """The graph inputs of the next update: learning rate (and step).  Raises
         OptimizerArgumentError when a group's weight decay changed after the update was built."""
-        decays = self.per_parameter("weight_decay")
+        decays = self._group_decays()
         if self._compiled_decays is not None and decays != self._compiled_decays:
-            changed = sorted({g for g, old, new in zip(self._group_of, self._compiled_decays, decays) if old != new})
+            changed = [g for g, old, new in zip(self._groups_used, self._compiled_decays, decays) if old != new]
             raise OptimizerArgumentError(f"{type(self).__name__}: the weight_decay of parameter group(s) {changed} "
                                          "changed after the update was compiled; build a new session to use it")
         values = self._scalar_inputs()
         names = [LR_INPUT, STEP_INPUT][:len(values)]
         return dict(zip(names, values))
+
+    def _group_decays(self):
+        """The weight decay of each group that holds a parameter (see _groups_used)."""
+        return [self.param_groups[g]["weight_decay"] for g in self._groups_used]
 
     def updated(self, grad_norm):
         """Record that the graph ran one update; `grad_norm` may be a PendingScalar, read

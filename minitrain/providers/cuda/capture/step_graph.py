@@ -5,16 +5,16 @@ Per plan and input signature (the batch size, say) the runs follow step_replay.S
 the CPU's step arena does: the first run is a plain warm-up (kernels compile, convolution
 searches run, caches fill); recording takes two runs, the first recording every allocation the
 step makes and packing them into one arena (memory_plan.pack), the second capturing the step,
-its allocations served from that arena, into a graph; every later run replays: it copies the
-inputs into the graph's input tensors and launches the graph.  The step then allocates nothing
-and does not wait for the GPU.
+its allocations served from that arena, into a graph; every later run replays: it launches
+the graph on the run's inputs.  The step then allocates nothing and does not wait for the GPU.
 
-Inputs travel through pinned host buffers, double-buffered: run k writes its batch into pinned
-buffer k % 2, copies it on a side stream into device staging k % 2 (overlapping step k - 1 on
-the GPU), and the main stream copies staging into the graph's input tensors just before the
-launch; inputs fed as device tensors are copied into them directly.  Host values a kernel needs
-afresh every execution (a Dropout seed: `uploaded`) ride along the same way.  A small host value
-equal to the one the previous run loaded (a constant learning rate) is not copied again.
+The graph copies its inputs into its input tensors itself, by copies at its head whose sources
+each launch sets: an input fed as a device tensor is read where it lies; host inputs travel
+through pinned host buffers, double-buffered: run k writes its batch into pinned buffer k % 2,
+copies it on a side stream into device staging k % 2 (overlapping step k - 1 on the GPU), and
+the graph's copies read it from there.  Host values a kernel needs afresh every execution (a
+Dropout seed: `uploaded`) ride along the same way.  A small host value equal to the one staged
+last (a constant learning rate) is not copied again.
 
 A plan is not captured when a node runs on another provider or reads a per-run input from host
 memory, but for the shape arithmetic of run-time shape subgraphs (shape_folding.py): host nodes
@@ -147,8 +147,8 @@ class StepGraphs(StepReplay):
         finally:
             self.provider.capture = None
         sig.arena.finish()
+        sig.staging = _Staging(self.provider, sig.inputs, sig.record.uploads, capture.graph)
         sig.graph, sig.outputs, sig.trace = capture.graph, outputs, None
-        sig.staging = _Staging(self.provider, sig.inputs, sig.record.uploads)
         self.stats["captures"] += 1
         log.info("captured plan %r for %s: %d graph nodes, arena %d bytes for %d allocations of %d bytes in all",
                  self.executor.plan.graph.name, dict(dims) or "its fixed shapes", sig.graph.node_count,
@@ -157,8 +157,7 @@ class StepGraphs(StepReplay):
         return self._launch(sig, fed)
 
     def _launch(self, sig, fed):
-        sig.staging.load(fed)
-        sig.graph.launch(self.provider.stream)
+        sig.staging.launch(fed, self.provider.stream)
         for hook in sig.record.after_launch:
             hook()
         return dict(sig.outputs)
@@ -170,17 +169,22 @@ class StepGraphs(StepReplay):
 
 
 class _Staging:
-    """Double-buffered pinned and device staging of a graph's inputs and per-execution uploads.
+    """How a captured graph's inputs and per-execution uploads get their values: the graph is
+    instantiated here with a head copy into each of those tensors (CapturedGraph.instantiate),
+    and every launch points the copies' sources at the fed device tensors, or at the device
+    staging that the run's host values were copied into (pinned and device staging,
+    double-buffered, copied on a side stream while the GPU still runs the previous step).
 
-    Host values of at most SMALL_BYTES (a learning rate, a seed) that equal what the previous
-    run loaded are not copied again: the graph's input tensors still hold them, as nothing but
-    `load` writes them.  A run whose host values are all such skips the staging altogether."""
+    A host value of at most SMALL_BYTES (a learning rate, a seed) equal to the one staged last
+    for its tensor, whose copy still reads it from there, is not staged again.  A run whose host
+    values are all such, and whose device tensors are those of the last run, only launches."""
     SMALL_BYTES = 256
 
-    def __init__(self, provider, inputs, uploads):
+    def __init__(self, provider, inputs, uploads, graph):
         self.provider = provider
-        self.targets = [(name, tensor) for name, tensor in inputs.items()] + \
-                       [(make, tensor) for tensor, make in uploads]
+        self.graph = graph
+        targets = [(name, tensor) for name, tensor in inputs.items()] + [(make, tensor) for tensor, make in uploads]
+        self.targets = [(source, tensor) for source, tensor in targets if tensor.nbytes]
         self.offsets, total = [], 0
         for _, tensor in self.targets:
             self.offsets.append(total)
@@ -193,49 +197,65 @@ class _Staging:
         self.copy_stream = driver.Stream()
         self.parity = 0
         self.used = [False, False]
-        self.loaded = {}        # target index -> bytes of the small host value its tensor holds
+        self.read_parity = None  # the parity of the device staging that copies read, once one does
+        self.loaded = {}        # target index -> bytes of the small host value its copy reads
+        base = int(self.device[0].gpudata)
+        self.sources = [base + offset for offset in self.offsets]
+        self.device_inputs = [None] * len(self.targets)    # the device tensors the copies read, kept alive
+        graph.instantiate([(int(tensor.gpudata), source, tensor.nbytes)
+                           for (_, tensor), source in zip(self.targets, self.sources)])
 
-    def load(self, fed):
-        """Queue this run's inputs into the graph's input tensors (main stream order)."""
-        from_host, on_device = [], []
+    def launch(self, fed, stream):
+        """Point the graph's copies at this run's inputs and launch it on `stream`."""
+        from_host = []
         for index, (source, tensor) in enumerate(self.targets):
             value = fed[source] if isinstance(source, str) else source()
+            if value is self.device_inputs[index]:
+                continue                    # the device tensor its copy reads already
             if self.provider.is_native(value):
-                on_device.append((tensor, value))
+                value = self.provider.contiguous(value)
+                self._point(index, int(value.gpudata))
+                self.device_inputs[index] = value
+                self.loaded.pop(index, None)
             else:
                 from_host.append((index, np.ascontiguousarray(value, tensor.dtype).reshape(-1).view(np.uint8)))
         if from_host and not self._hold(from_host):
-            self._stage(from_host)
-        for tensor, value in on_device:
-            self.provider.copy_into(tensor, value)
+            self._stage(from_host, stream)
+        self.graph.launch(stream)
+        if self.read_parity is not None:
+            self.consumed[self.read_parity].record(stream)
+
+    def _point(self, index, pointer):
+        if self.sources[index] != pointer:
+            self.graph.set_copy_source(index, pointer)
+            self.sources[index] = pointer
 
     def _hold(self, from_host):
-        """Whether every host value is small and already in its tensor."""
+        """Whether every host value is small and what its copy reads already."""
         return all(flat.size <= self.SMALL_BYTES and self.loaded.get(index) == flat.tobytes()
                    for index, flat in from_host)
 
-    def _stage(self, from_host):
-        """Copy the host values through pinned buffer and device staging of this run's parity."""
+    def _stage(self, from_host, stream):
+        """Copy the host values through pinned buffer and device staging of this run's parity,
+        and point their copies there."""
         p, self.parity = self.parity, self.parity ^ 1
         if self.used[p]:
-            self.copied[p].synchronize()          # the copy from host[p] two runs ago is done
+            self.copied[p].synchronize()          # the copy from host[p] two stagings ago is done
             self.copy_stream.wait_for_event(self.consumed[p])
         self.used[p] = True
-        host, device, stream = self.host[p], self.device[p], self.provider.stream
+        host, base = self.host[p], int(self.device[p].gpudata)
         for index, flat in from_host:
             offset = self.offsets[index]
             host[offset:offset + flat.size] = flat
             self.loaded[index] = flat.tobytes() if flat.size <= self.SMALL_BYTES else None
-        base = int(device.gpudata)
+            self.device_inputs[index] = None
+            self._point(index, base + offset)
         first = self.offsets[from_host[0][0]]      # one copy over the span of the host-fed values
         last = self.offsets[from_host[-1][0]] + from_host[-1][1].size
         driver.memcpy_htod_async(base + first, host[first:last], self.copy_stream)
         self.copied[p].record(self.copy_stream)
         stream.wait_for_event(self.copied[p])
-        for index, flat in from_host:
-            if flat.size:
-                driver.memcpy_dtod_async(self.targets[index][1].gpudata, base + self.offsets[index], flat.size, stream)
-        self.consumed[p].record(stream)
+        self.read_parity = p
 
 
 @contextlib.contextmanager

@@ -3,7 +3,9 @@ queued on a stream into a graph, instantiate it once, launch it many times.
 
 Capture runs in relaxed mode, so a kernel that still calls the allocator (cuMemAlloc) inside
 the captured region does not break the capture; work queued on the stream is recorded, not
-run, until the graph is launched.
+run, until the graph is launched.  A captured graph may be given head copies when it is
+instantiated: device-to-device copies that run before everything captured, whose sources a
+launch may move (a step's inputs, copied in by the graph itself).
 """
 from __future__ import annotations
 
@@ -23,10 +25,33 @@ _SIGNATURES = {
     "cuGraphExecDestroy": [_p],
     "cuGraphDestroy": [_p],
     "cuGraphGetNodes": [_p, _p, ctypes.POINTER(ctypes.c_size_t)],
+    "cuGraphGetRootNodes": [_p, _p, ctypes.POINTER(ctypes.c_size_t)],
+    "cuGraphAddMemcpyNode": [ctypes.POINTER(_p), _p, _p, ctypes.c_size_t, ctypes.c_void_p, _p],
+    "cuGraphAddDependencies_v2": [_p, _p, _p, _p, ctypes.c_size_t],
+    "cuGraphExecMemcpyNodeSetParams": [_p, _p, ctypes.c_void_p, _p],
+    "cuCtxGetCurrent": [ctypes.POINTER(_p)],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
 }
 library = SharedLibrary(lambda: ctypes.CDLL(driver_library_path()), _SIGNATURES)
 """libcuda with the graph functions' argument types set (loaded on first use)."""
+
+
+MEMORYTYPE_DEVICE = 2
+
+
+class _Memcpy3D(ctypes.Structure):
+    """The driver's CUDA_MEMCPY3D: here always a 1-D copy between device pointers."""
+    _fields_ = [(f"{side}{name}", kind) for side in ("src", "dst") for name, kind in (
+        ("XInBytes", ctypes.c_size_t), ("Y", ctypes.c_size_t), ("Z", ctypes.c_size_t), ("LOD", ctypes.c_size_t),
+        ("MemoryType", ctypes.c_int), ("Host", _p), ("Device", ctypes.c_ulonglong), ("Array", _p),
+        ("Reserved", _p), ("Pitch", ctypes.c_size_t), ("Height", ctypes.c_size_t))] + [
+        ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t), ("Depth", ctypes.c_size_t)]
+
+
+def _device_copy(destination, source, nbytes):
+    return _Memcpy3D(srcMemoryType=MEMORYTYPE_DEVICE, srcDevice=source, srcPitch=nbytes, srcHeight=1,
+                       dstMemoryType=MEMORYTYPE_DEVICE, dstDevice=destination, dstPitch=nbytes, dstHeight=1,
+                       WidthInBytes=nbytes, Height=1, Depth=1)
 
 
 class CudaGraphError(MinitrainError):
@@ -52,16 +77,45 @@ def destroy_all_graphs():
 
 
 class CapturedGraph:
-    """One captured and instantiated graph; launched on a stream, destroyed with the object
-    (or by destroy())."""
+    """One captured graph: instantiated once (`instantiate`), then launched on a stream;
+    destroyed with the object (or by destroy())."""
 
     def __init__(self, graph):
         self._lib = library()
         self._graph = graph
         self._exec = _p()
-        _check(self._lib.cuGraphInstantiateWithFlags(ctypes.byref(self._exec), graph, 0),
-               "cuGraphInstantiateWithFlags")
+        self._context = _p()
+        self._head_copies = []      # (memcpy node, its parameters)
         _live_graphs.add(self)
+
+    def instantiate(self, head_copies=()):
+        """Make the graph executable, with `head_copies` ((destination, source, nbytes) device
+        pointers, nbytes > 0) first: a memcpy node each, which every captured root node waits for."""
+        lib = self._lib
+        _check(lib.cuCtxGetCurrent(ctypes.byref(self._context)), "cuCtxGetCurrent")
+        count = ctypes.c_size_t(0)
+        _check(lib.cuGraphGetRootNodes(self._graph, None, ctypes.byref(count)), "cuGraphGetRootNodes")
+        roots = (_p * max(count.value, 1))()
+        _check(lib.cuGraphGetRootNodes(self._graph, roots, ctypes.byref(count)), "cuGraphGetRootNodes")
+        for destination, source, nbytes in head_copies:
+            node, params = _p(), _device_copy(destination, source, nbytes)
+            _check(lib.cuGraphAddMemcpyNode(ctypes.byref(node), self._graph, None, 0, ctypes.byref(params),
+                                            self._context), "cuGraphAddMemcpyNode")
+            if count.value:
+                before = (_p * count.value)(*([node.value] * count.value))
+                _check(lib.cuGraphAddDependencies_v2(self._graph, before, roots, None, count.value),
+                       "cuGraphAddDependencies")
+            self._head_copies.append((node, params))
+        _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(self._exec), self._graph, 0),
+               "cuGraphInstantiateWithFlags")
+
+    def set_copy_source(self, index, source):
+        """Point head copy `index` at the device pointer `source` for the launches to come (a
+        launch already queued keeps the source it had)."""
+        node, params = self._head_copies[index]
+        params.srcDevice = source
+        _check(self._lib.cuGraphExecMemcpyNodeSetParams(self._exec, node, ctypes.byref(params), self._context),
+               "cuGraphExecMemcpyNodeSetParams")
 
     @property
     def node_count(self):
@@ -110,9 +164,5 @@ class StreamCapture:
                 library().cuGraphDestroy(graph)
             return False
         _check(status, "cuStreamEndCapture")
-        try:
-            self.graph = CapturedGraph(graph)
-        except CudaGraphError:
-            library().cuGraphDestroy(graph)
-            raise
+        self.graph = CapturedGraph(graph)
         return False
