@@ -30,6 +30,8 @@ from .layout import make_contiguous
 from .libs.cublas import CublasHandle
 from .session_cache import SessionCache
 
+STREAM_NON_BLOCKING = 1     # CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
+
 
 class CudaProvider(Provider):
     """The "cuda" provider; `use_tf32` lets float32 GEMMs use TF32 tensor cores (off: strict
@@ -53,6 +55,7 @@ class CudaProvider(Provider):
         self._allocate = self.pool.allocate
         self.capture = None             # the StepCaptureRecord while a step is being captured
         self._upload_ring = None
+        self._capture_copies = None     # a stream outside the capture, for persistent_from_numpy
         self._fetch_ring = None
         self._spin = None
         register_provider(self)
@@ -91,15 +94,20 @@ class CudaProvider(Provider):
         return GPUArray(tuple(int(d) for d in shape), np.dtype(dtype), allocator=self.pool.allocate)
 
     def persistent_from_numpy(self, array):
-        """persistent_empty holding `array`, copied from pinned memory (safe inside a capture,
-        where the copy becomes a graph node that re-reads its source on every replay: the
-        pinned source rides on the result's `base`, so it lives as long as the result)."""
+        """persistent_empty holding `array`, copied from pinned memory on the stream; while a
+        step is being captured, at once on a stream of its own, so that the graph reads the
+        values without copying them again on every replay."""
         array = np.asarray(array)
         pinned = driver.pagelocked_empty(array.shape, array.dtype)
         pinned[...] = array
         value = GPUArray(array.shape, array.dtype, gpudata=self.pool.allocate(max(array.nbytes, 1)), base=pinned)
-        if array.size:
+        if array.size and self.capture is None:
             driver.memcpy_htod_async(value.gpudata, pinned, self.stream)
+        elif array.size:
+            if self._capture_copies is None:
+                self._capture_copies = driver.Stream(STREAM_NON_BLOCKING)
+            driver.memcpy_htod_async(value.gpudata, pinned, self._capture_copies)
+            self._capture_copies.synchronize()
         return value
 
     @contextlib.contextmanager

@@ -90,22 +90,26 @@ class CapturedGraph:
 
     def instantiate(self, head_copies=()):
         """Make the graph executable, with `head_copies` ((destination, source, nbytes) device
-        pointers, nbytes > 0) first: a memcpy node each, which every captured root node waits for."""
+        pointers, nbytes > 0) first: a chain of memcpy nodes that every captured root node
+        waits for (a captured stream's graph stays one line, which the driver launches fastest)."""
         lib = self._lib
         _check(lib.cuCtxGetCurrent(ctypes.byref(self._context)), "cuCtxGetCurrent")
         count = ctypes.c_size_t(0)
         _check(lib.cuGraphGetRootNodes(self._graph, None, ctypes.byref(count)), "cuGraphGetRootNodes")
         roots = (_p * max(count.value, 1))()
         _check(lib.cuGraphGetRootNodes(self._graph, roots, ctypes.byref(count)), "cuGraphGetRootNodes")
+        previous = None
         for destination, source, nbytes in head_copies:
             node, params = _p(), _device_copy(destination, source, nbytes)
-            _check(lib.cuGraphAddMemcpyNode(ctypes.byref(node), self._graph, None, 0, ctypes.byref(params),
-                                            self._context), "cuGraphAddMemcpyNode")
-            if count.value:
-                before = (_p * count.value)(*([node.value] * count.value))
-                _check(lib.cuGraphAddDependencies_v2(self._graph, before, roots, None, count.value),
-                       "cuGraphAddDependencies")
+            _check(lib.cuGraphAddMemcpyNode(ctypes.byref(node), self._graph, None if previous is None else
+                                            ctypes.byref(previous), 0 if previous is None else 1,
+                                            ctypes.byref(params), self._context), "cuGraphAddMemcpyNode")
             self._head_copies.append((node, params))
+            previous = node
+        if previous is not None and count.value:
+            last = (_p * count.value)(*([previous.value] * count.value))
+            _check(lib.cuGraphAddDependencies_v2(self._graph, last, roots, None, count.value),
+                   "cuGraphAddDependencies")
         _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(self._exec), self._graph, 0),
                "cuGraphInstantiateWithFlags")
 
