@@ -16,6 +16,9 @@ from .inference import check_node
 from .registry import KernelContext, find, lookup
 
 
+_MISSING = object()
+
+
 @dataclass
 class BoundNode:
     """A node with its schema, resolved attributes and kernel settled."""
@@ -41,13 +44,15 @@ class BoundNode:
         ctx = KernelContext(self.op_type, self.name, inputs, self.attrs, self.wanted,
                             output_shapes or {}, self.dtype, provider, self.attrs_key)
         results = self.kernel(ctx)
-        try:
-            outputs = [results[w] for w in self.wanted]
-        except KeyError:
-            missing = [w for w in self.wanted if w not in results]
-            raise RuntimeError(f"kernel of {self.op_type} did not produce {missing}") from None
-        # NumPy gives scalars, not 0-d arrays, for 0-d arithmetic and full reductions
-        return [np.asarray(r) if isinstance(r, np.generic) else r for r in outputs]
+        outputs = []
+        for w in self.wanted:
+            r = results.get(w, _MISSING)
+            if r is _MISSING:
+                missing = [w for w in self.wanted if w not in results]
+                raise RuntimeError(f"kernel of {self.op_type} did not produce {missing}")
+            # NumPy gives scalars, not 0-d arrays, for 0-d arithmetic and full reductions
+            outputs.append(np.asarray(r) if isinstance(r, np.generic) else r)
+        return outputs
 
 
 def bind(checked, op_type, *, domain, opset, providers, node_name=None):
