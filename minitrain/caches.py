@@ -5,9 +5,9 @@ A program that feeds ever new shapes (a variable batch, a sweep over image sizes
 unbounded cache without end, so each of these keeps its least recently used entries only:
 `cache_limit()` entries (`set_cache_limit(n)`, or the environment variable
 MINITRAIN_CACHE_LIMIT read at import; default DEFAULT_LIMIT), times the cache's `scale`
-(validated nodes, one entry per node of a graph, keep more).  Lookups and inserts hold a lock,
-so kernels may run from several Python threads; a value is built outside it (two threads may
-build the same entry; both results are equal and one is kept).
+(validated nodes, one entry per node of a graph, keep more).  Inserts hold a lock and lookups
+make single atomic dict calls, so kernels may run from several Python threads; a value is built
+outside the lock (two threads may build the same entry; both results are equal and one is kept).
 """
 import functools
 import threading
@@ -70,11 +70,12 @@ class LRUCache:
         return _limit * self.scale
 
     def get(self, key):
-        """The entry of key (now the most recently used), or None."""
+        """The entry of key (now the most recently used), or None.  Each of the two dict calls
+        is atomic: an entry another thread evicts between them reads as absent, and is rebuilt."""
+        entries = self._entries
         try:
-            with self._lock:
-                self._entries.move_to_end(key)
-                return self._entries[key]
+            entries.move_to_end(key)
+            return entries[key]
         except KeyError:
             return None
 
@@ -126,7 +127,11 @@ def bounded_cache(name, scale=1):
         @functools.wraps(fn)
         def cached(*args, **kwargs):
             key = (args, tuple(sorted(kwargs.items()))) if kwargs else args
-            return cache.get_or_build(key, lambda: fn(*args, **kwargs))
+            value = cache.get(key)
+            if value is None:
+                value = fn(*args, **kwargs)
+                cache.put(key, value)
+            return value
         cached.cache = cache
         return cached
     return wrap

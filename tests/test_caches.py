@@ -1,5 +1,7 @@
 """The shape-keyed caches are bounded LRUs with one setting (minitrain.set_cache_limit,
-MINITRAIN_CACHE_LIMIT), and stay correct when they evict."""
+MINITRAIN_CACHE_LIMIT), stay correct when they evict, and take lookups from several threads."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,30 @@ def test_lru_keeps_the_most_recently_used(limit):
     assert cache.get_or_build("e", lambda: built.append(1) or "E") == "E"
     assert cache.get_or_build("e", lambda: built.append(1) or "E") == "E"
     assert built == [1] and len(cache) == 3
+
+
+def test_lookups_race_evictions_safely(limit):
+    """Lookups take no lock: with threads putting and evicting around them, a lookup gives the
+    entry of its key or None, never another's entry or an error."""
+    limit(2)
+    cache, errors = caches.LRUCache("test race"), []
+
+    def work(seed):
+        try:
+            for i in range(20000):
+                key = (seed * 7 + i) % 5
+                value = cache.get(key)
+                assert value is None or value == key * 10
+                if value is None:
+                    cache.put(key, key * 10)
+        except Exception as e:      # reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(cache) <= 2
 
 
 def test_set_cache_limit_trims_now_and_scales(limit):
