@@ -332,3 +332,48 @@ def channel_sums(const real[:, :, ::1] dy, real[::1] out, int num_threads):
                 part = part + dy[n, c, i]
             s = s + part
         out[c] = <real>s
+
+
+def rows_forward(const real[:, ::1] x, const real[:, ::1] w, const real[::1] bias, real[:, ::1] y):
+    """y (N, M) = x (N, C) w (M, C)^T [+ bias (M,), when non-empty]: a 1x1 convolution of planes
+    of one point, the batch as the rows.  Plain loops, for products too small to pay for a
+    BLAS call (the caller sends larger ones to BLAS)."""
+    cdef Py_ssize_t n = x.shape[0], c = x.shape[1], m = w.shape[0], i, j, k
+    cdef bint has_bias = bias.shape[0] > 0
+    cdef real s
+    with nogil:
+        for i in range(n):
+            for j in range(m):
+                s = bias[j] if has_bias else 0
+                for k in range(c):
+                    s = s + x[i, k] * w[j, k]
+                y[i, j] = s
+
+
+def rows_data_grad(const real[:, ::1] dy, const real[:, ::1] w, const real[::1] bias, real[:, ::1] dx):
+    """dx (N, C) = dy (N, M) w (M, C) [+ bias (C,), when non-empty], in plain loops (see
+    rows_forward)."""
+    cdef Py_ssize_t n = dy.shape[0], m = w.shape[0], c = w.shape[1], i, j, k
+    cdef bint has_bias = bias.shape[0] > 0
+    cdef real g
+    with nogil:
+        for i in range(n):
+            for k in range(c):
+                dx[i, k] = bias[k] if has_bias else 0
+            for j in range(m):
+                g = dy[i, j]
+                for k in range(c):
+                    dx[i, k] += g * w[j, k]
+
+
+def rows_weight_grad(const real[:, ::1] dy, const real[:, ::1] x, real[:, ::1] dw):
+    """dw (M, C) = dy (N, M)^T x (N, C), in plain loops (see rows_forward)."""
+    cdef Py_ssize_t n = x.shape[0], c = x.shape[1], m = dy.shape[1], i, j, k
+    cdef real g
+    with nogil:
+        dw[:, :] = 0
+        for i in range(n):
+            for j in range(m):
+                g = dy[i, j]
+                for k in range(c):
+                    dw[j, k] += g * x[i, k]

@@ -551,6 +551,54 @@ def test_depthwise_conv_transpose_matches_the_gemm_route(x_shape, w_shape, attrs
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
+# (x shape, w shape) of 1x1 convolutions on planes of one point (route "rows"): a
+# squeeze-excitation's, 1D and 3D ones, and a product past ROWS_BLAS_MACS (BLAS, not the loops).
+ONE_POINT_CASES = [((16, 16, 1, 1), (8, 16, 1, 1)), ((5, 3, 1), (7, 3, 1)), ((2, 4, 1, 1, 1), (6, 4, 1, 1, 1)),
+                   ((64, 32, 1, 1), (32, 32, 1, 1))]
+
+
+@pytest.mark.parametrize("shape,kernel", ONE_POINT_CASES)
+def test_one_point_planes_against_reference(shape, kernel, rng, monkeypatch):
+    """1x1 convolutions of one group on one-point planes run as one product over the batch's
+    rows: forward against the reference, dX, dW and dB against central differences in float64
+    and against the GEMM route, float32 against float64, serially and on three threads, and
+    against PyTorch autograd."""
+    r = len(shape) - 2
+    geom = cpu_conv.geometry_for("conv", "Conv", shape, kernel, {})
+    assert all(cpu_conv.route(geom, shape[0], nt) == "rows" for nt in (1, 2, 3))
+    assert (shape[0] * shape[1] * kernel[0] >= cpu_conv.ROWS_BLAS_MACS) == (shape[0] == 64)
+    x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
+    want = conv_reference(x, w, b, [1] * r, [1] * r, [0] * r, [0] * r, 1)
+    dy = rng.standard_normal(want.shape)
+    grads = check_on_one_and_three_threads(x, w, b, dy, want, {}, rng)
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+    for got, ref in zip(run_node("ConvGrad", [dy, x, w], domain=MS), grads):
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
+    monkeypatch.undo()
+    check_against_torch_padded(x, w, b, dy, want, {}, [1] * r, [1] * r, [0] * (2 * r), 1)
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [((16, 8, 1, 1), (8, 16, 1, 1)), ((64, 32, 1), (32, 48, 1))])
+def test_one_point_conv_transpose_matches_the_gemm_route(x_shape, w_shape, rng, monkeypatch):
+    """ConvTranspose 1x1 on one-point planes runs its primitives as products over the batch's
+    rows (its forward is their data gradient, with the bias): the GEMM route's values, and dX,
+    dW, dB against central differences, in float64."""
+    geom = cpu_conv.geometry_for("transpose", "ConvTranspose", x_shape, w_shape, {})
+    assert cpu_conv.route(geom, x_shape[0], 2) == "rows"
+    x, w, b = rng.standard_normal(x_shape), rng.standard_normal(w_shape), rng.standard_normal(w_shape[1])
+    y = run_node("ConvTranspose", [x, w, b])[0]
+    dy = rng.standard_normal(y.shape)
+    grads = run_node("ConvTransposeGrad", [dy, x, w], domain=MS)
+
+    def loss(arrs):
+        return float(np.sum(dy * run_node("ConvTranspose", arrs)[0]))
+    directional_gradcheck(loss, [x, w, b], dict(enumerate(grads)), rng)
+    monkeypatch.setattr(cpu_conv, "route", lambda geom, n, nt: "gemm")
+    np.testing.assert_allclose(run_node("ConvTranspose", [x, w, b])[0], y, rtol=1e-10, atol=1e-10)
+    for got, want in zip(run_node("ConvTransposeGrad", [dy, x, w], domain=MS), grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("x_shape,w_shape,attrs,begin,out", [
     # output_shape one past the natural size with SAME_UPPER: a negative begin pad
     ((2, 2, 5), (2, 3, 3), {"strides": [2], "auto_pad": "SAME_UPPER", "output_shape": [12]}, [-1], [12]),

@@ -23,6 +23,9 @@ and the bias gradient is a per-channel sum.  Three implementations back them (`r
   * gemm (_ext.conv): im2col / col2im tiles and BLAS sgemm/dgemm, for 1x1 convolutions (plain
     GEMMs) and for batches too small to give every thread an item, where BLAS threads the
     products instead.
+  * rows: 1x1 convolutions of one group on planes of a single point (a squeeze-excitation's,
+    after global pooling): the batch's (N, C) rows times the weight, one GEMM for the whole
+    batch where the gemm path makes one per sample.
 """
 import dataclasses
 import functools
@@ -41,6 +44,7 @@ from ...ops.shape_utils import numel
 from ...registry import register_kernel
 from ...threads import kernel_threads
 from .blas import blas_threads
+from .blas import gemm as blas_gemm
 
 # Bytes of im2col scratch per thread and tile: a tile of the column matrix stays in L2.
 TILE_BYTES = 256 * 1024
@@ -640,15 +644,68 @@ def depthwise_strided_weight_grad(cols, img, w_shape, geom, nt):
     return depthwise_weight_grad(_upsampled(cols, geom, unit, nt), img, w_shape, unit, nt)
 
 
+# --------------------------------------------------------------------------- one-point planes
+# Multiply-adds from which a "rows" convolution's product goes to BLAS; smaller ones run in
+# conv.pyx's plain loops, cheaper than a BLAS call and its thread guard.
+ROWS_BLAS_MACS = 1 << 15
+
+
+def _rows_small(n, geom):
+    return n * geom.img_channels * geom.col_channels < ROWS_BLAS_MACS
+
+
+def rows_forward(img, w, bias, geom):
+    """conv_forward of a "rows" convolution: Y (N, M) = X (N, C) W^T (+ bias)."""
+    n = img.shape[0]
+    x2, w2 = img.reshape(n, -1), w.reshape(w.shape[0], -1)
+    if _rows_small(n, geom):
+        y = np.empty((n, geom.col_channels), dtype=img.dtype)
+        _conv.rows_forward(x2, w2, _NO_BIAS[img.dtype] if bias is None else bias, y)
+    else:
+        y = blas_gemm(x2, w2, trans_b=True)
+        if bias is not None:
+            np.add(y, bias, out=y)
+    return y.reshape((n, geom.col_channels) + tuple(geom.col_spatial))
+
+
+def rows_data_grad(cols, w, bias, geom):
+    """conv_data_grad of a "rows" convolution: dX (N, C) = dY (N, M) W (+ bias)."""
+    n = cols.shape[0]
+    dy2, w2 = cols.reshape(n, -1), w.reshape(w.shape[0], -1)
+    if _rows_small(n, geom):
+        dx = np.empty((n, geom.img_channels), dtype=cols.dtype)
+        _conv.rows_data_grad(dy2, w2, _NO_BIAS[cols.dtype] if bias is None else bias, dx)
+    else:
+        dx = blas_gemm(dy2, w2)
+        if bias is not None:
+            np.add(dx, bias, out=dx)
+    return dx.reshape((n, geom.img_channels) + tuple(geom.img_spatial))
+
+
+def rows_weight_grad(cols, img, w_shape, geom):
+    """conv_weight_grad of a "rows" convolution: dW (M, C) = dY^T (M, N) X (N, C)."""
+    n = img.shape[0]
+    dy2, x2 = cols.reshape(n, -1), img.reshape(n, -1)
+    if _rows_small(n, geom):
+        dw = np.empty((geom.col_channels, geom.img_channels), dtype=img.dtype)
+        _conv.rows_weight_grad(dy2, x2, dw)
+    else:
+        dw = blas_gemm(dy2, x2, trans_a=True)
+    return dw.reshape(w_shape)
+
+
 # --------------------------------------------------------------------------- primitives
 @functools.lru_cache(maxsize=256)
 def route(geom, n, nt):
     """"depthwise" for stride-1 convolutions with one image channel per group and at most
     DEPTHWISE_MAX_MULTIPLIER column channels per group, "depthwise_strided" for those with
-    strides up to DEPTHWISE_MAX_STRIDE and no negative pad; else "direct" for every convolution but 1x1 ones (plain
+    strides up to DEPTHWISE_MAX_STRIDE and no negative pad; "rows" for 1x1 convolutions of one
+    group on planes of one point; else "direct" for every convolution but 1x1 ones (plain
     GEMMs, for BLAS) and batches too small to give each thread a (sample, group) item; else
     "gemm"."""
     g = geom.group
+    if g == 1 and geom.is_pointwise and numel(geom.img_spatial) == 1:
+        return "rows"
     if n > 0 and geom.img_channels == g and geom.col_channels <= DEPTHWISE_MAX_MULTIPLIER * g:
         if all(s == 1 for s in geom.strides):
             return "depthwise"
@@ -771,6 +828,8 @@ def conv_forward(img, w, bias, geom, who):
     if path == "direct":
         return direct_forward(img, w, bias, geom, nt)
     check_blas_dims(geom, who)
+    if path == "rows":
+        return rows_forward(img, w, bias, geom)
     return gemm_forward(img, w, bias, geom, nt)
 
 
@@ -788,6 +847,8 @@ def conv_data_grad(cols, w, bias, geom, who):
     if path == "direct":
         return direct_data_grad(cols, w, bias, geom, nt)
     check_blas_dims(geom, who)
+    if path == "rows":
+        return rows_data_grad(cols, w, bias, geom)
     return gemm_data_grad(cols, w, bias, geom, nt)
 
 
@@ -804,6 +865,8 @@ def conv_weight_grad(cols, img, w_shape, geom, who):
     if path == "direct":
         return direct_weight_grad(cols, img, w_shape, geom, nt)
     check_blas_dims(geom, who)
+    if path == "rows":
+        return rows_weight_grad(cols, img, w_shape, geom)
     return gemm_weight_grad(cols, img, w_shape, geom, nt)
 
 
