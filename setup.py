@@ -19,6 +19,7 @@ single-threaded and a warning says so.  CUDA sources in cuda/ ship as package da
 import glob
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,21 @@ def level_source(stem, level, generated_c):
     return path
 
 
+def with_included(headers):
+    """`headers` (the ones Cython found a .pyx naming, directly or through its .pxi files) and
+    the headers they #include "...", transitively."""
+    found, pending = set(), list(headers)
+    while pending:
+        header = pending.pop()
+        if header in found or not os.path.exists(header):
+            continue
+        found.add(header)
+        with open(header) as f:
+            pending += [os.path.join(os.path.dirname(header), name)
+                        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M)]
+    return sorted(found)
+
+
 def extensions():
     from Cython.Build import cythonize     # a build requirement, not needed to import this file
 
@@ -129,12 +145,10 @@ def extensions():
         link_args.append("-fopenmp")
     else:
         warnings.warn("minitrain: the C compiler has no OpenMP; building single-threaded kernels")
-    headers = sorted(glob.glob(os.path.join("ext", "*.h")))
     macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"), ("MT_SANITIZE", f'"{",".join(SANITIZE)}"')]
 
     def extension(name, sources, arch_flags, depends=()):
-        return Extension(name, sources, include_dirs=[numpy.get_include(), "ext"],
-                         depends=headers + list(depends),        # rebuilt when a header changes
+        return Extension(name, sources, include_dirs=[numpy.get_include(), "ext"], depends=list(depends),
                          extra_compile_args=compile_args + arch_flags, extra_link_args=link_args,
                          define_macros=macros)
 
@@ -150,10 +164,11 @@ def extensions():
     exts = []
     for ext in generated:
         stem = ext.name.rsplit(".", 1)[1]
+        ext.depends = with_included(ext.depends)        # rebuilt when a header it reads changes
         if stem in HOT_KERNELS:
             c_file = ext.sources[0]
             exts += [extension(f"minitrain._ext.{level}.{stem}", [level_source(stem, level, c_file)],
-                               flags, depends=[c_file])
+                               flags, depends=[c_file] + ext.depends)
                      for level, flags in levels.items()]
         else:
             ext.extra_compile_args += [] if stem in PLAIN_ARCH_KERNELS else levels["baseline"]
