@@ -327,6 +327,20 @@ def batch_norm_fold(inputs, attrs):
     return {"W_folded": w * factor.reshape((-1,) + (1,) * (w.ndim - 1)), "B_folded": (b - mean) * factor + bias}
 
 
+def linear(inputs, attrs):
+    """Linear: X W^T + B over X's last axis."""
+    x, w = inputs[:2]
+    bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else 0.0
+    return {"Y": x @ w.T + bias}
+
+
+def linear_grad(inputs, attrs):
+    """LinearGrad: dX = dY W, dW = dY^T X and dB = dY summed over all of its rows."""
+    dy, x, w = inputs
+    dy_rows, x_rows = dy.reshape(-1, dy.shape[-1]), x.reshape(-1, x.shape[-1])
+    return {"dX": dy @ w, "dW": dy_rows.T @ x_rows, "dB": dy_rows.sum(axis=0)}
+
+
 def mul_grad(inputs, attrs):
     """dA = dY B summed to A's shape, dB = dY A summed to B's shape (Mul's gradient)."""
     dy, a, b = inputs
@@ -1465,6 +1479,12 @@ ROWS = [
                        case(normal(5), small_integers(5), None, np.array(1.0)), case(normal(2, 3), normal(2, 3)),
                        case(normal(4), small_integers(4), np.array(1.0), np.array(-1.0))),
           domain=FUSED, reference=clip_grad, outputs=("dX",)),
+    OpRow("Linear", (sample(FUSED, "Linear"), case(normal(2, 3, 5, 4), normal(6, 4), normal(6)),
+                     case(normal(7, 16), normal(8, 16)), case(normal(300, 8), normal(16, 8), normal(16))),
+          domain=FUSED, reference=linear, differentiable=(0, 1, 2)),
+    OpRow("LinearGrad", (sample(FUSED, "LinearGrad"), case(normal(2, 3, 5, 6), normal(2, 3, 5, 4), normal(6, 4)),
+                         case(normal(300, 16), normal(300, 8), normal(16, 8))),
+          domain=FUSED, reference=linear_grad, outputs=("dX", "dW", "dB"), gradient_of=(FUSED, "Linear")),
     OpRow("MulGrad", (sample(FUSED, "MulGrad"), case(normal(2, 3, 4), normal(2, 3, 4), normal(3, 1)),
                       case(normal(3, 17), normal(3, 17), normal(17)),
                       case(normal(2, 3), normal(2, 3), normal(2, 3)),
