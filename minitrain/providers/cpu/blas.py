@@ -32,6 +32,8 @@ PARALLEL_GEMM_MACS = THRESHOLDS["MIN_PARALLEL_GEMM_MACS"]
 SPLIT_GEMM_MACS = THRESHOLDS["MIN_SPLIT_GEMM_MACS"]
 # Float32 products 8 or 16 wide over at least this many rows run in ext/gemm_narrow.pyx.
 NARROW_GEMM_ROWS = 256
+# Products of fewer multiply-adds run in plain loops (gemm_rows.gemm_small), without BLAS.
+SMALL_GEMM_MACS = 16384
 
 
 class BlasThreads:
@@ -102,7 +104,8 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None):
     column-major products of the transposes: C^T = op(b)^T op(a)^T, and a C-contiguous matrix
     read as Fortran-ordered is its transpose, so nothing is copied; the bias is written into
     the output first and the GEMM adds to it (beta = 1).  Float32 products 8 or 16 wide of many
-    rows (a Linear layer's over pixels) go to ext/gemm_narrow.pyx, where the build has AVX."""
+    rows (a Linear layer's over pixels) go to ext/gemm_narrow.pyx, where the build has AVX, and
+    products of a few thousand multiply-adds to plain loops."""
     m = a.shape[1] if trans_a else a.shape[0]
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]
@@ -114,6 +117,9 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None):
     c = np.empty((m, n), dtype=a.dtype) if small or bias is not None else None
     if bias is not None:
         c[...] = bias
+    if small and m * n * k < SMALL_GEMM_MACS:
+        _rows.gemm_small(a, b, c, trans_a, trans_b, alpha, bias is not None)
+        return c
     if small:
         # one band, or bands over the threads: BLAS called from Cython, without the argument
         # checks and output allocation of SciPy's Python wrapper (several us a call)
