@@ -3,7 +3,8 @@
    these shapes well below the FMA units' rate (its kernels block for square-ish products);
    here the product's width N is one or two vectors of 8 floats, held in registers:
 
-     rows:  Y = alpha X B + bias      X (M, K), B (K, N), bias (N,) or none, Y (M, N)
+     rows:  Y = alpha X B * scale + shift     X (M, K), B (K, N), Y (M, N); scale and shift
+                                              (N,) each, or none (1 and 0)
      tn:    C = alpha A^T D           A (M, K), D (M, N), C (K, N)
 
    rows takes four rows at once, so that four independent FMA chains hide the FMA latency; tn
@@ -33,16 +34,20 @@ typedef float mt_gn_v __attribute__((vector_size(32)));
 #define MT_GN_STORE(p, v) memcpy((p), &(v), sizeof(mt_gn_v))
 
 static inline __attribute__((always_inline)) void mt_gn_rows_nv(
-    const float* restrict x, const float* restrict b, const float* restrict bias, float* restrict y, long m,
-    long k_dim, float alpha, const int nv)
+    const float* restrict x, const float* restrict b, const float* restrict scales, const float* restrict shifts,
+    float* restrict y, long m, long k_dim, float alpha, const int nv)
 {
     const long n = (long)nv * MT_GN_LANES;
-    const mt_gn_v zero = {0}, scale = zero + alpha;
-    mt_gn_v shift[MT_GN_MAX_VECTORS];
+    const mt_gn_v zero = {0};
+    mt_gn_v scale[MT_GN_MAX_VECTORS], shift[MT_GN_MAX_VECTORS];
     for (int j = 0; j < nv; j++) {
+        scale[j] = zero + 1.0f;
         shift[j] = zero;
-        if (bias)
-            MT_GN_LOAD(shift[j], bias + j * MT_GN_LANES);
+        if (scales)
+            MT_GN_LOAD(scale[j], scales + j * MT_GN_LANES);
+        if (shifts)
+            MT_GN_LOAD(shift[j], shifts + j * MT_GN_LANES);
+        scale[j] *= alpha;
     }
     long r = 0;
     for (; r + MT_GN_ROWS <= m; r += MT_GN_ROWS) {
@@ -62,7 +67,7 @@ static inline __attribute__((always_inline)) void mt_gn_rows_nv(
         }
         for (int i = 0; i < MT_GN_ROWS; i++)
             for (int j = 0; j < nv; j++) {
-                const mt_gn_v out = acc[i][j] * scale + shift[j];
+                const mt_gn_v out = acc[i][j] * scale[j] + shift[j];
                 MT_GN_STORE(y + (r + i) * n + j * MT_GN_LANES, out);
             }
     }
@@ -79,20 +84,20 @@ static inline __attribute__((always_inline)) void mt_gn_rows_nv(
             }
         }
         for (int j = 0; j < nv; j++) {
-            const mt_gn_v out = acc[j] * scale + shift[j];
+            const mt_gn_v out = acc[j] * scale[j] + shift[j];
             MT_GN_STORE(y + r * n + j * MT_GN_LANES, out);
         }
     }
 }
 
-/* Y = alpha X B + bias over m rows; N = nv * 8, nv 1 or 2. */
-static void mt_gemm_narrow_rows(const float* x, const float* b, const float* bias, float* y, long m, long k_dim,
-                                float alpha, int nv)
+/* Y = alpha X B * scales + shifts over m rows (either vector NULL: none); N = nv * 8, nv 1 or 2. */
+static void mt_gemm_narrow_rows(const float* x, const float* b, const float* scales, const float* shifts, float* y,
+                                long m, long k_dim, float alpha, int nv)
 {
     if (nv == 1)
-        mt_gn_rows_nv(x, b, bias, y, m, k_dim, alpha, 1);
+        mt_gn_rows_nv(x, b, scales, shifts, y, m, k_dim, alpha, 1);
     else
-        mt_gn_rows_nv(x, b, bias, y, m, k_dim, alpha, 2);
+        mt_gn_rows_nv(x, b, scales, shifts, y, m, k_dim, alpha, 2);
 }
 
 /* Rows [k0, k0 + kb) of C = alpha A^T D, kb * nv <= MT_GN_REGISTERS accumulators. */

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Float32 GEMMs of many rows by a narrow matrix (ext/gemm_narrow.h): Y = alpha X B + bias and
+"""Float32 GEMMs of many rows by a narrow matrix (ext/gemm_narrow.h): Y = alpha X B * scale + shift and
 C = alpha A^T D for products 8 or 16 floats wide, the GEMMs of a Linear layer over an
 activation's pixels.  `FAST` says whether this build has the AVX registers that make them
 faster than BLAS (in the baseline build they give the same results slowly).  OpenMP threads
@@ -14,8 +14,8 @@ cdef extern from "gemm_narrow.h" nogil:
         MT_GEMM_NARROW_FAST
         MT_GN_LANES
         MT_GN_MAX_VECTORS
-    void mt_gemm_narrow_rows(const float* x, const float* b, const float* bias, float* y, long m, long k_dim,
-                             float alpha, int nv)
+    void mt_gemm_narrow_rows(const float* x, const float* b, const float* scales, const float* shifts, float* y,
+                             long m, long k_dim, float alpha, int nv)
     void mt_gemm_narrow_tn(const float* a, const float* d, float* c, long m, long k_dim, float alpha, int nv)
 
 FAST = bool(MT_GEMM_NARROW_FAST)
@@ -29,14 +29,18 @@ cdef int _vectors(Py_ssize_t n, str what) except -1:
 
 
 def rows(const float[:, ::1] x, const float[:, ::1] b, const float[::1] bias, float[:, ::1] y, float alpha,
-         int num_threads):
-    """y = alpha x @ b (+ bias on every row, when bias is not None); rows of y in num_threads bands."""
+         int num_threads, const float[::1] scale=None):
+    """y = alpha x @ b, times `scale` on every row and plus `bias` on every row where they are
+    not None; rows of y in num_threads bands."""
     cdef Py_ssize_t m = x.shape[0], k = x.shape[1], n = b.shape[1], band, r0, count
-    if b.shape[0] != k or y.shape[0] != m or y.shape[1] != n or (bias is not None and bias.shape[0] != n):
-        raise ValueError(f"gemm_narrow.rows: x {tuple(x.shape)} times b {tuple(b.shape)} plus bias "
-                         f"{None if bias is None else tuple(bias.shape)} does not make y {tuple(y.shape)}")
+    if (b.shape[0] != k or y.shape[0] != m or y.shape[1] != n or (bias is not None and bias.shape[0] != n)
+            or (scale is not None and scale.shape[0] != n)):
+        raise ValueError(f"gemm_narrow.rows: x {tuple(x.shape)} times b {tuple(b.shape)}, scale "
+                         f"{None if scale is None else tuple(scale.shape)} and bias "
+                         f"{None if bias is None else tuple(bias.shape)} do not make y {tuple(y.shape)}")
     cdef int nv = _vectors(n, "rows")
-    cdef const float* shift = NULL if bias is None else &bias[0]
+    cdef const float* shifts = NULL if bias is None else &bias[0]
+    cdef const float* scales = NULL if scale is None else &scale[0]
     if m == 0:
         return
     if k == 0:
@@ -48,7 +52,7 @@ def rows(const float[:, ::1] x, const float[:, ::1] b, const float[::1] bias, fl
         r0 = band * m // num_threads
         count = (band + 1) * m // num_threads - r0
         if count > 0:
-            mt_gemm_narrow_rows(&x[r0, 0], &b[0, 0], shift, &y[r0, 0], count, k, alpha, nv)
+            mt_gemm_narrow_rows(&x[r0, 0], &b[0, 0], scales, shifts, &y[r0, 0], count, k, alpha, nv)
 
 
 def tn(const float[:, ::1] a, const float[:, ::1] d, float[:, ::1] c, float alpha, int num_threads):

@@ -1,8 +1,9 @@
-"""A Linear layer over the last axis as PyTorch exports it (Transpose of W, MatMul, Add of the bias)
--> minitrain's Linear and one LinearGrad (fusion/linear.py, ops/linear.py), and the narrow float32
-GEMMs under their CPU kernels (ext/gemm_narrow.pyx): hand-built graphs fuse with and without the
-bias and give the nodes' values, a second reader, a kept value or another perm leaves them apart,
-and the exported ConvNeXt trains with four Linear and four LinearGrad nodes to the unfused losses."""
+"""A Linear layer over the last axis as PyTorch exports it (Transpose of W, MatMul, Add of the bias,
+Mul by a layer scale) -> minitrain's Linear and one LinearGrad (fusion/linear.py, ops/linear.py),
+and the narrow float32 GEMMs under their CPU kernels (ext/gemm_narrow.pyx): hand-built graphs fuse
+with and without bias and scale and give the nodes' values, a second reader, a kept value or
+another perm leaves them apart, and the exported ConvNeXt trains with four Linear and four
+LinearGrad nodes to the unfused losses."""
 import dataclasses
 
 import numpy as np
@@ -34,6 +35,9 @@ def test_narrow_gemms_against_numpy(m, k, n, threads, rng):
     y = np.empty((m, n), np.float32)
     gemm_narrow.rows(x, b, bias, y, 0.5, threads)
     np.testing.assert_allclose(y, 0.5 * x64 @ b64 + bias, rtol=1e-5, atol=1e-5)
+    scale = rng.standard_normal(n).astype(np.float32)
+    gemm_narrow.rows(x, b, bias, y, 0.5, threads, scale)
+    np.testing.assert_allclose(y, 0.5 * (x64 @ b64) * scale + bias, rtol=1e-5, atol=1e-5)
     gemm_narrow.rows(x, b, None, y, 1.0, threads)
     np.testing.assert_allclose(y, x64 @ b64, rtol=1e-5, atol=1e-5)
     c = np.full((k, n), np.nan, np.float32)
@@ -56,8 +60,8 @@ def test_blas_gemm_runs_wide_row_products_on_the_narrow_kernels(monkeypatch, rng
     monkeypatch.setattr(blas._narrow, "rows", lambda *args: calls.append("rows") or rows(*args))
     monkeypatch.setattr(blas._narrow, "tn", lambda *args: calls.append("tn") or tn(*args))
     a, b = rng.standard_normal((512, 16)).astype(np.float32), rng.standard_normal((16, 8)).astype(np.float32)
-    bias = rng.standard_normal(8).astype(np.float32)
-    np.testing.assert_allclose(blas.gemm(a, b, bias=bias), a @ b + bias, rtol=1e-5, atol=1e-5)
+    bias, scale = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    np.testing.assert_allclose(blas.gemm(a, b, bias=bias, scale=scale), (a @ b) * scale + bias, rtol=1e-5, atol=1e-5)
     d = rng.standard_normal((512, 8)).astype(np.float32)
     np.testing.assert_allclose(blas.gemm(a, d, trans_a=True, alpha=0.5), 0.5 * a.T @ d, rtol=1e-5, atol=1e-4)
     blas.gemm(a[:100], b)                                       # too few rows: BLAS
@@ -69,12 +73,15 @@ def test_blas_gemm_runs_wide_row_products_on_the_narrow_kernels(monkeypatch, rng
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("large", [False, True])
 def test_blas_gemm_adds_a_bias_row(dtype, large, rng):
-    """The bias written into the product before the GEMM adds to it, on every path of gemm."""
+    """The bias written into the product before the GEMM adds to it, and a scale of its columns,
+    on every path of gemm."""
     m, k, n = (600, 300, 70) if large else (40, 6, 10)
     a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((n, k)).astype(dtype)
-    bias = rng.standard_normal(n).astype(dtype)
+    bias, scale = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
     got = blas.gemm(a, b, trans_b=True, alpha=2.0, bias=bias)
     np.testing.assert_allclose(got, 2.0 * a @ b.T + bias, rtol=1e-4, atol=1e-4)
+    got = blas.gemm(a, b, trans_b=True, alpha=2.0, bias=bias, scale=scale)
+    np.testing.assert_allclose(got, 2.0 * (a @ b.T) * scale + bias, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------ the kernels
@@ -83,17 +90,21 @@ def test_blas_gemm_adds_a_bias_row(dtype, large, rng):
 def test_linear_kernels_against_numpy(x_shape, n, dtype, rng):
     x = rng.standard_normal(x_shape).astype(dtype)
     w, bias = rng.standard_normal((n, x_shape[-1])).astype(dtype), rng.standard_normal(n).astype(dtype)
+    scale = rng.standard_normal(n).astype(dtype)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
     tol = 1e-5 if dtype == np.float32 else 1e-12
-    y = run_node("Linear", [x, w, bias], domain=FUSED)[0]
-    np.testing.assert_allclose(y, x.astype(np.float64) @ w.T + bias, rtol=tol, atol=tol)
-    np.testing.assert_allclose(run_node("Linear", [x, w, None], domain=FUSED)[0], x.astype(np.float64) @ w.T,
-                               rtol=tol, atol=tol)
-    dy = rng.standard_normal(y.shape).astype(dtype)
-    dx, dw, db = run_node("LinearGrad", [dy, x, w], domain=FUSED)
-    rows_dy, rows_x = dy.reshape(-1, n).astype(np.float64), x.reshape(-1, x_shape[-1]).astype(np.float64)
-    np.testing.assert_allclose(dx, dy.astype(np.float64) @ w, rtol=tol, atol=tol)
-    np.testing.assert_allclose(dw, rows_dy.T @ rows_x, rtol=tol * 10, atol=tol * 10)
-    np.testing.assert_allclose(db, rows_dy.sum(axis=0), rtol=tol * 10, atol=tol * 10)
+    for b, s in ((bias, scale), (bias, None), (None, scale), (None, None)):
+        y = run_node("Linear", [x, w, b, s], domain=FUSED)[0]
+        z = x64 @ w64.T + (0.0 if b is None else b)
+        np.testing.assert_allclose(y, z * (1.0 if s is None else s), rtol=tol, atol=tol)
+        dy = rng.standard_normal(y.shape).astype(dtype)
+        dx, dw, db, ds = run_node("LinearGrad", [dy, x, w, b, s], domain=FUSED)
+        dz = dy.astype(np.float64) * (1.0 if s is None else s)
+        rows_dz, rows_x = dz.reshape(-1, n), x64.reshape(-1, x_shape[-1])
+        np.testing.assert_allclose(dx, dz @ w64, rtol=tol, atol=tol)
+        np.testing.assert_allclose(dw, rows_dz.T @ rows_x, rtol=tol * 10, atol=tol * 10)
+        np.testing.assert_allclose(db, rows_dz.sum(axis=0), rtol=tol * 10, atol=tol * 10)
+        np.testing.assert_allclose(ds, (dy * z).reshape(-1, n).sum(axis=0), rtol=tol * 10, atol=tol * 10)
     only_dw = run_node("LinearGrad", [dy, x, w], domain=FUSED, outputs=["dW"])
     assert len(only_dw) == 1 and only_dw[0].shape == w.shape
 
@@ -108,16 +119,24 @@ def test_linear_refuses_mismatched_inputs():
 
 
 # ------------------------------------------------------------------------------ the rule
-def linear_graph(bias=True, perm=(1, 0), bias_first=False, x_shape=("N", 5, 4), outputs=6):
-    """Y = MatMul(X, Transpose(W)) (+ B), as PyTorch exports a Linear layer on an N-D input."""
+def linear_graph(bias=True, perm=(1, 0), bias_first=False, x_shape=("N", 5, 4), outputs=6, scale=False):
+    """Y = MatMul(X, Transpose(W)) (+ B) (* S), as PyTorch exports a Linear layer on an N-D input
+    (with a layer scale after it)."""
     graph = Graph(opset_imports={"": 17}, name="linear_pattern")
     graph.add_input("X", np.float32, x_shape)
     graph.add_input("W", np.float32, (outputs, 4))
     graph.add_node("Transpose", ["W"], ["WT"], {"perm": list(perm)} if perm is not None else {})
-    graph.add_node("MatMul", ["X", "WT"], ["P" if bias else "Y"])
+    last = "P"
+    graph.add_node("MatMul", ["X", "WT"], [last])
     if bias:
         graph.add_input("B", np.float32, (outputs,))
-        graph.add_node("Add", ["B", "P"] if bias_first else ["P", "B"], ["Y"])
+        graph.add_node("Add", ["B", last] if bias_first else [last, "B"], ["Q"])
+        last = "Q"
+    if scale:
+        graph.add_input("S", np.float32, (outputs,))
+        graph.add_node("Mul", ["S", last] if bias_first else [last, "S"], ["R"])
+        last = "R"
+    graph.add_node("Identity", [last], ["Y"])
     graph.outputs = ["Y"]
     return graph
 
@@ -126,30 +145,32 @@ def run_graph(graph, feeds):
     return Executor(schedule(graph, ["Y"], ("cpu",))).run(feeds)["Y"]
 
 
+@pytest.mark.parametrize("scale", [False, True])
 @pytest.mark.parametrize("bias, bias_first", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("perm", [(1, 0), None])
-def test_transpose_matmul_and_bias_become_one_linear(bias, bias_first, perm, rng):
-    graph = linear_graph(bias, perm, bias_first)
+def test_transpose_matmul_bias_and_scale_become_one_linear(bias, bias_first, perm, scale, rng):
+    graph = linear_graph(bias, perm, bias_first, scale=scale)
     fused = fuse_forward(graph)
-    assert op_counts(fused) == {"Linear": 1}
-    assert len(fused.nodes[0].inputs) == (3 if bias else 2)
+    assert op_counts(fused) == {"Linear": 1, "Identity": 1}
+    assert fused.nodes[0].inputs[2:] == (["B"] if bias else [""] if scale else []) + (["S"] if scale else [])
     feeds = {"X": rng.standard_normal((3, 5, 4)).astype(np.float32), "W": rng.standard_normal((6, 4)).astype(np.float32)}
-    if bias:
-        feeds["B"] = rng.standard_normal(6).astype(np.float32)
+    feeds.update({name: rng.standard_normal(6).astype(np.float32) for name, used in (("B", bias), ("S", scale))
+                  if used})
     np.testing.assert_allclose(run_graph(fused, feeds), run_graph(graph, feeds), rtol=1e-6, atol=1e-6)
-    assert op_counts(fuse(graph)) == {"Linear": 1}
+    assert op_counts(fuse(graph)) == {"Linear": 1, "Identity": 1}
 
 
 def test_what_does_not_fit_stays():
     assert "Linear" not in op_counts(fuse_forward(linear_graph(perm=(0, 1), outputs=4)))
     assert "Linear" not in op_counts(fuse_forward(linear_graph(), ["Y", "WT"]))
-    assert op_counts(fuse_forward(linear_graph(), ["Y", "P"])) == {"Linear": 1, "Add": 1}
+    assert op_counts(fuse_forward(linear_graph(), ["Y", "P"])) == {"Linear": 1, "Add": 1, "Identity": 1}
+    assert op_counts(fuse_forward(linear_graph(scale=True), ["Y", "Q"])) == {"Linear": 1, "Mul": 1, "Identity": 1}
     second = linear_graph()
     second.add_node("Relu", ["WT"], ["R"])
     second.outputs.append("R")
     assert "Linear" not in op_counts(fuse_forward(second))
     two_d = linear_graph(x_shape=("N", 4))
-    assert op_counts(fuse_forward(two_d)) == {"Linear": 1}
+    assert op_counts(fuse_forward(two_d)) == {"Linear": 1, "Identity": 1}
     vector = linear_graph(x_shape=(4,))
     assert "Linear" not in op_counts(fuse_forward(vector))
 
@@ -172,7 +193,7 @@ def test_exported_convnext_trains_to_the_unfused_losses(monkeypatch, rng):
     from model_families import CLASSES
     fused = exported_session("convnext", "training", "cpu")
     counts = op_counts(fused.train_plan.graph)
-    assert counts["Linear"] == counts["LinearGrad"] == 4 and "MatMul" not in counts
+    assert counts["Linear"] == counts["LinearGrad"] == 4 and not {"MatMul", "Mul", "MulGrad"} & set(counts)
     monkeypatch.setattr(minitrain.fusion, "FORWARD_RULES",
                         tuple(r for r in minitrain.fusion.FORWARD_RULES if r is not linear))
     monkeypatch.setattr(minitrain.fusion, "RULES", tuple(r for r in minitrain.fusion.RULES if r is not linear))

@@ -3,7 +3,7 @@ with fewer nodes, before it is scheduled.  `fuse(graph, fetch, providers)` retur
 and never changes what the fetched values are, but for the rounding of an inference
 BatchNormalization folded into its Conv (conv_batch_norm.py), of a Gelu written out in
 elementwise nodes, whose fused kernel rounds differently (gelu.py, bias_gelu.py), and of a
-Linear layer's bias added inside its GEMM (linear.py).
+Linear layer's bias and scale applied inside its GEMM (linear.py).
 
 Each rule (one module each, applied in RULES order) replaces a pattern of nodes by one fused
 node of minitrain/ops/fused.py (or an ONNX Runtime contrib op: gelu.py, bias_gelu.py; Linear of

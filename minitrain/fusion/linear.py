@@ -1,12 +1,13 @@
-"""A Linear layer as PyTorch's exporter writes it, Transpose(W) -> MatMul(X, W^T) and, when a
-bias follows, -> Add(., B) -> minitrain's Linear(X, W, B?) (ops/linear.py): one GEMM with the
-bias added in it, differentiated as one LinearGrad node.  ONNX Runtime's MatMulTransposeFusion
-and MatMulAddFusion make the same products of these nodes.
+"""A Linear layer as PyTorch's exporter writes it, Transpose(W) -> MatMul(X, W^T), then, where
+they follow, -> Add(., B) -> Mul(., S) (a layer scale) -> minitrain's Linear(X, W, B?, S?)
+(ops/linear.py): one GEMM with the bias and scale applied as it writes the product,
+differentiated as one LinearGrad node.  ONNX Runtime's MatMulTransposeFusion and
+MatMulAddFusion make the same products of the first three nodes.
 
-It fires where W is two-dimensional and transposed by perm [1, 0] (or no perm), the transposed
-weight and the product are read only by the next node of the pattern and neither is kept, X has
-rank >= 2, and B is one-dimensional of the product's last dim (the Add's operands in either
-order); an Add that does not fit leaves the Linear without a bias.  Only where Linear and
+It fires where W is two-dimensional and transposed by perm [1, 0] (or no perm), every value
+between the nodes of the pattern is read only by its next node and not kept, X has rank >= 2,
+and B and S are one-dimensional of the product's last dim (each node's operands in either
+order); an Add or Mul that does not fit ends the pattern before it.  Only where Linear and
 LinearGrad run on the provider that runs the nodes, so it is a rule of the CPU provider."""
 from ..ops.schema import FUSED_DOMAIN, ONNX_DOMAIN
 from .bias_gelu import input_and_bias
@@ -29,11 +30,12 @@ def transposed_weight(rewrite, matmul):
     return transpose
 
 
-def bias_add(rewrite, matmul):
-    """(the Add of a bias to the product, the bias) when one follows the MatMul, else (None, None)."""
-    y = matmul.outputs[0]
+def following(rewrite, node, op_type):
+    """(the node of `op_type` that takes `node`'s product and a vector of its last dim, the
+    vector) when it is the product's one reader, else (None, None)."""
+    y = node.outputs[0]
     readers = rewrite.readers_of(y)
-    if y in rewrite.kept or len(readers) != 1 or not is_op(readers[0], "Add") or len(readers[0].inputs) != 2:
+    if y in rewrite.kept or len(readers) != 1 or not is_op(readers[0], op_type) or len(readers[0].inputs) != 2:
         return None, None
     operands = input_and_bias(rewrite, readers[0])
     if operands is None or operands[0] != y:
@@ -50,13 +52,18 @@ def apply(rewrite):
         dtype = rewrite.dtype_of(matmul)
         if rewrite.fuses_on(GRADIENT, FUSED_DOMAIN, dtype) != rewrite.fuses_on(FUSED, FUSED_DOMAIN, dtype):
             continue
-        add, bias = bias_add(rewrite, matmul)
-        parts = [transpose, matmul] + ([add] if add is not None else [])
-        if add is not None and not rewrite.can_fuse(parts, FUSED, FUSED_DOMAIN):
-            parts, add, bias = parts[:2], None, None
+        parts, vectors = [transpose, matmul], {}
+        for op_type, role in (("Add", "bias"), ("Mul", "scale")):
+            node, vector = following(rewrite, parts[-1], op_type)
+            if node is None or not rewrite.can_fuse(parts + [node], FUSED, FUSED_DOMAIN):
+                continue
+            parts.append(node)
+            vectors[role] = vector
         if not rewrite.can_fuse(parts, FUSED, FUSED_DOMAIN):
             continue
-        inputs = [matmul.inputs[0], transpose.inputs[0]] + ([bias] if bias is not None else [])
+        inputs = [matmul.inputs[0], transpose.inputs[0], vectors.get("bias", ""), vectors.get("scale", "")]
+        while not inputs[-1]:
+            inputs.pop()
         last = parts[-1]        # where every input of the fused node is there and its readers follow
         rewrite.replace(last, fused_node(FUSED, FUSED_DOMAIN, inputs, list(last.outputs), {}, parts))
         for node in parts[:-1]:

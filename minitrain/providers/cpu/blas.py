@@ -98,9 +98,9 @@ class blas_threads:
             _BLAS_LOCK.release()
 
 
-def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None):
-    """alpha * op(a) @ op(b) (+ bias, a row of the product's width added to every row) for
-    C-contiguous 2-D float32/float64 arrays, as a C-contiguous array.  Row-major products are
+def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, scale=None):
+    """alpha * op(a) @ op(b) (times scale, then plus bias: rows of the product's width, each
+    applied to every row) for C-contiguous 2-D float32/float64 arrays, as a C-contiguous array.  Row-major products are
     column-major products of the transposes: C^T = op(b)^T op(a)^T, and a C-contiguous matrix
     read as Fortran-ordered is its transpose, so nothing is copied; the bias is written into
     the output first and the GEMM adds to it (beta = 1).  Float32 products 8 or 16 wide of many
@@ -112,7 +112,13 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None):
     threads = kernel_threads()
     if _narrow.FAST and not trans_b and n in _narrow.WIDTHS and a.dtype == np.float32 and b.dtype == np.float32 \
             and a.shape[0] >= NARROW_GEMM_ROWS and a.flags.c_contiguous and b.flags.c_contiguous:
-        return _narrow_gemm(a, b, trans_a, alpha, bias, m, n, k, threads)
+        return _narrow_gemm(a, b, trans_a, alpha, bias, scale, m, n, k, threads)
+    if scale is not None:
+        c = gemm(a, b, trans_a, trans_b, alpha)
+        c *= scale
+        if bias is not None:
+            c += bias
+        return c
     small = m * n * k < PARALLEL_GEMM_MACS and a.flags.c_contiguous and b.flags.c_contiguous
     c = np.empty((m, n), dtype=a.dtype) if small or bias is not None else None
     if bias is not None:
@@ -140,7 +146,7 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None):
     return c_t.T
 
 
-def _narrow_gemm(a, b, trans_a, alpha, bias, m, n, k, threads):
+def _narrow_gemm(a, b, trans_a, alpha, bias, scale, m, n, k, threads):
     """gemm's product in ext/gemm_narrow.pyx: op(a) @ b with b (k, n) and n 8 or 16 floats,
     its rows (or, transposed, the rows summed over) split in bands over the threads."""
     c = np.empty((m, n), dtype=np.float32)
@@ -148,8 +154,11 @@ def _narrow_gemm(a, b, trans_a, alpha, bias, m, n, k, threads):
     bands = threads if threads > 1 and rows >= threads and m * n * k >= SPLIT_GEMM_MACS else 1
     if trans_a:
         _narrow.tn(a, b, c, alpha, bands)
+        if scale is not None:
+            c *= scale
         if bias is not None:
             c += bias
     else:
-        _narrow.rows(a, b, None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), c, alpha, bands)
+        _narrow.rows(a, b, None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), c, alpha, bands,
+                     None if scale is None else np.ascontiguousarray(scale, dtype=np.float32))
     return c
