@@ -34,8 +34,8 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 HOT_KERNELS = ("activation", "avg_pool_flat", "batchnorm", "broadcast", "conv", "conv_depthwise", "conv_direct",
-               "loss", "pointwise_activation", "pool", "resize", "sample_normalization", "softmax", "sum_to_shape",
-               "transpose", "where")
+               "gemm_narrow", "loss", "pointwise_activation", "pool", "resize", "sample_normalization", "softmax",
+               "sum_to_shape", "transpose", "where")
 PLAIN_ARCH_KERNELS = ("cpuid",)
 SANITIZERS = ("address", "undefined")
 

@@ -79,6 +79,8 @@ SAMPLES = {
     (MS, "FusedGemm"): ([f(2, 3), f(4, 3), f(4)], {"transA": 0, "transB": 1, "alpha": 0.5, "beta": 2.0,
                                                    "activation": "LeakyRelu", "activation_alpha": 0.1}, None),
     (FUSED, "ClipGrad"): ([f(2, 3), f(2, 3) * 4, np.array(0.0), np.array(6.0)], {}, None),
+    (FUSED, "Linear"): ([f(2, 3, 4), f(5, 4), f(5), f(5) + 1], {}, None),
+    (FUSED, "LinearGrad"): ([f(2, 3, 5), f(2, 3, 4), f(5, 4), f(5), f(5) + 1], {}, None),
     (FUSED, "MulGrad"): ([f(2, 3, 4, 5), f(2, 3, 4, 5) * 2, f(2, 3, 1, 1)], {}, None),
     (MS, "FusedConv"): ([f(2, 4, 6, 5), f(6, 2, 3, 3), f(6)],
                         {"pads": [1, 0, 1, 0], "strides": [2, 1], "dilations": [1, 1], "group": 2,

@@ -327,6 +327,23 @@ def batch_norm_fold(inputs, attrs):
     return {"W_folded": w * factor.reshape((-1,) + (1,) * (w.ndim - 1)), "B_folded": (b - mean) * factor + bias}
 
 
+def linear(inputs, attrs):
+    """Linear: (X W^T + B) S over X's last axis."""
+    x, w, bias, scale = list(inputs) + [None] * (4 - len(inputs))
+    return {"Y": (x @ w.T + (0.0 if bias is None else bias)) * (1.0 if scale is None else scale)}
+
+
+def linear_grad(inputs, attrs):
+    """LinearGrad: with dZ = dY S, dX = dZ W, dW = dZ^T X and dB = dZ over all rows, and dS = dY
+    (X W^T + B) summed over the rows."""
+    dy, x, w, bias, scale = list(inputs) + [None] * (5 - len(inputs))
+    dz = dy * (1.0 if scale is None else scale)
+    dz_rows, x_rows = dz.reshape(-1, dz.shape[-1]), x.reshape(-1, x.shape[-1])
+    z = x @ w.T + (0.0 if bias is None else bias)
+    return {"dX": dz @ w, "dW": dz_rows.T @ x_rows, "dB": dz_rows.sum(axis=0),
+            "dS": (dy * z).reshape(-1, dy.shape[-1]).sum(axis=0)}
+
+
 def mul_grad(inputs, attrs):
     """dA = dY B summed to A's shape, dB = dY A summed to B's shape (Mul's gradient)."""
     dy, a, b = inputs
@@ -1465,6 +1482,14 @@ ROWS = [
                        case(normal(5), small_integers(5), None, np.array(1.0)), case(normal(2, 3), normal(2, 3)),
                        case(normal(4), small_integers(4), np.array(1.0), np.array(-1.0))),
           domain=FUSED, reference=clip_grad, outputs=("dX",)),
+    OpRow("Linear", (sample(FUSED, "Linear"), case(normal(2, 3, 5, 4), normal(6, 4), normal(6)),
+                     case(normal(7, 16), normal(8, 16)), case(normal(300, 8), normal(16, 8), normal(16), normal(16)),
+                     case(normal(3, 5, 4), normal(6, 4), None, normal(6))),
+          domain=FUSED, reference=linear, differentiable=(0, 1, 2, 3)),
+    OpRow("LinearGrad", (sample(FUSED, "LinearGrad"), case(normal(2, 3, 5, 6), normal(2, 3, 5, 4), normal(6, 4)),
+                         case(normal(300, 16), normal(300, 8), normal(16, 8), normal(16), normal(16)),
+                         case(normal(3, 5, 6), normal(3, 5, 4), normal(6, 4), None, normal(6))),
+          domain=FUSED, reference=linear_grad, outputs=("dX", "dW", "dB", "dS"), gradient_of=(FUSED, "Linear")),
     OpRow("MulGrad", (sample(FUSED, "MulGrad"), case(normal(2, 3, 4), normal(2, 3, 4), normal(3, 1)),
                       case(normal(3, 17), normal(3, 17), normal(17)),
                       case(normal(2, 3), normal(2, 3), normal(2, 3)),

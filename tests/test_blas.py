@@ -32,6 +32,7 @@ def test_split_rows_match_numpy(m, n, k, trans_a, trans_b, dtype, rng, two_threa
     included; the result is what NumPy's product gives."""
     calls, split = [], gemm_rows.gemm_rows
     monkeypatch.setattr(blas, "SPLIT_GEMM_MACS", 1)
+    monkeypatch.setattr(blas, "SMALL_GEMM_MACS", 0)
     monkeypatch.setattr(blas._rows, "gemm_rows", lambda *args: calls.append(args[-1]) or split(*args))
     a, b, want = _operands(rng, m, n, k, trans_a, trans_b, dtype)
     got = blas.gemm(a, b, trans_a, trans_b, alpha=0.5)
@@ -58,3 +59,22 @@ def test_empty_depth_gives_zeros(rng):
 def test_mismatched_shapes_are_refused():
     with pytest.raises(ValueError, match="does not make c"):
         gemm_rows.gemm_rows(np.zeros((4, 5)), np.zeros((6, 3)), np.zeros((4, 3)), False, False, 1.0, 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
+def test_small_products_run_in_plain_loops(trans_a, trans_b, dtype, monkeypatch):
+    """A product below SMALL_GEMM_MACS (a classifier's) is gemm_small's, with or without a bias."""
+    calls, small = [], gemm_rows.gemm_small
+    monkeypatch.setattr(blas._rows, "gemm_small", lambda *args: calls.append(args[-1]) or small(*args))
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 16) if trans_a else (16, 8)).astype(dtype)
+    b = rng.standard_normal((10, 8) if trans_b else (8, 10)).astype(dtype)
+    bias = rng.standard_normal(10).astype(dtype)
+    want = 0.5 * (a.T if trans_a else a) @ (b.T if trans_b else b)
+    np.testing.assert_allclose(blas.gemm(a, b, trans_a, trans_b, alpha=0.5), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(blas.gemm(a, b, trans_a, trans_b, alpha=0.5, bias=bias), want + bias, rtol=1e-5,
+                               atol=1e-5)
+    assert calls == [False, True]
+    with pytest.raises(ValueError, match="does not make"):
+        gemm_rows.gemm_small(a, b, np.zeros((3, 3), dtype), trans_a, trans_b, 1.0)

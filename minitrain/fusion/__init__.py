@@ -1,11 +1,13 @@
 """Fusion: a rewrite of a whole graph (forward, loss, gradient and optimizer nodes) into one
 with fewer nodes, before it is scheduled.  `fuse(graph, fetch, providers)` returns a new graph
 and never changes what the fetched values are, but for the rounding of an inference
-BatchNormalization folded into its Conv (conv_batch_norm.py) and of a Gelu written out in
-elementwise nodes, whose fused kernel rounds differently (gelu.py, bias_gelu.py).
+BatchNormalization folded into its Conv (conv_batch_norm.py), of a Gelu written out in
+elementwise nodes, whose fused kernel rounds differently (gelu.py, bias_gelu.py), and of a
+Linear layer's bias and scale applied inside its GEMM (linear.py).
 
 Each rule (one module each, applied in RULES order) replaces a pattern of nodes by one fused
-node of minitrain/ops/fused.py (or an ONNX Runtime contrib op: gelu.py, bias_gelu.py), and only where
+node of minitrain/ops/fused.py (or an ONNX Runtime contrib op: gelu.py, bias_gelu.py; Linear of
+ops/linear.py: linear.py), and only where
 
   * the provider that would run each replaced node (the first of `providers` with a kernel
     for it) is the one that runs the fused node, so nothing moves between devices, and its
@@ -29,6 +31,7 @@ from . import (
     conv_batch_norm,
     gelu,
     global_average_pool_activation_grad,
+    linear,
     max_pool_activation_grad,
     mul_grad,
     relu_max_pool,
@@ -36,9 +39,9 @@ from . import (
 )
 from .rewrite import Rewrite
 
-FORWARD_RULES = (gelu, bias_gelu)
-RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, activation, max_pool_activation_grad,
-         activation_grad_bias, global_average_pool_activation_grad, clip_grad, mul_grad)
+FORWARD_RULES = (gelu, bias_gelu, linear)
+RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, linear, activation,
+         max_pool_activation_grad, activation_grad_bias, global_average_pool_activation_grad, clip_grad, mul_grad)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

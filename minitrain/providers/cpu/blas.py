@@ -21,6 +21,7 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import blas as _blas
 
+from ..._ext import gemm_narrow as _narrow
 from ..._ext import gemm_rows as _rows
 from ..._ext.thresholds import THRESHOLDS
 from ...threads import kernel_threads
@@ -29,6 +30,10 @@ from ...threads import kernel_threads
 PARALLEL_GEMM_MACS = THRESHOLDS["MIN_PARALLEL_GEMM_MACS"]
 # ...split by rows over the OpenMP threads from this many on.
 SPLIT_GEMM_MACS = THRESHOLDS["MIN_SPLIT_GEMM_MACS"]
+# Float32 products 8 or 16 wide over at least this many rows run in ext/gemm_narrow.pyx.
+NARROW_GEMM_ROWS = 256
+# Products of fewer multiply-adds run in plain loops (gemm_rows.gemm_small), without BLAS.
+SMALL_GEMM_MACS = 16384
 
 
 class BlasThreads:
@@ -93,23 +98,67 @@ class blas_threads:
             _BLAS_LOCK.release()
 
 
-def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0):
-    """alpha * op(a) @ op(b) for C-contiguous 2-D float32/float64 arrays, as a C-contiguous
-    array.  Row-major products are column-major products of the transposes: C^T = op(b)^T op(a)^T,
-    and a C-contiguous matrix read as Fortran-ordered is its transpose, so nothing is copied."""
+def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, scale=None):
+    """alpha * op(a) @ op(b) (times scale, then plus bias: rows of the product's width, each
+    applied to every row) for C-contiguous 2-D float32/float64 arrays, as a C-contiguous array.  Row-major products are
+    column-major products of the transposes: C^T = op(b)^T op(a)^T, and a C-contiguous matrix
+    read as Fortran-ordered is its transpose, so nothing is copied; the bias is written into
+    the output first and the GEMM adds to it (beta = 1).  Float32 products 8 or 16 wide of many
+    rows (a Linear layer's over pixels) go to ext/gemm_narrow.pyx, where the build has AVX, and
+    products of a few thousand multiply-adds to plain loops."""
     m = a.shape[1] if trans_a else a.shape[0]
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]
     threads = kernel_threads()
-    if m * n * k < PARALLEL_GEMM_MACS and a.flags.c_contiguous and b.flags.c_contiguous:
+    if _narrow.FAST and not trans_b and n in _narrow.WIDTHS and a.dtype == np.float32 and b.dtype == np.float32 \
+            and a.shape[0] >= NARROW_GEMM_ROWS and a.flags.c_contiguous and b.flags.c_contiguous:
+        return _narrow_gemm(a, b, trans_a, alpha, bias, scale, m, n, k, threads)
+    if scale is not None:
+        c = gemm(a, b, trans_a, trans_b, alpha)
+        c *= scale
+        if bias is not None:
+            c += bias
+        return c
+    small = m * n * k < PARALLEL_GEMM_MACS and a.flags.c_contiguous and b.flags.c_contiguous
+    c = np.empty((m, n), dtype=a.dtype) if small or bias is not None else None
+    if bias is not None:
+        c[...] = bias
+    if small and m * n * k < SMALL_GEMM_MACS:
+        _rows.gemm_small(a, b, c, trans_a, trans_b, alpha, bias is not None)
+        return c
+    if small:
         # one band, or bands over the threads: BLAS called from Cython, without the argument
         # checks and output allocation of SciPy's Python wrapper (several us a call)
         bands = threads if threads > 1 and m >= threads and m * n * k >= SPLIT_GEMM_MACS else 1
-        c = np.empty((m, n), dtype=a.dtype)
         with blas_threads(1):
-            _rows.gemm_rows(a, b, c, trans_a, trans_b, alpha, bands)
+            if bias is None:
+                _rows.gemm_rows(a, b, c, trans_a, trans_b, alpha, bands)
+            else:
+                _rows.gemm_rows(a, b, c, trans_a, trans_b, alpha, bands, accumulate=True)
         return c
     routine = _blas.sgemm if a.dtype == np.float32 else _blas.dgemm
     with blas_threads(threads if m * n * k >= PARALLEL_GEMM_MACS else 1):
-        c_t = routine(alpha, b.T, a.T, trans_a=int(trans_b), trans_b=int(trans_a))
+        if bias is None:
+            c_t = routine(alpha, b.T, a.T, trans_a=int(trans_b), trans_b=int(trans_a))
+        else:
+            c_t = routine(alpha, b.T, a.T, beta=1.0, c=c.T, overwrite_c=True, trans_a=int(trans_b),
+                          trans_b=int(trans_a))
     return c_t.T
+
+
+def _narrow_gemm(a, b, trans_a, alpha, bias, scale, m, n, k, threads):
+    """gemm's product in ext/gemm_narrow.pyx: op(a) @ b with b (k, n) and n 8 or 16 floats,
+    its rows (or, transposed, the rows summed over) split in bands over the threads."""
+    c = np.empty((m, n), dtype=np.float32)
+    rows = a.shape[0]       # the rows the product runs over (summed over when a is transposed)
+    bands = threads if threads > 1 and rows >= threads and m * n * k >= SPLIT_GEMM_MACS else 1
+    if trans_a:
+        _narrow.tn(a, b, c, alpha, bands)
+        if scale is not None:
+            c *= scale
+        if bias is not None:
+            c += bias
+    else:
+        _narrow.rows(a, b, None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), c, alpha, bands,
+                     None if scale is None else np.ascontiguousarray(scale, dtype=np.float32))
+    return c
