@@ -26,7 +26,7 @@
 #define MT_BN_LANES 32
 #define MT_BN_BLOCK 512
 /* The activations whose gradient mt_bn_backward can apply to its dy first. */
-enum { MT_BN_ACT_NONE = 0, MT_BN_ACT_RELU = 1, MT_BN_ACT_HARD_SWISH = 2 };
+enum { MT_BN_ACT_NONE = 0, MT_BN_ACT_RELU = 1, MT_BN_ACT_HARD_SWISH = 2, MT_BN_ACT_CLIP = 3 };
 typedef double mt_bn_vd __attribute__((vector_size(64)));
 typedef float mt_bn_vf __attribute__((vector_size(32)));
 
@@ -302,10 +302,12 @@ static void mt_bn_forward_##SUFFIX(const T* x, T* y, ptrdiff_t n, ptrdiff_t c, p
                                                                                                 \
 /* The gradient of an activation for the L elements of each of n rows (row i of dz and a at      \
    i * stride) into the rows of g (L apart): ReluGrad's dz where a > 0, else 0; HardSwishGrad's  \
-   0 below -3, dz (a / 3 + 1/2) up to 3 included, dz above and where a is NaN (rounded as       \
-   ext/activation.pyx and ext/pointwise_activation.pyx compute them: a / 3 + 1/2 in double). */ \
+   0 below -3, dz (a / 3 + 1/2) up to 3 included, dz above and where a is NaN; ClipGrad's 0     \
+   outside [low, high], dz inside and where a is NaN (rounded as ext/activation.pyx and         \
+   ext/pointwise_activation.pyx compute them: a / 3 + 1/2 in double). */                        \
 static void mt_bn_activation_grad_##SUFFIX(const T* dz, const T* a, ptrdiff_t n,                \
-                                           ptrdiff_t stride, ptrdiff_t L, int act, T* g)        \
+                                           ptrdiff_t stride, ptrdiff_t L, int act, T low,       \
+                                           T high, T* g)                                        \
 {                                                                                               \
     for (ptrdiff_t i = 0; i < n; i++) {                                                         \
         const T* restrict z = dz + i * stride;                                                  \
@@ -314,6 +316,9 @@ static void mt_bn_activation_grad_##SUFFIX(const T* dz, const T* a, ptrdiff_t n,
         if (act == MT_BN_ACT_RELU)                                                              \
             for (ptrdiff_t k = 0; k < L; k++)                                                   \
                 q[k] = v[k] > 0 ? z[k] : 0;                                                     \
+        else if (act == MT_BN_ACT_CLIP)                                                         \
+            for (ptrdiff_t k = 0; k < L; k++)                                                   \
+                q[k] = (v[k] < low) | (v[k] > high) ? 0 : z[k];                                 \
         else                                                                                    \
             for (ptrdiff_t k = 0; k < L; k++) {                                                 \
                 const T t = z[k] * (v[k] <= 3 ? (T)(v[k] / 3.0 + 0.5) : (T)1);                  \
@@ -327,9 +332,11 @@ static void mt_bn_activation_grad_##SUFFIX(const T* dz, const T* a, ptrdiff_t n,
    training the paths through the batch statistics,                                             \
    scale * inv_std * (inv_std^2 * (x - mean) * sum(dy * (x - mean)) + sum(dy)) / count.         \
    With act other than MT_BN_ACT_NONE, dy is the gradient of an activation's output and a its   \
-   input: the activation's gradient is BatchNormalizationGrad's dY, made a unit of channels at  \
-   a time into `scratch` (n * unit channels * d elements), where both passes read it. */        \
-static void mt_bn_backward_##SUFFIX(const T* dy, const T* a, int act, T* scratch, const T* x,   \
+   input (Clip's bounds low and high): the activation's gradient is BatchNormalizationGrad's    \
+   dY, made a unit of channels at a time into `scratch` (n * unit channels * d elements), where \
+   both passes read it. */                                                                      \
+static void mt_bn_backward_##SUFFIX(const T* dy, const T* a, int act, T low, T high,            \
+                                    T* scratch, const T* x,                                     \
                                     T* dx, ptrdiff_t n, ptrdiff_t c, ptrdiff_t d, ptrdiff_t c0, \
                                     ptrdiff_t c1, const T* scale, const T* mean,                \
                                     const T* inv_std, int training, T* dscale, T* dbias)        \
@@ -343,8 +350,8 @@ static void mt_bn_backward_##SUFFIX(const T* dy, const T* a, int act, T* scratch
         const T* g = dy + b0 * d;                                                               \
         ptrdiff_t g_stride = c * d;                                                             \
         if (act != MT_BN_ACT_NONE) {                                                            \
-            mt_bn_activation_grad_##SUFFIX(dy + b0 * d, a + b0 * d, n, c * d, cb * d, act,      \
-                                           scratch);                                            \
+            mt_bn_activation_grad_##SUFFIX(dy + b0 * d, a + b0 * d, n, c * d, cb * d, act, low, \
+                                           high, scratch);                                      \
             g = scratch;                                                                        \
             g_stride = cb * d;                                                                  \
         }                                                                                       \

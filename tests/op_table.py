@@ -330,7 +330,11 @@ def batch_norm_fold(inputs, attrs):
 def batch_norm_activation_grad(inputs, attrs):
     """BatchNormalizationGrad of the activation's gradient ACTIVATIONS gives for (dY, A)."""
     dz, a, x, scale, mean, inv_std = inputs
-    dy = ACTIVATIONS[attrs["activation"]][1](dz, a, None)
+    if attrs["activation"] == "Clip":
+        low, high = attrs["activation_params"]
+        dy = dz * ((a >= low) & (a <= high))
+    else:
+        dy = ACTIVATIONS[attrs["activation"]][1](dz, a, None)
     axes = (0,) + tuple(range(2, x.ndim))
     channel = (1, -1) + (1,) * (x.ndim - 2)
     centered = x - mean.reshape(channel)
@@ -1492,7 +1496,10 @@ ROWS = [
                                       case(normal(3, 2, 5, 5), normal(3, 2, 5, 5, scale=4.0), normal(3, 2, 5, 5),
                                            normal(2), normal(2), positive(2), activation="HardSwish", training_mode=1),
                                       case(normal(4, 5), normal(4, 5), normal(4, 5), normal(5), normal(5), positive(5),
-                                           activation="Relu", training_mode=1)),
+                                           activation="Relu", training_mode=1),
+                                      case(normal(2, 3, 3), small_integers(2, 3, 3), normal(2, 3, 3), normal(3),
+                                           normal(3), positive(3), activation="Clip", activation_params=[-1.0, 1.0],
+                                           training_mode=1)),
           domain=FUSED, reference=batch_norm_activation_grad, outputs=("dX", "dscale", "dbias")),
     OpRow("BatchNormFold", (case(normal(4, 2, 3, 3), normal(4), normal(4), normal(4), positive(4)),
                             case(normal(3, 1, 2), normal(3), normal(3), normal(3), positive(3), normal(3), epsilon=0.1)),

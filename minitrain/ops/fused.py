@@ -32,11 +32,11 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         squeeze-excitation form, A of dY's shape times a vector B broadcast over it, in one
         pass over dY and A.
     BatchNormActivationGrad(dY, A, X, scale, mean, inv_std) -> dX, dscale, dbias
-        BatchNormalizationGrad of the gradient of an activation (Relu or HardSwish) that follows
-        the BatchNormalization: dY is the gradient of the activation's output and A its input
-        (what ReluGrad or HardSwishGrad reads), the rest and the attributes are
-        BatchNormalizationGrad's; the activation's gradient is made inside the kernel and never
-        written out.
+        BatchNormalizationGrad of the gradient of an activation (Relu, HardSwish, or Clip with its
+        bounds in activation_params = [min, max]) that follows the BatchNormalization: dY is the
+        gradient of the activation's output and A its input (what ReluGrad, HardSwishGrad or
+        ClipGrad reads), the rest and the attributes are BatchNormalizationGrad's; the
+        activation's gradient is made inside the kernel and never written out.
     SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
         SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
         dY, in one pass over the scores (no log_prob kept between them).
@@ -184,12 +184,13 @@ def infer_mul_grad(ctx):
     return [ctx.out(ctx.shape(1)), ctx.out(ctx.shape(2))]
 
 
-BATCH_NORM_ACTIVATIONS = ("Relu", "HardSwish")        # BatchNormActivationGrad's
+BATCH_NORM_ACTIVATIONS = ("Relu", "HardSwish", "Clip")        # BatchNormActivationGrad's
 
 
 @schema("BatchNormActivationGrad", domain=FUSED_DOMAIN,
         inputs=["dY", "A", "X", Input("scale", "T1"), Input("mean", "T2"), Input("inv_std", "T2")],
-        outputs=["dX", "dscale", "dbias"], attrs={**BN_ATTRS, "activation": Attr("string", REQUIRED)})
+        outputs=["dX", "dscale", "dbias"],
+        attrs={**BN_ATTRS, "activation": Attr("string", REQUIRED), "activation_params": Attr("floats")})
 def infer_batch_norm_activation_grad(ctx):
     """BatchNormalizationGrad's outputs: dX like X, dscale and dbias (C,) of scale's type; dY and
     A have X's shape."""

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from ..._ext import batchnorm as _bn
+from ...ops.fused import clip_bounds
 from ...ops.normalization import is_training
 from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
 from ...registry import register_kernel
@@ -37,15 +38,16 @@ def batch_normalization(ctx):
     return out
 
 
-def _gradient(ctx, dy, x, scale, mean, inv_std, activation=None, a=None):
-    """BatchNormalizationGrad's outputs that ctx wants (see _bn.backward for activation, a)."""
+def _gradient(ctx, dy, x, scale, mean, inv_std, activation=None, a=None, bounds=(-math.inf, math.inf)):
+    """BatchNormalizationGrad's outputs that ctx wants (see _bn.backward for activation, a and
+    Clip's bounds)."""
     n, c, d = _ncd(x)
     sums = ctx.wants("dscale") or ctx.wants("dbias")
     dx = np.empty_like(x) if ctx.wants("dX") else None
     dscale, dbias = (np.empty(c, ctx.dtype), np.empty(c, ctx.dtype)) if sums else (None, None)
     _bn.backward(dy.reshape(-1), x.reshape(-1), None if dx is None else dx.reshape(-1), n, c, d, scale, mean,
                  inv_std, bool(ctx.attrs["training_mode"]), dscale, dbias, kernel_threads(), activation,
-                 None if a is None else a.reshape(-1))
+                 None if a is None else a.reshape(-1), *bounds)
     out = {"dX": dx, "dscale": dscale, "dbias": dbias}
     return {k: v for k, v in out.items() if ctx.wants(k)}
 
@@ -62,4 +64,6 @@ def batch_norm_activation_grad(ctx):
     """BatchNormalizationGrad of the activation's gradient, made a block of channels at a time
     inside the kernel (ext/batchnorm.h)."""
     dy, a, x, scale, mean, inv_std = ctx.inputs
-    return _gradient(ctx, dy, x, scale, mean, inv_std, ctx.attrs["activation"], a)
+    act = ctx.attrs["activation"]
+    bounds = clip_bounds(ctx.attrs) if act == "Clip" else (-math.inf, math.inf)
+    return _gradient(ctx, dy, x, scale, mean, inv_std, act, a, bounds)
