@@ -29,7 +29,7 @@ def batch_normalization(ctx):
     if training and n * d == 0:
         ctx.fail(f"training mode needs at least one value per channel, X has shape {x.shape}")
     y = np.empty_like(x)
-    saved_mean, saved_inv_std, running_mean, running_var = (np.empty(c, ctx.dtype) for _ in range(4))
+    saved_mean, saved_inv_std, running_mean, running_var = np.empty((4, c), ctx.dtype)     # one allocation
     _bn.forward(x.reshape(-1), y.reshape(-1), n, c, d, scale, bias, input_mean, input_var, a["epsilon"],
                 a["momentum"], training, saved_mean, saved_inv_std, running_mean, running_var, kernel_threads())
     out = {"Y": y, "saved_mean": saved_mean, "saved_inv_std": saved_inv_std}
@@ -44,7 +44,7 @@ def _gradient(ctx, dy, x, scale, mean, inv_std, activation=None, a=None, bounds=
     n, c, d = _ncd(x)
     sums = ctx.wants("dscale") or ctx.wants("dbias")
     dx = np.empty_like(x) if ctx.wants("dX") else None
-    dscale, dbias = (np.empty(c, ctx.dtype), np.empty(c, ctx.dtype)) if sums else (None, None)
+    dscale, dbias = np.empty((2, c), ctx.dtype) if sums else (None, None)
     _bn.backward(dy.reshape(-1), x.reshape(-1), None if dx is None else dx.reshape(-1), n, c, d, scale, mean,
                  inv_std, bool(ctx.attrs["training_mode"]), dscale, dbias, kernel_threads(), activation,
                  None if a is None else a.reshape(-1), *bounds)
