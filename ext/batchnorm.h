@@ -25,6 +25,8 @@
 
 #define MT_BN_LANES 32
 #define MT_BN_BLOCK 512
+/* The activations whose gradient mt_bn_backward can apply to its dy first. */
+enum { MT_BN_ACT_NONE = 0, MT_BN_ACT_RELU = 1, MT_BN_ACT_HARD_SWISH = 2, MT_BN_ACT_CLIP = 3 };
 typedef double mt_bn_vd __attribute__((vector_size(64)));
 typedef float mt_bn_vf __attribute__((vector_size(32)));
 
@@ -93,16 +95,18 @@ static double mt_bn_plane_sum_##SUFFIX(const T* x, ptrdiff_t n, ptrdiff_t stride
     return mt_bn_total(acc, tail);                                                              \
 }                                                                                               \
                                                                                                 \
-/* sum(dy) and sum(dy * (x - mean)) over one channel's planes of d >= MT_BN_LANES elements. */  \
-static void mt_bn_plane_grad_sums_##SUFFIX(const T* dy, const T* x, ptrdiff_t n,                \
-                                           ptrdiff_t stride, ptrdiff_t d, double mean,          \
-                                           double* sum_dy, double* sum_dy_centered)             \
+/* sum(dy) and sum(dy * (x - mean)) over one channel's planes of d >= MT_BN_LANES elements      \
+   (plane i of dy at dy + i * dy_stride, of x at x + i * stride). */                            \
+static void mt_bn_plane_grad_sums_##SUFFIX(const T* dy, ptrdiff_t dy_stride, const T* x,        \
+                                           ptrdiff_t n, ptrdiff_t stride, ptrdiff_t d,          \
+                                           double mean, double* sum_dy,                         \
+                                           double* sum_dy_centered)                             \
 {                                                                                               \
     const ptrdiff_t body = d - d % MT_BN_LANES;                                                 \
     mt_bn_vd acc_g[4] = {{0}, {0}, {0}, {0}}, acc_c[4] = {{0}, {0}, {0}, {0}};                  \
     double tail_g = 0, tail_c = 0;                                                              \
     for (ptrdiff_t i = 0; i < n; i++) {                                                         \
-        const T* g = dy + i * stride;                                                           \
+        const T* g = dy + i * dy_stride;                                                        \
         const T* p = x + i * stride;                                                            \
         for (ptrdiff_t j = 0; j < body; j += MT_BN_LANES)                                       \
             for (int a = 0; a < 4; a++) {                                                       \
@@ -163,15 +167,15 @@ static void mt_bn_moments_##SUFFIX(const T* x, ptrdiff_t n, ptrdiff_t stride, pt
         var[ch] /= count;                                                                       \
 }                                                                                               \
                                                                                                 \
-/* sum(dy) and sum(dy * (x - mean)) of channels [0, cb). */                                     \
-static void mt_bn_grad_sums_##SUFFIX(const T* dy, const T* x, ptrdiff_t n, ptrdiff_t stride,    \
-                                     ptrdiff_t d, ptrdiff_t cb, const T* mean, double* sum_dy,  \
-                                     double* sum_dy_centered)                                   \
+/* sum(dy) and sum(dy * (x - mean)) of channels [0, cb) (dy's rows dy_stride apart). */          \
+static void mt_bn_grad_sums_##SUFFIX(const T* dy, ptrdiff_t dy_stride, const T* x, ptrdiff_t n, \
+                                     ptrdiff_t stride, ptrdiff_t d, ptrdiff_t cb,               \
+                                     const T* mean, double* sum_dy, double* sum_dy_centered)    \
 {                                                                                               \
     if (d >= MT_BN_LANES) {                                                                     \
         for (ptrdiff_t ch = 0; ch < cb; ch++)                                                   \
-            mt_bn_plane_grad_sums_##SUFFIX(dy + ch * d, x + ch * d, n, stride, d, mean[ch],     \
-                                           &sum_dy[ch], &sum_dy_centered[ch]);                  \
+            mt_bn_plane_grad_sums_##SUFFIX(dy + ch * d, dy_stride, x + ch * d, n, stride, d,    \
+                                           mean[ch], &sum_dy[ch], &sum_dy_centered[ch]);        \
         return;                                                                                 \
     }                                                                                           \
     const ptrdiff_t L = cb * d;                                                                 \
@@ -182,7 +186,7 @@ static void mt_bn_grad_sums_##SUFFIX(const T* dy, const T* x, ptrdiff_t n, ptrdi
     for (ptrdiff_t k = 0; k < L; k++)                                                           \
         row_g[k] = row_c[k] = 0;                                                                \
     for (ptrdiff_t i = 0; i < n; i++) {                                                         \
-        const T* g = dy + i * stride;                                                           \
+        const T* g = dy + i * dy_stride;                                                        \
         const T* p = x + i * stride;                                                            \
         for (ptrdiff_t k = 0; k < L; k++) {                                                     \
             row_g[k] += g[k];                                                                   \
@@ -225,16 +229,16 @@ static void mt_bn_affine_##SUFFIX(const T* x, T* y, ptrdiff_t n, ptrdiff_t strid
 }                                                                                               \
                                                                                                 \
 /* dx = k_dy[ch] * dy + k_x[ch] * (x - mean[ch]) + k_0[ch] over channels [0, cb), as             \
-   mt_bn_affine goes. */                                                                        \
-static void mt_bn_grad_input_##SUFFIX(const T* dy, const T* x, T* dx, ptrdiff_t n,              \
-                                      ptrdiff_t stride, ptrdiff_t d, ptrdiff_t cb,              \
+   mt_bn_affine goes (dy's rows dy_stride apart). */                                            \
+static void mt_bn_grad_input_##SUFFIX(const T* dy, ptrdiff_t dy_stride, const T* x, T* dx,      \
+                                      ptrdiff_t n, ptrdiff_t stride, ptrdiff_t d, ptrdiff_t cb, \
                                       const T* mean, const T* k_dy, const T* k_x, const T* k_0) \
 {                                                                                               \
     if (d >= MT_BN_LANES) {                                                                     \
         for (ptrdiff_t i = 0; i < n; i++)                                                       \
             for (ptrdiff_t ch = 0; ch < cb; ch++) {                                             \
                 const ptrdiff_t at = i * stride + ch * d;                                       \
-                const T* restrict g = dy + at;                                                  \
+                const T* restrict g = dy + i * dy_stride + ch * d;                              \
                 const T* restrict p = x + at;                                                   \
                 T* restrict q = dx + at;                                                        \
                 const T a = k_dy[ch], b = k_x[ch], e = k_0[ch], m = mean[ch];                   \
@@ -253,7 +257,7 @@ static void mt_bn_grad_input_##SUFFIX(const T* dy, const T* x, T* dx, ptrdiff_t 
             m[ch * d + t] = mean[ch];                                                           \
         }                                                                                       \
     for (ptrdiff_t i = 0; i < n; i++) {                                                         \
-        const T* restrict g = dy + i * stride;                                                  \
+        const T* restrict g = dy + i * dy_stride;                                               \
         const T* restrict p = x + i * stride;                                                   \
         T* restrict q = dx + i * stride;                                                        \
         for (ptrdiff_t k = 0; k < L; k++)                                                       \
@@ -296,14 +300,46 @@ static void mt_bn_forward_##SUFFIX(const T* x, T* y, ptrdiff_t n, ptrdiff_t c, p
     }                                                                                           \
 }                                                                                               \
                                                                                                 \
+/* The gradient of an activation for the L elements of each of n rows (row i of dz and a at      \
+   i * stride) into the rows of g (L apart): ReluGrad's dz where a > 0, else 0; HardSwishGrad's  \
+   0 below -3, dz (a / 3 + 1/2) up to 3 included, dz above and where a is NaN; ClipGrad's 0     \
+   outside [low, high], dz inside and where a is NaN (rounded as ext/activation.pyx and         \
+   ext/pointwise_activation.pyx compute them: a / 3 + 1/2 in double). */                        \
+static void mt_bn_activation_grad_##SUFFIX(const T* dz, const T* a, ptrdiff_t n,                \
+                                           ptrdiff_t stride, ptrdiff_t L, int act, T low,       \
+                                           T high, T* g)                                        \
+{                                                                                               \
+    for (ptrdiff_t i = 0; i < n; i++) {                                                         \
+        const T* restrict z = dz + i * stride;                                                  \
+        const T* restrict v = a + i * stride;                                                   \
+        T* restrict q = g + i * L;                                                              \
+        if (act == MT_BN_ACT_RELU)                                                              \
+            for (ptrdiff_t k = 0; k < L; k++)                                                   \
+                q[k] = v[k] > 0 ? z[k] : 0;                                                     \
+        else if (act == MT_BN_ACT_CLIP)                                                         \
+            for (ptrdiff_t k = 0; k < L; k++)                                                   \
+                q[k] = (v[k] < low) | (v[k] > high) ? 0 : z[k];                                 \
+        else                                                                                    \
+            for (ptrdiff_t k = 0; k < L; k++) {                                                 \
+                const T t = z[k] * (v[k] <= 3 ? (T)(v[k] / 3.0 + 0.5) : (T)1);                  \
+                q[k] = v[k] < -3 ? 0 : t;                                                       \
+            }                                                                                   \
+    }                                                                                           \
+}                                                                                               \
+                                                                                                \
 /* BatchNormalizationGrad on channels [c0, c1): dbias = sum(dy), dscale = sum(dy * (x - mean))  \
    * inv_std when dscale is not NULL; when dx is not NULL, dx = scale * inv_std * dy, less in    \
    training the paths through the batch statistics,                                             \
-   scale * inv_std * (inv_std^2 * (x - mean) * sum(dy * (x - mean)) + sum(dy)) / count. */       \
-static void mt_bn_backward_##SUFFIX(const T* dy, const T* x, T* dx, ptrdiff_t n, ptrdiff_t c,   \
-                                    ptrdiff_t d, ptrdiff_t c0, ptrdiff_t c1, const T* scale,    \
-                                    const T* mean, const T* inv_std, int training, T* dscale,   \
-                                    T* dbias)                                                   \
+   scale * inv_std * (inv_std^2 * (x - mean) * sum(dy * (x - mean)) + sum(dy)) / count.         \
+   With act other than MT_BN_ACT_NONE, dy is the gradient of an activation's output and a its   \
+   input (Clip's bounds low and high): the activation's gradient is BatchNormalizationGrad's    \
+   dY, made a unit of channels at a time into `scratch` (n * unit channels * d elements), where \
+   both passes read it. */                                                                      \
+static void mt_bn_backward_##SUFFIX(const T* dy, const T* a, int act, T low, T high,            \
+                                    T* scratch, const T* x,                                     \
+                                    T* dx, ptrdiff_t n, ptrdiff_t c, ptrdiff_t d, ptrdiff_t c0, \
+                                    ptrdiff_t c1, const T* scale, const T* mean,                \
+                                    const T* inv_std, int training, T* dscale, T* dbias)        \
 {                                                                                               \
     double sum_dy[MT_BN_BLOCK], sum_dy_centered[MT_BN_BLOCK];                                   \
     T k_dy[MT_BN_BLOCK], k_x[MT_BN_BLOCK], k_0[MT_BN_BLOCK];                                    \
@@ -311,8 +347,16 @@ static void mt_bn_backward_##SUFFIX(const T* dy, const T* x, T* dx, ptrdiff_t n,
     const double count = (double)(n * d);                                                       \
     for (ptrdiff_t b0 = c0; b0 < c1; b0 += unit) {                                              \
         const ptrdiff_t cb = c1 - b0 < unit ? c1 - b0 : unit;                                   \
+        const T* g = dy + b0 * d;                                                               \
+        ptrdiff_t g_stride = c * d;                                                             \
+        if (act != MT_BN_ACT_NONE) {                                                            \
+            mt_bn_activation_grad_##SUFFIX(dy + b0 * d, a + b0 * d, n, c * d, cb * d, act, low, \
+                                           high, scratch);                                      \
+            g = scratch;                                                                        \
+            g_stride = cb * d;                                                                  \
+        }                                                                                       \
         if (training || dscale)                                                                 \
-            mt_bn_grad_sums_##SUFFIX(dy + b0 * d, x + b0 * d, n, c * d, d, cb, mean + b0,       \
+            mt_bn_grad_sums_##SUFFIX(g, g_stride, x + b0 * d, n, c * d, d, cb, mean + b0,       \
                                      sum_dy, sum_dy_centered);                                  \
         for (ptrdiff_t k = 0; k < cb; k++) {                                                    \
             const ptrdiff_t ch = b0 + k;                                                        \
@@ -326,7 +370,7 @@ static void mt_bn_backward_##SUFFIX(const T* dy, const T* x, T* dx, ptrdiff_t n,
             k_0[k] = training ? (T)(-a * sum_dy[k] / count) : 0;                                \
         }                                                                                       \
         if (dx)                                                                                 \
-            mt_bn_grad_input_##SUFFIX(dy + b0 * d, x + b0 * d, dx + b0 * d, n, c * d, d, cb,    \
+            mt_bn_grad_input_##SUFFIX(g, g_stride, x + b0 * d, dx + b0 * d, n, c * d, d, cb,    \
                                       mean + b0, k_dy, k_x, k_0);                               \
     }                                                                                           \
 }

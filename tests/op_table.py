@@ -344,6 +344,26 @@ def linear_grad(inputs, attrs):
             "dS": (dy * z).reshape(-1, dy.shape[-1]).sum(axis=0)}
 
 
+def batch_norm_activation_grad(inputs, attrs):
+    """BatchNormalizationGrad of the activation's gradient ACTIVATIONS gives for (dY, A)."""
+    dz, a, x, scale, mean, inv_std = inputs
+    if attrs["activation"] == "Clip":
+        low, high = attrs["activation_params"]
+        dy = dz * ((a >= low) & (a <= high))
+    else:
+        dy = ACTIVATIONS[attrs["activation"]][1](dz, a, None)
+    axes = (0,) + tuple(range(2, x.ndim))
+    channel = (1, -1) + (1,) * (x.ndim - 2)
+    centered = x - mean.reshape(channel)
+    dbias, sum_centered = dy.sum(axis=axes), (dy * centered).sum(axis=axes)
+    dx = dy * (scale * inv_std).reshape(channel)
+    if attrs.get("training_mode"):
+        count = x.size // x.shape[1]
+        dx = dx - (scale * inv_std).reshape(channel) * (
+            centered * (inv_std ** 2 * sum_centered).reshape(channel) + dbias.reshape(channel)) / count
+    return {"dX": dx, "dscale": sum_centered * inv_std, "dbias": dbias}
+
+
 def mul_grad(inputs, attrs):
     """dA = dY B summed to A's shape, dB = dY A summed to B's shape (Mul's gradient)."""
     dy, a, b = inputs
@@ -1495,6 +1515,17 @@ ROWS = [
                       case(normal(2, 3), normal(2, 3), normal(2, 3)),
                       case(normal(2, 3), normal(3), normal(2, 1)), case(normal(4, 2), normal(4, 2), normal())),
           domain=FUSED, reference=mul_grad, outputs=("dA", "dB")),
+    OpRow("BatchNormActivationGrad", (sample(FUSED, "BatchNormActivationGrad"),
+                                      case(normal(2, 3, 4), normal(2, 3, 4), normal(2, 3, 4), normal(3), normal(3),
+                                           positive(3), activation="Relu"),
+                                      case(normal(3, 2, 5, 5), normal(3, 2, 5, 5, scale=4.0), normal(3, 2, 5, 5),
+                                           normal(2), normal(2), positive(2), activation="HardSwish", training_mode=1),
+                                      case(normal(4, 5), normal(4, 5), normal(4, 5), normal(5), normal(5), positive(5),
+                                           activation="Relu", training_mode=1),
+                                      case(normal(2, 3, 3), small_integers(2, 3, 3), normal(2, 3, 3), normal(3),
+                                           normal(3), positive(3), activation="Clip", activation_params=[-1.0, 1.0],
+                                           training_mode=1)),
+          domain=FUSED, reference=batch_norm_activation_grad, outputs=("dX", "dscale", "dbias")),
     OpRow("BatchNormFold", (case(normal(4, 2, 3, 3), normal(4), normal(4), normal(4), positive(4)),
                             case(normal(3, 1, 2), normal(3), normal(3), normal(3), positive(3), normal(3), epsilon=0.1)),
           domain=FUSED, reference=batch_norm_fold, outputs=("W_folded", "B_folded")),

@@ -26,6 +26,7 @@ from ..inference import infer_types, topological_order
 from . import (
     activation,
     activation_grad_bias,
+    batch_norm_activation_grad,
     bias_gelu,
     clip_grad,
     conv_batch_norm,
@@ -41,7 +42,8 @@ from .rewrite import Rewrite
 
 FORWARD_RULES = (gelu, bias_gelu, linear)
 RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, linear, activation,
-         max_pool_activation_grad, activation_grad_bias, global_average_pool_activation_grad, clip_grad, mul_grad)
+         max_pool_activation_grad, activation_grad_bias, global_average_pool_activation_grad, clip_grad, mul_grad,
+         batch_norm_activation_grad)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

@@ -31,6 +31,12 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         as Mul rounds it (the sums may add in another order).  The CPU kernel takes the
         squeeze-excitation form, A of dY's shape times a vector B broadcast over it, in one
         pass over dY and A.
+    BatchNormActivationGrad(dY, A, X, scale, mean, inv_std) -> dX, dscale, dbias
+        BatchNormalizationGrad of the gradient of an activation (Relu, HardSwish, or Clip with its
+        bounds in activation_params = [min, max]) that follows the BatchNormalization: dY is the
+        gradient of the activation's output and A its input (what ReluGrad, HardSwishGrad or
+        ClipGrad reads), the rest and the attributes are BatchNormalizationGrad's; the
+        activation's gradient is made inside the kernel and never written out.
     SoftmaxCrossEntropyLossWithGrad(scores, labels, dY, weights?) -> output, d_logits
         SoftmaxCrossEntropyLoss's output and SoftmaxCrossEntropyLossGrad's d_logits for the seed
         dY, in one pass over the scores (no log_prob kept between them).
@@ -49,6 +55,7 @@ from .activation import LEAKY_RELU_ALPHA, same_as_inputs
 from .conv import CONV_ATTRS, _forward_inference
 from .loss import LABEL_TYPES, SCE_ATTRS, check_class_weights, check_sce
 from .math import GEMM_ATTRS, broadcasts_to, infer_gemm
+from .normalization import BN_ATTRS, check_channels
 from .pool import check_pool_input
 from .pool_geometry import output_spatial
 from .schema import FUSED_DOMAIN, MS_DOMAIN, REQUIRED, Attr, Input, schema
@@ -175,6 +182,25 @@ def infer_mul_grad(ctx):
         if dy is not None and shape is not None and not broadcasts_to(shape, dy):
             ctx.fail(f"input '{name}' {tuple(shape)} does not broadcast to input 'dY' {tuple(dy)}")
     return [ctx.out(ctx.shape(1)), ctx.out(ctx.shape(2))]
+
+
+BATCH_NORM_ACTIVATIONS = ("Relu", "HardSwish", "Clip")        # BatchNormActivationGrad's
+
+
+@schema("BatchNormActivationGrad", domain=FUSED_DOMAIN,
+        inputs=["dY", "A", "X", Input("scale", "T1"), Input("mean", "T2"), Input("inv_std", "T2")],
+        outputs=["dX", "dscale", "dbias"],
+        attrs={**BN_ATTRS, "activation": Attr("string", REQUIRED), "activation_params": Attr("floats")})
+def infer_batch_norm_activation_grad(ctx):
+    """BatchNormalizationGrad's outputs: dX like X, dscale and dbias (C,) of scale's type; dY and
+    A have X's shape."""
+    check_activation(ctx, BATCH_NORM_ACTIVATIONS)
+    x = check_channels(ctx, 2, (3, 4, 5))
+    ctx.require_shape(0, x, "the shape of input 'X', as the activation's output had")
+    ctx.require_shape(1, x, "the shape of input 'X', as the activation's input had")
+    c = None if x is None else (x[1],)
+    parameters = ctx.input(3).dtype
+    return [ctx.out(x), ctx.out(c, parameters), ctx.out(c, parameters)]
 
 
 @schema("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN,

@@ -42,7 +42,7 @@ def is_training(attrs, wants):
     return any(wants(BN_OUTPUTS[i]) for i in RUNNING_OUTPUTS)
 
 
-def _check_channels(ctx, x_index, channel_inputs):
+def check_channels(ctx, x_index, channel_inputs):
     """X (input x_index) is (N, C, spatial...) with at most 3 spatial dims; each channel input
     is (C,).  Returns X's shape."""
     ctx.require_rank(x_index, (2, 3, 4, 5))
@@ -57,7 +57,7 @@ def _check_channels(ctx, x_index, channel_inputs):
 
 def infer_batchnorm(ctx):
     """Y like X; running stats and saved statistics of shape (C,), of the statistics' type."""
-    x = _check_channels(ctx, 0, (1, 2, 3, 4))
+    x = check_channels(ctx, 0, (1, 2, 3, 4))
     if not 0 <= ctx.attrs["momentum"] <= 1:
         ctx.attr_fail("momentum", "must be in [0, 1]")
     if "training_mode" in ctx.attrs and not ctx.attrs["training_mode"] and \
@@ -86,7 +86,7 @@ for _v, _attrs, _types in ((9, BN9_ATTRS, ("T", "T")), (14, BN_ATTRS, ("T", "U")
 def infer_batchnorm_grad(ctx):
     """dX like X; dscale and dbias (C,) of scale's type.  With training_mode=1, mean and inv_std
     are the batch statistics and dX includes the paths through them; with 0 they are constants."""
-    x = _check_channels(ctx, 1, (2, 3, 4))
+    x = check_channels(ctx, 1, (2, 3, 4))
     ctx.require_shape(0, x, "the shape of input 'X', as Y had")
     c = None if x is None else (x[1],)
     parameters = ctx.input(2).dtype

@@ -17,9 +17,13 @@ def in_data_type(output_types):
     def wrap(kernel):
         @functools.wraps(kernel)
         def run(ctx):
-            dtypes = [None if a is None else a.dtype for a in ctx.inputs]
-            if all(d is None or d == ctx.dtype for d in dtypes):
+            dtype = ctx.dtype
+            for a in ctx.inputs:
+                if a is not None and a.dtype != dtype:
+                    break
+            else:       # every input of X's type: the common case, checked without a list
                 return kernel(ctx)
+            dtypes = [None if a is None else a.dtype for a in ctx.inputs]
             inputs = [None if a is None else a.astype(ctx.dtype, copy=False) for a in ctx.inputs]
             out = kernel(dataclasses.replace(ctx, inputs=inputs))
             return {name: value.astype(dtypes[output_types[name]], copy=False) if name in output_types else value

@@ -789,20 +789,32 @@ def flipped_weight(w, geom):
     return np.ascontiguousarray(wg).reshape((g * c, m) + k)
 
 
-def check_blas_dims(geom, who):
-    """Refuse, naming the op and the size, a GEMM-route convolution whose BLAS dimensions would
-    overflow BLAS's 32-bit ints: the channels per group, the im2col depth of either side
-    (channels per group x kernel taps; the stride-1 data gradient convolves the other way) and
-    the planes of both sides, which are also leading dimensions."""
+@functools.lru_cache(maxsize=256)
+def blas_dims(geom):
+    """(what, size) of a GEMM-route convolution's BLAS dimensions, kept per geometry: the
+    channels per group, the im2col depth of either side (channels per group x kernel taps; the
+    stride-1 data gradient convolves the other way) and the planes of both sides, which are also
+    leading dimensions."""
     g, taps = geom.group, numel(geom.kernel)
-    dims = (("output channels per group", geom.col_channels // g),
+    return (("output channels per group", geom.col_channels // g),
             ("im2col depth (input channels per group x kernel taps)", geom.img_channels // g * taps),
             ("transposed im2col depth (output channels per group x kernel taps)", geom.col_channels // g * taps),
             ("column plane", numel(geom.col_spatial)), ("image plane", numel(geom.img_spatial)))
-    for name, size in dims:
+
+
+def check_blas_dims(geom, who):
+    """Refuse, naming the op and the size, a GEMM-route convolution with a BLAS dimension
+    (blas_dims) beyond BLAS's 32-bit ints."""
+    for name, size in blas_dims(geom):
         if size > BLAS_INT_MAX:
             raise ShapeError(f"{who}: the {name} is {size}, beyond the {BLAS_INT_MAX} that BLAS's 32-bit "
                              f"dimensions hold on the GEMM route of this convolution")
+
+
+@functools.lru_cache(maxsize=256)
+def has_points(geom):
+    """(image side, column side): whether each side's planes hold any point."""
+    return numel(geom.img_spatial) > 0, numel(geom.col_spatial) > 0
 
 
 def without_terms(shape, bias, dtype):
@@ -814,13 +826,11 @@ def without_terms(shape, bias, dtype):
     return out
 
 
-def conv_forward(img, w, bias, geom, who):
-    """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given."""
-    shape = (img.shape[0], geom.col_channels) + tuple(geom.col_spatial)
-    if geom.img_channels == 0 or numel(shape) == 0:
-        return without_terms(shape, bias, img.dtype)
-    nt = kernel_threads()
-    path = route(geom, img.shape[0], nt)
+def conv_forward(img, w, bias, geom, who, nt, path):
+    """Columns (N, col_channels, *col_spatial) of W (*) img, plus bias when given; `path` is
+    route(geom, N, nt)."""
+    if geom.img_channels == 0 or not (img.shape[0] and geom.col_channels and has_points(geom)[1]):
+        return without_terms((img.shape[0], geom.col_channels) + tuple(geom.col_spatial), bias, img.dtype)
     if path == "depthwise":
         return depthwise_forward(img, w, bias, geom, nt)
     if path == "depthwise_strided":
@@ -833,13 +843,11 @@ def conv_forward(img, w, bias, geom, who):
     return gemm_forward(img, w, bias, geom, nt)
 
 
-def conv_data_grad(cols, w, bias, geom, who):
-    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given."""
-    shape = (cols.shape[0], geom.img_channels) + tuple(geom.img_spatial)
-    if geom.col_channels == 0 or numel(shape) == 0:
-        return without_terms(shape, bias, cols.dtype)
-    nt = kernel_threads()
-    path = route(geom, cols.shape[0], nt)
+def conv_data_grad(cols, w, bias, geom, who, nt, path):
+    """Image (N, img_channels, *img_spatial) = W^T (*) cols, plus bias when given; `path` is
+    route(geom, N, nt)."""
+    if geom.col_channels == 0 or not (cols.shape[0] and geom.img_channels and has_points(geom)[0]):
+        return without_terms((cols.shape[0], geom.img_channels) + tuple(geom.img_spatial), bias, cols.dtype)
     if path == "depthwise":
         return depthwise_data_grad(cols, w, bias, geom, nt)
     if path == "depthwise_strided":
@@ -852,12 +860,10 @@ def conv_data_grad(cols, w, bias, geom, who):
     return gemm_data_grad(cols, w, bias, geom, nt)
 
 
-def conv_weight_grad(cols, img, w_shape, geom, who):
-    """dW (w_shape) = sum over the batch of cols . im2col(img)^T."""
+def conv_weight_grad(cols, img, w_shape, geom, who, nt, path):
+    """dW (w_shape) = sum over the batch of cols . im2col(img)^T; `path` is route(geom, N, nt)."""
     if img.shape[0] == 0 or cols.size == 0:
         return np.zeros(w_shape, dtype=img.dtype)
-    nt = kernel_threads()
-    path = route(geom, img.shape[0], nt)
     if path == "depthwise":
         return depthwise_weight_grad(cols, img, w_shape, geom, nt)
     if path == "depthwise_strided":
@@ -870,13 +876,13 @@ def conv_weight_grad(cols, img, w_shape, geom, who):
     return gemm_weight_grad(cols, img, w_shape, geom, nt)
 
 
-def bias_grad(dy):
-    """dB[c] = sum of dy over the batch and spatial axes."""
+def bias_grad(dy, nt=None):
+    """dB[c] = sum of dy over the batch and spatial axes (on nt threads, default kernel_threads())."""
     out = np.empty(dy.shape[1], dtype=dy.dtype)
     if dy.size == 0:
         out[:] = 0
         return out
-    _conv.channel_sums(dy.reshape(dy.shape[0], dy.shape[1], -1), out, kernel_threads())
+    _conv.channel_sums(dy.reshape(dy.shape[0], dy.shape[1], -1), out, kernel_threads() if nt is None else nt)
     return out
 
 
@@ -884,46 +890,56 @@ def bias_grad(dy):
 def conv_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("conv", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
-    return {"Y": conv_forward(x, w, b, geom, ctx.who)}
+    who = ctx.who
+    geom = geometry_for("conv", who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    nt = kernel_threads()
+    return {"Y": conv_forward(x, w, b, geom, who, nt, route(geom, x.shape[0], nt))}
 
 
 def conv_transpose_kernel(ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
-    return {"Y": conv_data_grad(x, w, b, geom, ctx.who)}
+    who = ctx.who
+    geom = geometry_for("transpose", who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    nt = kernel_threads()
+    return {"Y": conv_data_grad(x, w, b, geom, who, nt, route(geom, x.shape[0], nt))}
 
 
 def conv_grad_kernel(ctx):
     dy, x, w = ctx.inputs
     who = ctx.who
     geom = geometry_for("conv", who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    nt = kernel_threads()
+    path = route(geom, x.shape[0], nt)
     out = {}
     if ctx.wants("dB"):
-        out["dB"] = bias_grad(dy)
+        out["dB"] = bias_grad(dy, nt)
     cols = dy
-    if (ctx.wants("dX") or ctx.wants("dW")) and route(geom, x.shape[0], kernel_threads()) == "depthwise_strided":
+    if (ctx.wants("dX") or ctx.wants("dW")) and path == "depthwise_strided":
         # the gradients of the stride-1 convolution at dY placed on its grid: placed there once
         unit = unit_stride_geometry(geom)
-        cols, geom = _upsampled(dy, geom, unit, kernel_threads()), unit
+        cols, geom = _upsampled(dy, geom, unit, nt), unit
+        path = route(geom, x.shape[0], nt)
     if ctx.wants("dX"):
-        out["dX"] = conv_data_grad(cols, w, None, geom, who)
+        out["dX"] = conv_data_grad(cols, w, None, geom, who, nt, path)
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, who)
+        out["dW"] = conv_weight_grad(cols, x, w.shape, geom, who, nt, path)
     return out
 
 
 def conv_transpose_grad_kernel(ctx):
     dy, x, w = ctx.inputs
-    geom = geometry_for("transpose", ctx.who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    who = ctx.who
+    geom = geometry_for("transpose", who, x.shape, w.shape, ctx.attrs, ctx.frozen_attrs())
+    nt = kernel_threads()
+    path = route(geom, x.shape[0], nt)
     out = {}
     if ctx.wants("dX"):
-        out["dX"] = conv_forward(dy, w, None, geom, ctx.who)
+        out["dX"] = conv_forward(dy, w, None, geom, who, nt, path)
     if ctx.wants("dW"):
-        out["dW"] = conv_weight_grad(x, dy, w.shape, geom, ctx.who)
+        out["dW"] = conv_weight_grad(x, dy, w.shape, geom, who, nt, path)
     if ctx.wants("dB"):
-        out["dB"] = bias_grad(dy)
+        out["dB"] = bias_grad(dy, nt)
     return out
 
 
