@@ -287,7 +287,10 @@ def _tiled_bias(str name, Py_ssize_t n, bias):
     cdef Py_ssize_t c = bias.shape[0]
     if c == 0 or n % c:
         raise ValueError(f"activation {name}: a bias of {c} elements does not divide {n} elements into rows")
-    return np.tile(np.asarray(bias), max(1, BIAS_SPAN // c))
+    bias = np.asarray(bias)
+    tiled = np.empty((max(1, BIAS_SPAN // c), c), bias.dtype)
+    tiled[...] = bias
+    return tiled.reshape(-1)
 
 
 def bias_gelu(const real[::1] x, const real[::1] bias, real[::1] y, int num_threads):

@@ -5,6 +5,7 @@ float16 data is normalised in float32, its statistics stored as float16."""
 import numpy as np
 
 from ..._ext import sample_normalization as _norm
+from ...caches import bounded_cache
 from ...ops.sample_normalization import accumulation_dtype, layout, stats_shape
 from ...ops.schema import MS_DOMAIN
 from ...registry import register_kernel
@@ -13,29 +14,39 @@ from ...threads import kernel_threads
 
 def _flat(array, dtype):
     """`array` as a contiguous 1-D array of `dtype` (a view when it already is one)."""
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array.reshape(-1)
     return np.ascontiguousarray(array, dtype=dtype).reshape(-1)
+
+
+@bounded_cache("cpu sample normalization layouts")
+def _layout(op_type, shape, attrs_key, scale_size, dtype):
+    """(rows, cols, period, stride, the accumulation dtype, the statistics' shape) of a call."""
+    attrs = dict(attrs_key)
+    return (*layout(op_type.removesuffix("Grad"), shape, attrs, scale_size), accumulation_dtype(dtype),
+            stats_shape(op_type.removesuffix("Grad"), shape, attrs))
 
 
 def normalization(ctx):
     x, scale, bias = (list(ctx.inputs) + [None])[:3]
-    rows, cols, period, stride = layout(ctx.op_type, x.shape, ctx.attrs, scale.size)
-    acc = accumulation_dtype(x.dtype)
+    rows, cols, period, stride, acc, stats = _layout(ctx.op_type, x.shape, ctx.frozen_attrs(), scale.size, x.dtype)
     # the kernel writes every statistic, except those of empty rows (left 0)
-    mean, inv_std = (np.empty(rows, acc), np.empty(rows, acc)) if x.size else (np.zeros(rows, acc), np.zeros(rows, acc))
-    y = np.empty(x.shape, acc)
+    make = np.empty if x.size else np.zeros
+    y, mean, inv_std = np.empty(x.shape, acc), make(rows, acc), make(rows, acc)
     if x.size:
         _norm.forward(_flat(x, acc), _flat(scale, acc), None if bias is None else _flat(bias, acc), y.reshape(-1),
                       mean, inv_std, rows, cols, period, stride, float(ctx.attrs["epsilon"]), kernel_threads())
-    stats = stats_shape(ctx.op_type, x.shape, ctx.attrs)
-    out = dict(zip(_OUTPUTS[ctx.op_type], (y.astype(x.dtype, copy=False),
-                                           *(s.astype(x.dtype, copy=False).reshape(stats) for s in (mean, inv_std)))))
-    return {k: v for k, v in out.items() if ctx.wants(k)}
+    names = _OUTPUTS[ctx.op_type]
+    out = {names[0]: y.astype(x.dtype, copy=False)}
+    for name, value in zip(names[1:], (mean, inv_std)):
+        if ctx.wants(name):
+            out[name] = value.astype(x.dtype, copy=False).reshape(stats)
+    return out
 
 
 def normalization_grad(ctx):
     dy, x, scale, mean, inv_std = ctx.inputs
-    rows, cols, period, stride = layout(ctx.op_type.removesuffix("Grad"), x.shape, ctx.attrs, scale.size)
-    acc = accumulation_dtype(x.dtype)
+    rows, cols, period, stride, acc, _ = _layout(ctx.op_type, x.shape, ctx.frozen_attrs(), scale.size, x.dtype)
     dx = (np.empty if x.size else np.zeros)(x.shape, acc) if ctx.wants("dX") else None
     sums = ctx.wants("dscale") or ctx.wants("dbias")
     dscale, dbias = (np.zeros(scale.shape, acc), np.zeros(scale.shape, acc)) if sums else (None, None)
