@@ -49,9 +49,10 @@ class _Memcpy3D(ctypes.Structure):
 
 
 def _device_copy(destination, source, nbytes):
+    """The parameters of a copy of `nbytes` from one device pointer to another."""
     return _Memcpy3D(srcMemoryType=MEMORYTYPE_DEVICE, srcDevice=source, srcPitch=nbytes, srcHeight=1,
-                       dstMemoryType=MEMORYTYPE_DEVICE, dstDevice=destination, dstPitch=nbytes, dstHeight=1,
-                       WidthInBytes=nbytes, Height=1, Depth=1)
+                     dstMemoryType=MEMORYTYPE_DEVICE, dstDevice=destination, dstPitch=nbytes, dstHeight=1,
+                     WidthInBytes=nbytes, Height=1, Depth=1)
 
 
 class CudaGraphError(MinitrainError):
@@ -148,7 +149,7 @@ class CapturedGraph:
 
 class StreamCapture:
     """Context manager: the work queued on `stream` inside it becomes `self.graph` (a
-    CapturedGraph) instead of running.  On an error inside, the capture is ended and thrown
+    CapturedGraph, to instantiate) instead of running.  On an error inside, the capture is ended and thrown
     away and the error propagates."""
 
     def __init__(self, stream):
