@@ -109,10 +109,10 @@ class Executor:
             self.constants[name] = self.providers[plan.locations[name]].from_numpy(array)
         self._needed_inputs = [n for n in plan.graph.input_names if n in plan.needed_inputs]
         keep = set(plan.fetch) | set(self.write_back)
-        # what execute reads of each step, settled once: (step, its output_shapes and its bound
-        # node's run, its provider, input names, the names of the outputs it produces, the
-        # values to drop after it)
-        self._program = [(step, step.output_shapes, step.bound.run, self.providers[step.provider],
+        # what execute reads of each step, settled once: (step, its output_shapes, its bound
+        # node, its provider, input names, the names of the outputs it produces, the values to
+        # drop after it)
+        self._program = [(step, step.output_shapes, step.bound, self.providers[step.provider],
                           tuple(step.node.inputs), tuple(o for o in step.node.outputs if o),
                           tuple(n for n in step.frees if n not in keep))
                          for step in plan.steps]
@@ -181,12 +181,12 @@ class Executor:
         plan = self.plan
         env = {**self.constants, **inputs}
         profiler = self.profiler
-        for step, output_shapes, run, provider, input_names, output_names, drops in self._program:
+        for step, output_shapes, bound, provider, input_names, output_names, drops in self._program:
             args = [env[n] if n else None for n in input_names]
             if profiler is not None:
                 results = profiler.run(step, provider, args, output_shapes(dims, dims_key))
             else:
-                results = run(provider, args, output_shapes(dims, dims_key))
+                results = bound.run(provider, args, output_shapes(dims, dims_key))
             env.update(zip(output_names, results))
             for name in drops:
                 env.pop(name, None)
