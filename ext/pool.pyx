@@ -629,6 +629,23 @@ def global_avg_pool_grad(const real[::1] dy, real[:, ::1] dx, int num_threads):
             dx[p, i] = v
 
 
+def global_avg_pool_grad_add(const real[::1] dy, const real[:, ::1] addend, real[:, ::1] dx, int num_threads):
+    """dx[p, :] = addend[p, :] + dy[p] / plane size: global_avg_pool_grad's dX added to another
+    gradient of the pooled tensor in the same pass (each term rounded as the two ops round it)."""
+    cdef Py_ssize_t planes = dx.shape[0], P = dx.shape[1], p, i
+    cdef real v
+    cdef int nt = _threads(planes * P, planes, num_threads)
+    if P == 0:
+        return
+    if dy.shape[0] != planes or addend.shape[0] != planes or addend.shape[1] != P:
+        raise ValueError(f"global_avg_pool_grad_add: dy of {dy.shape[0]} planes, addend ({addend.shape[0]}, "
+                         f"{addend.shape[1]}) for dx ({planes}, {P})")
+    for p in prange(planes, nogil=True, schedule="static", num_threads=nt):
+        v = dy[p] / P
+        for i in range(P):
+            dx[p, i] = addend[p, i] + v
+
+
 def global_max_pool_grad(const real[::1] dy, const real[:, ::1] x, real[:, ::1] dx, int num_threads):
     """dx[p] = dy[p] at the first maximum of x[p] (as MaxPool picks it), zero elsewhere."""
     cdef Py_ssize_t planes = x.shape[0], P = x.shape[1], p, i, best

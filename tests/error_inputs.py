@@ -82,6 +82,7 @@ SAMPLES = {
     (FUSED, "Linear"): ([f(2, 3, 4), f(5, 4), f(5), f(5) + 1], {}, None),
     (FUSED, "LinearGrad"): ([f(2, 3, 5), f(2, 3, 4), f(5, 4), f(5), f(5) + 1], {}, None),
     (FUSED, "MulGrad"): ([f(2, 3, 4, 5), f(2, 3, 4, 5) * 2, f(2, 3, 1, 1)], {}, None),
+    (FUSED, "GlobalAveragePoolGradAdd"): ([f(2, 3, 1, 1), f(2, 3, 4, 5)], {}, None),
     (FUSED, "BatchNormActivationGrad"): ([f(2, 3, 4), f(2, 3, 4) * 4, f(2, 3, 4), f(3), f(3), f(3) ** 2 + 1],
                                          {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1,
                                           "activation": "HardSwish"}, None),

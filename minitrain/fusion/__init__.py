@@ -32,6 +32,7 @@ from . import (
     conv_batch_norm,
     gelu,
     global_average_pool_activation_grad,
+    global_average_pool_grad_add,
     linear,
     max_pool_activation_grad,
     mul_grad,
@@ -43,7 +44,7 @@ from .rewrite import Rewrite
 FORWARD_RULES = (gelu, bias_gelu, linear)
 RULES = (softmax_cross_entropy, conv_batch_norm, relu_max_pool, gelu, bias_gelu, linear, activation,
          max_pool_activation_grad, activation_grad_bias, global_average_pool_activation_grad, clip_grad, mul_grad,
-         batch_norm_activation_grad)
+         batch_norm_activation_grad, global_average_pool_grad_add)
 
 
 def fuse(graph, fetch=None, providers=("cpu",)):

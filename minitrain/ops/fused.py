@@ -21,6 +21,11 @@ and ops of minitrain's own domain (FUSED_DOMAIN) where ONNX Runtime has none:
         AveragePoolGrad whose one window is the whole plane): dY (N, C, 1, ...) is the pooled
         gradient, and each element of plane (n, c) takes dY[n, c] / (X's plane size) as its
         incoming gradient, never written out as a tensor of X's shape.
+    GlobalAveragePoolGradAdd(dY, A) -> dX
+        A + GlobalAveragePoolGrad(dY, shape of A): the gradient of a tensor that a global average
+        pool and another node read (a squeeze-excitation's input), the pooled gradient dY
+        (N, C, 1, ...) spread over A's planes and added in one pass, each term rounded as
+        GlobalAveragePoolGrad and Sum round it.
     ClipGrad(dY, X, min?, max?) -> dX
         Clip's gradient (ops/clip.py's Less, Greater and Where nodes) in one pass: dX = 0 where
         X < min or X > max, else dY; a NaN X passes dY (it fails both comparisons) and an absent
@@ -125,6 +130,19 @@ def infer_activation_grad_bias(ctx):
     dx = same_as_inputs(ctx)[0]
     shape = ctx.shape(0)
     return [dx, ctx.out(None if shape is None else (shape[1],))]
+
+
+@schema("GlobalAveragePoolGradAdd", domain=FUSED_DOMAIN, inputs=["dY", "A"], outputs=["dX"])
+def infer_global_average_pool_grad_add(ctx):
+    """dX like A; dY is A globally pooled: (N, C, 1, ...)."""
+    shape = check_pool_input(ctx, 1, "A")
+    if shape is None:
+        return [ctx.out(None)]
+    for i, d in enumerate(shape[2:]):
+        if isinstance(d, int) and d < 1:
+            ctx.fail(f"input 'A' {tuple(shape)} has an empty spatial axis {i}")
+    ctx.require_shape(0, tuple(shape[:2]) + (1,) * (len(shape) - 2), "input 'A' globally pooled")
+    return [ctx.out(shape)]
 
 
 def max_pool_tiles(kernel_shape):

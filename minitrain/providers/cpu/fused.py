@@ -5,8 +5,10 @@ import numpy as np
 from ..._ext import activation as _act
 from ..._ext import broadcast as _broadcast
 from ..._ext import pointwise_activation as _pa
+from ..._ext import pool as _pool
 from ...ops.fused import ACTIVATIONS, KERNEL_NAMES, activation_alpha, clip_bounds, max_pool_tiles
 from ...ops.schema import FUSED_DOMAIN, MS_DOMAIN
+from ...ops.shape_utils import split_planes
 from ...registry import KernelContext, lookup, register_kernel
 from ...threads import kernel_threads
 from .conv import bias_grad, conv_kernel
@@ -120,6 +122,18 @@ def global_average_pool_activation_grad(ctx):
     shape = np.array(x.shape, dtype=np.int64)
     spread = global_average_pool_grad(_part(ctx, "GlobalAveragePoolGrad", [dy, shape], ("dX",), {}))["dX"]
     return activation_grad_bias(_part(ctx, ctx.op_type, [spread, x], ctx.wanted))
+
+
+@register_kernel("GlobalAveragePoolGradAdd", domain=FUSED_DOMAIN)
+def global_average_pool_grad_add(ctx):
+    """pool.pyx's one pass: A plus dY spread over A's planes."""
+    dy, a = ctx.inputs
+    planes, size = split_planes(a.shape)
+    dx = np.empty(a.shape, dtype=a.dtype)
+    if planes and size:
+        _pool.global_avg_pool_grad_add(dy.reshape(planes), a.reshape(planes, size), dx.reshape(planes, size),
+                                       kernel_threads())
+    return {"dX": dx}
 
 
 @register_kernel("SoftmaxCrossEntropyLossWithGrad", domain=FUSED_DOMAIN)
