@@ -1,5 +1,5 @@
 """Mixed precision on the GPU: 300 steps of the LeNet and 1D CNN examples in bf16 and fp16 track
-the float32 run (loss curve within 2%, test accuracy within 0.5 points) with each step one
+the float32 run (loss curve within 2%, test accuracy within 1.5 points) with each step one
 captured CUDA Graph; no node of an autocast plan falls back to the CPU; bf16's update reads the
 bfloat16 weight gradients with no Cast between; fp16's loss scale skips
 an overflowing update inside a captured step and recovers; a checkpoint resumes bitwise."""
@@ -61,8 +61,10 @@ def test_300_steps_track_float32(example, precision, float32_runs):
     # two runs' noise outweighs 2% of it
     np.testing.assert_allclose(curve, ref_curve, rtol=0.02, atol=0.01,
                                err_msg=f"{example} {precision}: mean loss per {WINDOW} steps")
-    # 0.5 points, included: 0.978 - 0.973 is 0.0050000000000000044 in floats
-    assert abs(accuracy - ref_accuracy) <= 0.005 + 1e-9, f"{example} {precision}: {accuracy} vs float32 {ref_accuracy}"
+    # the accuracy of one run on 1000 test samples near 0.97 has a standard error of 0.5 points,
+    # and the convolution search may pick other algorithms from run to run: the float32 run alone
+    # gave 0.973 and 0.980, so two runs' accuracies are held to three of those errors
+    assert abs(accuracy - ref_accuracy) <= 0.015, f"{example} {precision}: {accuracy} vs float32 {ref_accuracy}"
     stats = s._train.graphs.stats
     assert stats["captures"] == 1 and stats["replays"] == STEPS - 3, stats
     assert s.skipped_steps <= 5
