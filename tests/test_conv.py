@@ -19,6 +19,7 @@ from minitrain import Graph, run_node
 from minitrain.autodiff import build_gradient_graph
 from minitrain.errors import DTypeError, OpAttributeError, ShapeError
 from minitrain.gradcheck import gradcheck, gradcheck_graph
+from minitrain.providers.cpu import blas as cpu_blas
 from minitrain.providers.cpu import conv as cpu_conv
 
 MS = "com.microsoft"
@@ -552,7 +553,7 @@ def test_depthwise_conv_transpose_matches_the_gemm_route(x_shape, w_shape, attrs
 
 
 # (x shape, w shape) of 1x1 convolutions on planes of one point (route "rows"): a
-# squeeze-excitation's, 1D and 3D ones, and a product past ROWS_BLAS_MACS (BLAS, not the loops).
+# squeeze-excitation's, 1D and 3D ones, and a product past blas.SMALL_GEMM_MACS (BLAS, not the loops).
 ONE_POINT_CASES = [((16, 16, 1, 1), (8, 16, 1, 1)), ((5, 3, 1), (7, 3, 1)), ((2, 4, 1, 1, 1), (6, 4, 1, 1, 1)),
                    ((64, 32, 1, 1), (32, 32, 1, 1))]
 
@@ -566,7 +567,7 @@ def test_one_point_planes_against_reference(shape, kernel, rng, monkeypatch):
     r = len(shape) - 2
     geom = cpu_conv.geometry_for("conv", "Conv", shape, kernel, {})
     assert all(cpu_conv.route(geom, shape[0], nt) == "rows" for nt in (1, 2, 3))
-    assert (shape[0] * shape[1] * kernel[0] >= cpu_conv.ROWS_BLAS_MACS) == (shape[0] == 64)
+    assert (shape[0] * shape[1] * kernel[0] >= cpu_blas.SMALL_GEMM_MACS) == (shape[0] == 64)
     x, w, b = rng.standard_normal(shape), rng.standard_normal(kernel), rng.standard_normal(kernel[0])
     want = conv_reference(x, w, b, [1] * r, [1] * r, [0] * r, [0] * r, 1)
     dy = rng.standard_normal(want.shape)

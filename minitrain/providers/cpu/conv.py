@@ -645,53 +645,26 @@ def depthwise_strided_weight_grad(cols, img, w_shape, geom, nt):
 
 
 # --------------------------------------------------------------------------- one-point planes
-# Multiply-adds from which a "rows" convolution's product goes to BLAS; smaller ones run in
-# conv.pyx's plain loops, cheaper than a BLAS call and its thread guard.
-ROWS_BLAS_MACS = 1 << 15
-
-
-def _rows_small(n, geom):
-    return n * geom.img_channels * geom.col_channels < ROWS_BLAS_MACS
-
-
+# A "rows" convolution is one product over the batch's rows; blas.gemm runs the small ones in
+# plain loops, cheaper than a BLAS call and its thread guard.
 def rows_forward(img, w, bias, geom):
     """conv_forward of a "rows" convolution: Y (N, M) = X (N, C) W^T (+ bias)."""
     n = img.shape[0]
-    x2, w2 = img.reshape(n, -1), w.reshape(w.shape[0], -1)
-    if _rows_small(n, geom):
-        y = np.empty((n, geom.col_channels), dtype=img.dtype)
-        _conv.rows_forward(x2, w2, _NO_BIAS[img.dtype] if bias is None else bias, y)
-    else:
-        y = blas_gemm(x2, w2, trans_b=True)
-        if bias is not None:
-            np.add(y, bias, out=y)
+    y = blas_gemm(img.reshape(n, -1), w.reshape(w.shape[0], -1), trans_b=True, bias=bias)
     return y.reshape((n, geom.col_channels) + tuple(geom.col_spatial))
 
 
 def rows_data_grad(cols, w, bias, geom):
     """conv_data_grad of a "rows" convolution: dX (N, C) = dY (N, M) W (+ bias)."""
     n = cols.shape[0]
-    dy2, w2 = cols.reshape(n, -1), w.reshape(w.shape[0], -1)
-    if _rows_small(n, geom):
-        dx = np.empty((n, geom.img_channels), dtype=cols.dtype)
-        _conv.rows_data_grad(dy2, w2, _NO_BIAS[cols.dtype] if bias is None else bias, dx)
-    else:
-        dx = blas_gemm(dy2, w2)
-        if bias is not None:
-            np.add(dx, bias, out=dx)
+    dx = blas_gemm(cols.reshape(n, -1), w.reshape(w.shape[0], -1), bias=bias)
     return dx.reshape((n, geom.img_channels) + tuple(geom.img_spatial))
 
 
 def rows_weight_grad(cols, img, w_shape, geom):
     """conv_weight_grad of a "rows" convolution: dW (M, C) = dY^T (M, N) X (N, C)."""
     n = img.shape[0]
-    dy2, x2 = cols.reshape(n, -1), img.reshape(n, -1)
-    if _rows_small(n, geom):
-        dw = np.empty((geom.col_channels, geom.img_channels), dtype=img.dtype)
-        _conv.rows_weight_grad(dy2, x2, dw)
-    else:
-        dw = blas_gemm(dy2, x2, trans_a=True)
-    return dw.reshape(w_shape)
+    return blas_gemm(cols.reshape(n, -1), img.reshape(n, -1), trans_a=True).reshape(w_shape)
 
 
 # --------------------------------------------------------------------------- primitives
