@@ -42,7 +42,7 @@ def _activation_gradient(rewrite, bn_grad):
     attributes), or None."""
     dy = bn_grad.inputs[0]
     grad = rewrite.producers.get(dy)
-    if grad is None or dy in rewrite.kept or rewrite.readers_of(dy) != [bn_grad] or dy in bn_grad.inputs[1:]:
+    if grad is None or not rewrite.only_read_by(dy, bn_grad) or dy in bn_grad.inputs[1:]:
         return None
     attrs = activation_attrs(rewrite, grad)
     if attrs is None or rewrite.types[grad.inputs[1]].dtype != rewrite.types[bn_grad.inputs[1]].dtype:

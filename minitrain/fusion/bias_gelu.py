@@ -35,7 +35,7 @@ def apply(rewrite):
         z = act.inputs[0]
         add = rewrite.producers.get(z)
         if (add is None or (add.op_type, add.domain) != ("Add", ONNX_DOMAIN) or len(add.inputs) != 2
-                or z in rewrite.kept or rewrite.readers_of(z) != [act]):
+                or not rewrite.only_read_by(z, act)):
             continue
         operands = input_and_bias(rewrite, add)
         dtype = rewrite.dtype_of(act)

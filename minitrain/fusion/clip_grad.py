@@ -36,12 +36,6 @@ class Mask:
         return self.where.inputs[2]
 
 
-def only_read_by(rewrite, name, node):
-    """Whether `node` is the one reader of `name` and nothing keeps it."""
-    readers = rewrite.readers_of(name)
-    return name not in rewrite.kept and len(readers) == 1 and readers[0] is node
-
-
 def is_positive_zero(value):
     """Whether a constant (or None) is one +0: Where's 0 there is the fused op's."""
     return value is not None and value.size == 1 and value.reshape(-1)[0] == 0 and not np.signbit(value).any()
@@ -62,7 +56,7 @@ def mask_of(rewrite, where):
         return None
     if bound_shape not in ((), (1,)) or len(bound_shape) > len(x_shape):
         return None
-    if not is_positive_zero(rewrite.constant(zero)) or not only_read_by(rewrite, condition, where):
+    if not is_positive_zero(rewrite.constant(zero)) or not rewrite.only_read_by(condition, where):
         return None
     return Mask(where, compare)
 
@@ -73,7 +67,7 @@ def inner_mask(rewrite, outer):
     inner = None if producer is None else mask_of(rewrite, producer)
     if inner is None or inner.compare.op_type == outer.compare.op_type or inner.x != outer.x:
         return None
-    return inner if only_read_by(rewrite, outer.passed, outer.where) else None
+    return inner if rewrite.only_read_by(outer.passed, outer.where) else None
 
 
 def apply(rewrite):

@@ -35,7 +35,7 @@ def _pool_gradient(rewrite, grad):
     """The global average pool gradient node whose dX only `grad` reads, or None."""
     spread = grad.inputs[0]
     back = rewrite.producers.get(spread)
-    if back is None or spread in rewrite.kept or rewrite.readers_of(spread) != [grad]:
+    if back is None or not rewrite.only_read_by(spread, grad):
         return None
     kind = (back.op_type, back.domain)
     if kind == ("GlobalAveragePoolGrad", MS_DOMAIN):

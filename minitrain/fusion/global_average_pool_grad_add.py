@@ -11,7 +11,6 @@ gradient's dX has no other reader and is not kept; the Shape node feeding it goe
 nothing else reads it.  Only the CPU has a kernel of the fused op, so the rule leaves graphs on
 CUDA as they are."""
 from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN, ONNX_DOMAIN
-from .clip_grad import only_read_by
 from .rewrite import fused_node
 
 FUSED = "GlobalAveragePoolGradAdd"
@@ -26,7 +25,7 @@ def match(rewrite, total):
         back = rewrite.producers.get(spread)
         if back is None or (back.op_type, back.domain) != ("GlobalAveragePoolGrad", MS_DOMAIN):
             continue
-        if not only_read_by(rewrite, spread, total):
+        if not rewrite.only_read_by(spread, total):
             continue
         shape = types[spread].shape
         if shape is None or shape != types[other].shape or types[spread].dtype != types[other].dtype:
@@ -44,7 +43,7 @@ def apply(rewrite):
         parts = [back, total]
         shape = rewrite.producers.get(back.inputs[1])
         if shape is not None and (shape.op_type, shape.domain) == ("Shape", ONNX_DOMAIN) \
-                and only_read_by(rewrite, back.inputs[1], back):
+                and rewrite.only_read_by(back.inputs[1], back):
             parts.append(shape)
         rewrite.replace(total, fused_node(FUSED, FUSED_DOMAIN, [back.inputs[0], other], list(total.outputs), {}, parts))
         for node in parts[:1] + parts[2:]:

@@ -9,7 +9,7 @@ between the nodes of the pattern is read only by its next node and not kept, X h
 and B and S are one-dimensional of the product's last dim (each node's operands in either
 order); an Add or Mul that does not fit ends the pattern before it.  Only where Linear and
 LinearGrad run on the provider that runs the nodes, so it is a rule of the CPU provider."""
-from ..ops.schema import FUSED_DOMAIN, ONNX_DOMAIN
+from ..ops.schema import FUSED_DOMAIN
 from .bias_gelu import input_and_bias
 from .mul_grad import is_op
 from .rewrite import fused_node
@@ -25,7 +25,7 @@ def transposed_weight(rewrite, matmul):
     w_type = rewrite.types.get(transpose.inputs[0])
     if w_type is None or w_type.shape is None or len(w_type.shape) != 2:
         return None
-    if matmul.inputs[1] in rewrite.kept or rewrite.readers_of(matmul.inputs[1]) != [matmul]:
+    if not rewrite.only_read_by(matmul.inputs[1], matmul):
         return None
     return transpose
 

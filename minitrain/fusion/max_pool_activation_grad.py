@@ -43,8 +43,8 @@ def _pattern(rewrite, grad):
     """(MaxPoolGrad, MaxPool, kernel_shape) that `grad` can absorb, or None."""
     pooled_grad = grad.inputs[0]
     back = rewrite.producers.get(pooled_grad)
-    if (back is None or (back.op_type, back.domain) != ("MaxPoolGrad", ONNX_DOMAIN) or pooled_grad in rewrite.kept
-            or rewrite.readers_of(pooled_grad) != [grad]):
+    if (back is None or (back.op_type, back.domain) != ("MaxPoolGrad", ONNX_DOMAIN)
+            or not rewrite.only_read_by(pooled_grad, grad)):
         return None
     pool = rewrite.producers.get(back.inputs[1])
     if pool is None or (pool.op_type, pool.domain) != ("MaxPool", ONNX_DOMAIN) or pool.outputs[1:2] != back.inputs[1:2]:

@@ -11,7 +11,6 @@ stays."""
 from ..graph import Node
 from ..ops.math import broadcasts_to
 from ..ops.schema import FUSED_DOMAIN, MS_DOMAIN, ONNX_DOMAIN
-from .clip_grad import only_read_by
 from .rewrite import fused_node
 
 FUSED = "MulGrad"
@@ -49,7 +48,7 @@ def match(rewrite, total):
     """(the nodes that the fused one replaces, its inputs, its outputs) of the pattern that ends
     in the SumToShape node `total`, or None."""
     product_b = rewrite.producers.get(total.inputs[0])
-    if not is_op(product_b, "Mul") or len(product_b.inputs) != 2 or not only_read_by(rewrite, total.inputs[0], total):
+    if not is_op(product_b, "Mul") or len(product_b.inputs) != 2 or not rewrite.only_read_by(total.inputs[0], total):
         return None
     grad, a = product_b.inputs
     types = rewrite.types
@@ -65,7 +64,7 @@ def match(rewrite, total):
         nodes.append(readers[0])
         d_a = readers[0].outputs[0]
     shape = rewrite.producers.get(total.inputs[1])
-    if is_op(shape, "Shape") and only_read_by(rewrite, total.inputs[1], total):
+    if is_op(shape, "Shape") and rewrite.only_read_by(total.inputs[1], total):
         nodes.append(shape)
     return nodes, [grad, a, product_a.inputs[1]], [d_a, total.outputs[0]]
 

@@ -30,6 +30,12 @@ class Rewrite:
     def readers_of(self, name):
         return self.readers.get(name, [])
 
+    def only_read_by(self, name, node):
+        """Whether `node` is the one reader of `name` and nothing keeps it (so a rule may fold
+        the value into a fused node)."""
+        readers = self.readers_of(name)
+        return name not in self.kept and len(readers) == 1 and readers[0] is node
+
     def constant(self, name):
         """The value called `name` when it is an initializer or a Constant node's output, or None."""
         if name in self.graph.initializers:

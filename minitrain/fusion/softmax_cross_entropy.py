@@ -22,7 +22,7 @@ def apply(rewrite):
         if (len(loss.outputs) < 2 or loss.outputs[1] != log_prob or loss.inputs[1] != labels
                 or _weights(loss, 2) != _weights(grad, 3) or loss.attrs != grad.attrs):
             continue
-        if dy in rewrite.producers or log_prob in rewrite.kept or rewrite.readers_of(log_prob) != [grad]:
+        if dy in rewrite.producers or not rewrite.only_read_by(log_prob, grad):
             continue
         if not rewrite.can_fuse([loss, grad], FUSED, FUSED_DOMAIN):
             continue
