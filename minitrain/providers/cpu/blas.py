@@ -34,6 +34,9 @@ SPLIT_GEMM_MACS = THRESHOLDS["MIN_SPLIT_GEMM_MACS"]
 NARROW_GEMM_ROWS = 256
 # Products of fewer multiply-adds run in plain loops (gemm_rows.gemm_small), without BLAS.
 SMALL_GEMM_MACS = 16384
+# A transposed B with at most 1/64 of A's elements is copied untransposed first: OpenBLAS
+# multiplies rows by a transposed narrow matrix slowly (a Linear layer's X W^T, dX = dY W^T).
+SMALL_OPERAND_RATIO = 64
 
 
 class BlasThreads:
@@ -106,6 +109,8 @@ def gemm(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, scale=None):
     the output first and the GEMM adds to it (beta = 1).  Float32 products 8 or 16 wide of many
     rows (a Linear layer's over pixels) go to ext/gemm_narrow.pyx, where the build has AVX, and
     products of a few thousand multiply-adds to plain loops."""
+    if trans_b and b.size * SMALL_OPERAND_RATIO <= a.size:
+        b, trans_b = np.ascontiguousarray(b.T), False
     m = a.shape[1] if trans_a else a.shape[0]
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]

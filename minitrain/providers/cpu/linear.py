@@ -7,7 +7,6 @@ from ...ops.schema import FUSED_DOMAIN
 from ...registry import register_kernel
 from .blas import gemm
 from .elementwise import sum_to_shape
-from .math import SMALL_OPERAND_RATIO
 
 
 def _rows(x):
@@ -26,12 +25,7 @@ def linear(ctx):
     rows = _rows(x)
     if scale is not None and bias is not None:
         bias = bias * scale             # (X W^T + B) S = X W^T S + B S
-    if w.size * SMALL_OPERAND_RATIO <= rows.size:
-        # OpenBLAS multiplies rows by a transposed narrow matrix slowly: a transposed copy of
-        # the small W costs less (as the Gemm kernel does)
-        y = gemm(rows, np.ascontiguousarray(w.T), bias=bias, scale=scale)
-    else:
-        y = gemm(rows, np.ascontiguousarray(w), trans_b=True, bias=bias, scale=scale)
+    y = gemm(rows, np.ascontiguousarray(w), trans_b=True, bias=bias, scale=scale)
     return {"Y": y.reshape(x.shape[:-1] + (w.shape[0],))}
 
 

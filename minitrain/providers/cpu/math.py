@@ -6,19 +6,11 @@ from ...ops.math import broadcasts_to
 from ...registry import register_kernel
 from .blas import gemm as blas_gemm
 
-# A transposed B with at most 1/64 of A's elements is copied untransposed first.
-SMALL_OPERAND_RATIO = 64
-
 
 @register_kernel("Gemm", since=9)
 def gemm(ctx):
     a, b, c = (ctx.inputs + [None])[:3]
-    trans_b = ctx.attrs["transB"]
-    if trans_b and b.size * SMALL_OPERAND_RATIO <= a.size:
-        # OpenBLAS multiplies rows by a transposed narrow matrix slowly (dX = dY W^T of a
-        # Linear): a transposed copy of the small B costs less
-        b, trans_b = np.ascontiguousarray(b.T), 0
-    y = blas_gemm(a, b, ctx.attrs["transA"], trans_b, ctx.attrs["alpha"])
+    y = blas_gemm(a, b, ctx.attrs["transA"], ctx.attrs["transB"], ctx.attrs["alpha"])
     if c is not None and c.shape != y.shape and not broadcasts_to(c.shape, y.shape):
         ctx.fail(f"input 'C' {c.shape} must be unidirectionally broadcastable to Y {y.shape}")
     if c is not None and ctx.attrs["beta"] != 0.0:
